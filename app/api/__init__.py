@@ -1,0 +1,1 @@
+"""REST v1 and HTML routes."""

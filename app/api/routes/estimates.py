@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from app.schemas import CheckOut, ValidationErrorOut
+from app.services import estimates
+from estimator.errors import EstimatorInputError
+from estimator.request import CheckRequest, EstimateRequest
+
+router = APIRouter(prefix="/v1", tags=["estimates"])
+
+_422 = {422: {"model": ValidationErrorOut, "description": "bad input; `loc` names the field"}}
+
+
+@router.post(
+    "/estimate",
+    summary="Memory, FLOPs, time and cost per sequence length, and the verdict per GPU",
+    responses=_422,
+)
+def estimate(body: EstimateRequest) -> dict[str, Any]:
+    return estimates.estimate(body)
+
+
+@router.post(
+    "/check",
+    response_model=CheckOut,
+    summary="Does it fit one GPU option? The worst sequence length decides (for CI)",
+    responses=_422,
+)
+def check(body: CheckRequest) -> dict[str, Any]:
+    try:
+        return estimates.check(body)
+    except EstimatorInputError as exc:
+        # the check runs as an estimate over `gpus: [gpu]`; name the field the client sent
+        if exc.field == "gpus" or exc.field.startswith("gpus[0]"):
+            raise EstimatorInputError("gpu", exc.message) from None
+        raise

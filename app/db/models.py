@@ -1,0 +1,109 @@
+"""Tables. Byte counts are BigInteger; times are UTC (`UTCDateTime`)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+QUOTE_STATUSES = ("draft", "pending", "approved", "rejected")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC on every backend (SQLite stores no zone: read values get UTC)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC) if value is not None else None
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Memtest(Base):
+    """One uploaded memtest file. `raw_json` is the upload byte for byte (UTF-8 text);
+    `content_sha256` is the sha256 of those bytes, unique, so the same file twice is one row."""
+
+    __tablename__ = "memtests"
+    __table_args__ = (UniqueConstraint("content_sha256", name="uq_memtests_content_sha256"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    content_sha256: Mapped[str] = mapped_column(String(64), nullable=False)
+    raw_json: Mapped[str] = mapped_column(Text, nullable=False)
+    size_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    schema_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    model_name: Mapped[str] = mapped_column(String(200), nullable=False, index=True)
+    gpu_name: Mapped[str] = mapped_column(String(200), nullable=False, index=True)
+    device: Mapped[str] = mapped_column(String(32), nullable=False, index=True)
+    gpu_count: Mapped[int | None] = mapped_column(Integer)
+    total_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
+    uploaded_by: Mapped[str] = mapped_column(String(100), nullable=False, index=True)
+    uploaded_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+
+
+class Quote(Base):
+    """A saved estimate awaiting (or past) approval: the request and the estimate as computed
+    when the quote was made, so a later change of the estimator does not change the quote."""
+
+    __tablename__ = "quotes"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('draft', 'pending', 'approved', 'rejected')", name="ck_quotes_status"
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    title: Mapped[str] = mapped_column(String(200), nullable=False, default="")
+    request_json: Mapped[str] = mapped_column(Text, nullable=False)
+    estimate_json: Mapped[str] = mapped_column(Text, nullable=False)
+    created_by: Mapped[str] = mapped_column(String(100), nullable=False)
+    status: Mapped[str] = mapped_column(String(16), nullable=False, index=True)
+    approver: Mapped[str | None] = mapped_column(String(100))
+    decided_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    comment: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(
+        UTCDateTime, nullable=False, default=utcnow, index=True
+    )
+
+
+class AuditEntry(Base):
+    """Every status change of a quote, creation included (`from_status` NULL)."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    quote_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("quotes.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    from_status: Mapped[str | None] = mapped_column(String(16))
+    to_status: Mapped[str] = mapped_column(String(16), nullable=False)
+    actor: Mapped[str] = mapped_column(String(100), nullable=False)
+    comment: Mapped[str | None] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)

@@ -1,0 +1,64 @@
+"""`create_app(settings)`: the FastAPI application with its database, routes and limits."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from app.api.routes import catalog, estimates, health, memtests, pages, quotes
+from app.db.engine import make_engine, make_session_factory
+from app.db.migrate import upgrade_head
+from app.errors import install_error_handlers
+from app.limits import BodySizeLimit
+from app.settings import Settings
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+DESCRIPTION = """Capacity planner and cost estimator for LLM training.
+
+Estimates and checks are open. Uploading memtests needs an upload token and approving quotes an
+approver token: `Authorization: Bearer <token>`. All memory figures in JSON are bytes.
+"""
+
+
+def _version() -> str:
+    try:
+        return version("trainfit")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app. The engine is created here; migrations run at start-up (lifespan)."""
+    settings = settings or Settings()
+    engine = make_engine(settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.run_migrations:
+            upgrade_head(engine)
+        yield
+        engine.dispose()
+
+    app = FastAPI(
+        title="trainfit",
+        version=_version(),
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.session_factory = make_session_factory(engine)
+    app.state.version = _version()
+
+    install_error_handlers(app)
+    for module in (health, catalog, estimates, memtests, quotes, pages):
+        app.include_router(module.router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_upload_bytes)
+    return app

@@ -1,0 +1,1 @@
+"""What the routes call: thin adapters over the estimator, the catalog and the memtest schema."""

@@ -1,0 +1,87 @@
+"""All service settings in one place, read from `TRAINFIT_*` environment variables.
+
+Tokens: `TRAINFIT_UPLOAD_TOKENS` and `TRAINFIT_APPROVER_TOKENS` are comma-separated entries
+`[name=]secret`, where `secret` is the token itself or `sha256:<64 hex>` (its hash, so the
+plain token never has to be written into the environment). Only the sha256 hashes are kept:
+they are computed while the settings are parsed. `name` is recorded as the actor (uploaded_by,
+approver); without it the actor is `token-<first 8 hex of the hash>`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class TokenHash:
+    """One accepted bearer token: who it belongs to and the sha256 of its value."""
+
+    name: str
+    sha256: str
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def _parse_tokens(value: Any) -> tuple[TokenHash, ...]:
+    if value is None or value == "":
+        return ()
+    if isinstance(value, tuple | list) and all(isinstance(v, TokenHash) for v in value):
+        return tuple(value)
+    entries = value.split(",") if isinstance(value, str) else [str(v) for v in value]
+    parsed: list[TokenHash] = []
+    for raw in entries:
+        entry = raw.strip()
+        if not entry:
+            continue
+        name, sep, secret = entry.partition("=")
+        if not sep:
+            name, secret = "", entry
+        name, secret = name.strip(), secret.strip()
+        if name and not _NAME.match(name):
+            raise ValueError("token names may use letters, digits and _ . @ - (64 at most)")
+        if secret.startswith("sha256:"):
+            digest = secret.removeprefix("sha256:").lower()
+            if not _HEX64.match(digest):
+                raise ValueError("a 'sha256:' token entry needs 64 hex digits")
+        else:
+            if len(secret) < 8:
+                raise ValueError("tokens must be at least 8 characters")
+            digest = hash_token(secret)
+        parsed.append(TokenHash(name=name or f"token-{digest[:8]}", sha256=digest))
+    return tuple(parsed)
+
+
+TokenHashes = Annotated[tuple[TokenHash, ...], NoDecode, BeforeValidator(_parse_tokens)]
+
+
+class Settings(BaseSettings):
+    """Service configuration. Every field maps to `TRAINFIT_<FIELD>`."""
+
+    model_config = SettingsConfigDict(env_prefix="TRAINFIT_", extra="ignore", frozen=True)
+
+    database_url: str = Field(
+        "sqlite:///trainfit.db",
+        description="SQLAlchemy URL: sqlite:///path.db or postgresql+psycopg://user@host/db",
+    )
+    upload_tokens: TokenHashes = ()
+    approver_tokens: TokenHashes = ()
+    max_upload_bytes: int = Field(16 * 2**20, ge=1024, description="request body limit, bytes")
+    secret_key: str = Field(
+        default_factory=lambda: secrets.token_hex(32),
+        description="signs CSRF tokens; set it when running several workers",
+    )
+    run_migrations: bool = True
+    sqlite_busy_timeout_ms: int = Field(5000, ge=0)
+    cookie_secure: bool = False

@@ -1,0 +1,73 @@
+"""The functions front ends call (CLI, REST service): one place that turns requests into
+documents."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from estimator.estimate import estimate
+from estimator.presets import PRESET_SOURCES, preset_config, preset_ids
+from estimator.profile import list_profiles as _list_profiles
+from estimator.request import CheckRequest, EstimateRequest
+
+
+def estimate_document(
+    req: EstimateRequest, variants: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    return estimate(req, variants)
+
+
+def check_document(req: CheckRequest) -> dict[str, Any]:
+    """Does the setup fit the one GPU at every requested length? Reports the worst row."""
+    doc = estimate(req.as_estimate_request())
+    option = next(iter(doc["gpus"]))
+    worst = max(doc["rows"], key=lambda r: r["fit"][option]["peak_bytes"] or 0)
+    fit = worst["fit"][option]
+    return {
+        "fits": fit["verdict"] == "fits",
+        "verdict": fit["verdict"],
+        "gpu": option,
+        "seq_len": worst["seq_len"],
+        "peak_bytes": fit["peak_bytes"],
+        "usable_bytes": fit["usable_bytes"],
+        "capacity_bytes": fit["capacity_bytes"],
+        "margin_bytes": fit["margin_bytes"],
+        "usable_fraction": req.usable_fraction,
+        "peak_is_lower_bound": fit["peak_is_lower_bound"],
+        "profile": doc["profile"],
+        "rows": [
+            {
+                "seq_len": r["seq_len"],
+                **{k: r["fit"][option][k] for k in ("verdict", "peak_bytes", "margin_bytes")},
+            }
+            for r in doc["rows"]
+        ],
+    }
+
+
+def list_presets() -> list[dict[str, Any]]:
+    from estimator.architectures import spec_from_config
+
+    out = []
+    for pid in preset_ids():
+        spec = spec_from_config(preset_config(pid), name=pid)
+        out.append(
+            {
+                "id": pid,
+                "name": pid,
+                "model_type": spec.model_type,
+                "params_total": spec.params_total,
+                "source": PRESET_SOURCES[pid],
+            }
+        )
+    return out
+
+
+def list_profiles() -> list[str]:
+    return _list_profiles()
+
+
+def compare_memtest(doc: dict[str, Any], profile: str = "default") -> dict[str, Any]:
+    from estimator.compare import compare
+
+    return compare(doc, profile)

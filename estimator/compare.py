@@ -1,0 +1,98 @@
+"""Estimate vs a measured memtest (`trainfit.memtest/1`), row by row.
+
+The measured figure is `peak_allocated_bytes` (torch's allocator, or the storage tracker on
+CPU/fake), which excludes the CUDA context; so the estimate compared is `peak_bytes - overhead`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from estimator.errors import EstimatorInputError
+from estimator.estimate import model_summary
+from estimator.memory import memory_breakdown
+from estimator.memory.model import COMPONENTS
+from estimator.models import resolve_model
+from estimator.profile import load_profile
+from estimator.request import ModelInput
+from estimator.setup import TrainingSetup
+
+
+def _setup_from_memtest(doc: dict[str, Any]) -> TrainingSetup:
+    raw = doc.get("setup")
+    if not isinstance(raw, dict):
+        raise EstimatorInputError("memtest.setup", "missing or not an object")
+    known = {k: v for k, v in raw.items() if k in TrainingSetup.model_fields}
+    try:
+        return TrainingSetup.model_validate(known)
+    except ValueError as err:
+        raise EstimatorInputError("memtest.setup", str(err).splitlines()[0]) from None
+
+
+def _pct(estimated: float, measured: float) -> float | None:
+    return None if not measured else round(100.0 * (estimated - measured) / measured, 2)
+
+
+def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any]:
+    profile = load_profile(profile_name)
+    model = doc.get("model") or {}
+    config = model.get("config") if isinstance(model, dict) else None
+    if not isinstance(config, dict):
+        raise EstimatorInputError("memtest.model.config", "missing or not an object")
+    spec = resolve_model(ModelInput(config=config, name=model.get("name")))
+    setup = _setup_from_memtest(doc)
+    env = doc.get("environment") or {}
+    devices = int(env.get("gpu_count") or 1)
+    rows = []
+    for result in doc.get("results") or []:
+        seq, batch = int(result["seq_len"]), int(result.get("batch") or setup.batch)
+        mem = memory_breakdown(spec, setup, [seq], batch, profile, devices=devices)
+        comps = {
+            k: (None if mem.components[k] is None else float(mem.components[k][0]))
+            for k in COMPONENTS
+        }
+        estimated = float(mem.peak[0]) - (comps["overhead"] or 0.0)
+        measured = result.get("peak_allocated_bytes")
+        row: dict[str, Any] = {
+            "seq_len": seq,
+            "batch": batch,
+            "status": result.get("status"),
+            "measured_peak_bytes": measured,
+            "measured_reserved_bytes": result.get("peak_reserved_bytes"),
+            "estimated_peak_bytes": int(estimated),
+            "estimated_components": {k: None if v is None else int(v) for k, v in comps.items()},
+            "error_bytes": None if measured is None else int(estimated - measured),
+            "error_pct": None if measured is None else _pct(estimated, measured),
+        }
+        measured_parts = result.get("components")
+        if isinstance(measured_parts, dict) and mem.states is not None:
+            st = mem.states
+            n = max(devices, 1)
+            est_parts = {
+                "params": (comps["weights"] or 0) + st.weights / n,
+                "grads": st.grads / n,
+                "optimizer": (st.optimizer + st.masters) / n,
+            }
+            row["components_vs_measured"] = {
+                k: {
+                    "estimated": int(v),
+                    "measured": measured_parts.get(k),
+                    "error_pct": _pct(v, measured_parts.get(k) or 0),
+                }
+                for k, v in est_parts.items()
+            }
+        rows.append(row)
+    errors = [
+        abs(r["error_pct"]) for r in rows if r["error_pct"] is not None and r["status"] == "ok"
+    ]
+    return {
+        "model": model_summary(
+            spec, setup, mem if rows else memory_breakdown(spec, setup, [1], 1, profile), profile
+        ),
+        "profile": profile.name,
+        "device": env.get("device"),
+        "gpu_name": env.get("gpu_name"),
+        "rows": rows,
+        "median_abs_error_pct": sorted(errors)[len(errors) // 2] if errors else None,
+        "max_abs_error_pct": max(errors) if errors else None,
+    }

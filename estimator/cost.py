@@ -1,0 +1,71 @@
+"""Cost of a run per GPU option, and the ranking of the options that fit.
+
+cost = GPU hours x price per GPU-hour. Prices come from the GPU catalog (on-demand list
+prices with their source) unless the request overrides them (`{"h200": 5.0}`, CLI
+`--price h200=5.0`). A GPU with neither has no cost: the reason says so, nothing is invented.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+NO_PRICE = "no price; pass --price {id}=USD"
+
+
+@dataclass(frozen=True)
+class Price:
+    usd_per_gpu_hour: float | None
+    source: str
+
+
+def gpu_price(gpu: Any, prices: Mapping[str, float]) -> Price:
+    """Override (keyed by catalog id, alias or option string resolved to the id) first, then
+    the catalog's `price_usd_per_hour` with its `price_source`."""
+    if gpu.id in prices:
+        return Price(float(prices[gpu.id]), f"override ({gpu.id}={prices[gpu.id]:g} USD/h)")
+    if gpu.price_usd_per_hour is not None:
+        source = getattr(gpu, "price_source", None) or gpu.sources.get("price_usd_per_hour", "")
+        return Price(float(gpu.price_usd_per_hour), f"catalog: {source}")
+    return Price(None, "none")
+
+
+def run_cost(gpu_hours: float | None, price: Price, gpu_id: str) -> dict[str, Any]:
+    """USD = GPU hours x USD per GPU-hour; None with a reason when either is missing."""
+    out: dict[str, Any] = {
+        "usd": None,
+        "usd_per_gpu_hour": price.usd_per_gpu_hour,
+        "price_source": price.source,
+    }
+    if price.usd_per_gpu_hour is None:
+        out["reason"] = NO_PRICE.format(id=gpu_id)
+    elif gpu_hours is None:
+        out["reason"] = "no GPU hours: give the run's tokens (--tokens, --target-tokens, --dataset)"
+    else:
+        out["usd"] = gpu_hours * price.usd_per_gpu_hour
+    return out
+
+
+def rank_options(options: Mapping[str, Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """Options that fit, ranked by cost (cheapest first; those without a cost last) and by
+    wall time (fastest first); options that do not fit are listed apart with their verdict.
+    Each option maps to {"fits": bool, "cost_usd": float|None, "wall_hours": float|None}."""
+    fitting = [k for k, v in options.items() if v.get("fits")]
+    inf = float("inf")
+    by_cost = sorted(fitting, key=lambda k: (_or(options[k].get("cost_usd"), inf), k))
+    by_time = sorted(fitting, key=lambda k: (_or(options[k].get("wall_hours"), inf), k))
+    not_fitting = [
+        {"gpu": k, "verdict": options[k].get("verdict", "no")}
+        for k, v in options.items()
+        if not v.get("fits")
+    ]
+    return {"by_cost": by_cost, "by_time": by_time, "not_fitting": not_fitting}
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else float(value)
+
+
+def cheapest(ranked: Sequence[str]) -> str | None:
+    return ranked[0] if ranked else None

@@ -1,0 +1,23 @@
+"""Bytes per element of the formats trainfit models."""
+
+from __future__ import annotations
+
+BF16 = 2
+FP32 = 4
+INT8 = 1
+
+# NF4 with double quantization (Dettmers et al. 2023, QLoRA, section 3; bitsandbytes
+# `quantize_4bit(blocksize=64, compress_statistics=True)`): 4 bits per weight, one absmax per
+# 64 weights quantized to 8 bits, and one fp32 second-level constant per 256 first-level ones.
+NF4_BLOCK = 64
+NF4_DOUBLE_QUANT_BLOCK = 256
+
+
+def nf4_bytes_per_param() -> float:
+    """0.5 + 1/64 + 4/(64*256) = 0.515869... bytes per quantized weight."""
+    return 0.5 + INT8 / NF4_BLOCK + FP32 / (NF4_BLOCK * NF4_DOUBLE_QUANT_BLOCK)
+
+
+def compute_bytes(precision: str) -> int:
+    """Activation / compute dtype: fp32 only when the whole run is fp32, else bf16."""
+    return FP32 if precision == "fp32" else BF16

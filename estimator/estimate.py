@@ -1,0 +1,183 @@
+"""`estimate()`: a request in, the estimate document of design.md out (bytes, per device)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import gpu_catalog
+from estimator.errors import EstimatorInputError
+from estimator.fit import VERDICTS, verdict_codes
+from estimator.memory import memory_breakdown
+from estimator.memory.model import COMPONENTS, MemoryBreakdown
+from estimator.models import resolve_model
+from estimator.profile import Profile, load_profile
+from estimator.request import EstimateRequest
+from estimator.setup import TrainingSetup
+from estimator.spec import ModelSpec
+
+SCHEMA = "trainfit.estimate/1"
+
+
+@dataclass(frozen=True)
+class GpuOption:
+    """A `--gpu` entry: a catalog GPU and how many cards (`2xh200`)."""
+
+    option: str
+    gpu: gpu_catalog.GPU
+    count: int
+
+
+def parse_gpu_options(options: list[str]) -> list[GpuOption]:
+    parsed = []
+    for i, option in enumerate(options):
+        try:
+            gpu, count = gpu_catalog.parse_gpu_option(option)
+        except ValueError as err:
+            raise EstimatorInputError(f"gpus[{i}]", str(err)) from None
+        parsed.append(GpuOption(option.strip().lower(), gpu, count))
+    return parsed
+
+
+def devices_for(option: GpuOption, setup: TrainingSetup) -> int:
+    """`2xh200` means 2 cards; a single-card id with `num_gpus` N means N of that card."""
+    return option.count if option.count > 1 else setup.num_gpus
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(np.ceil(float(value)))
+
+
+def _components_at(mem: MemoryBreakdown, i: int) -> dict[str, int | None]:
+    return {
+        name: _int(None if mem.components[name] is None else mem.components[name][i])
+        for name in COMPONENTS
+    }
+
+
+def model_summary(
+    spec: ModelSpec, setup: TrainingSetup, mem: MemoryBreakdown, profile: Profile
+) -> dict[str, Any]:
+    from estimator.memory.weights import counted_params
+
+    trainable = mem.states.trainable_params if mem.states else 0
+    return {
+        "name": spec.name,
+        "model_type": spec.model_type,
+        "params_total": spec.params_total,
+        "params_active": spec.params_active,
+        "params_trainable": trainable,
+        "params_in_weights": counted_params(spec, profile),
+        "params_extras": {g.name: g.params for g in spec.extras},
+        "geometry_known": spec.geometry_known,
+        "layers": spec.layers,
+        "hidden": spec.hidden,
+        "vocab": spec.vocab,
+        "layer_types": {t: spec.count_layers(t) for t in sorted(set(spec.layer_types))},
+        "notes": list(spec.notes),
+    }
+
+
+def estimate_rows(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    seq_lens: list[int],
+    options: list[GpuOption],
+    usable_fraction: float,
+    profile: Profile,
+) -> tuple[list[dict[str, Any]], MemoryBreakdown]:
+    seqs = np.asarray(seq_lens, dtype=np.float64)
+    mem = memory_breakdown(spec, setup, seqs, setup.batch, profile)
+    per_option: dict[str, MemoryBreakdown] = {}
+    for opt in options:
+        n = devices_for(opt, setup)
+        per_option[opt.option] = (
+            mem
+            if n == mem.devices
+            else memory_breakdown(spec, setup, seqs, setup.batch, profile, devices=n)
+        )
+    rows = []
+    for i, seq in enumerate(seq_lens):
+        fit = {}
+        for opt in options:
+            m = per_option[opt.option]
+            peak = float(m.peak[i])
+            cap = opt.gpu.capacity_bytes
+            code = int(verdict_codes(peak, cap, usable_fraction))
+            usable = int(cap * usable_fraction)
+            fit[opt.option] = {
+                "verdict": VERDICTS[code],
+                "gpu": opt.gpu.id,
+                "devices": m.devices,
+                "sharding": m.sharding,
+                "capacity_bytes": cap,
+                "usable_bytes": usable,
+                "peak_bytes": _int(peak),
+                "margin_bytes": usable - int(np.ceil(peak)),
+                "peak_is_lower_bound": m.peak_is_lower_bound,
+            }
+            if m is not mem:
+                fit[opt.option]["components"] = _components_at(m, i)
+        rows.append(
+            {
+                "seq_len": int(seq),
+                "batch": setup.batch,
+                "tokens": int(seq) * setup.batch,
+                "checkpointing": setup.checkpointing,
+                "loss": setup.loss,
+                "components": _components_at(mem, i),
+                "host_bytes": _int(mem.host[i]),
+                "peak_bytes": _int(mem.peak[i]),
+                "peak_is_lower_bound": mem.peak_is_lower_bound,
+                "not_computable": dict(mem.not_computable),
+                "devices": mem.devices,
+                "sharding": mem.sharding,
+                "flops_per_step": None,
+                "fit": fit,
+            }
+        )
+    return rows, mem
+
+
+def estimate(
+    request: EstimateRequest, variants: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The estimate document. `variants`: setup overrides (e.g. checkpointing x loss) that add
+    rows for the same model and GPUs, as seed 000's fit table does."""
+    profile = load_profile(request.profile)
+    spec = resolve_model(request.model)
+    options = parse_gpu_options(request.gpus)
+    setups = (
+        [request.setup] if not variants else [request.setup.model_copy(update=v) for v in variants]
+    )
+    rows: list[dict[str, Any]] = []
+    mem = None
+    for setup in setups:
+        TrainingSetup.model_validate(setup.model_dump())  # overrides re-validated
+        setup_rows, mem = estimate_rows(
+            spec, setup, request.seq_lens, options, request.usable_fraction, profile
+        )
+        rows += setup_rows
+    assert mem is not None
+    rows.sort(key=lambda r: r["seq_len"])
+    return {
+        "schema": SCHEMA,
+        "model": model_summary(spec, request.setup, mem, profile),
+        "setup": request.setup.model_dump(),
+        "profile": profile.name,
+        "usable_fraction": request.usable_fraction,
+        "gpus": {
+            o.option: {
+                "id": o.gpu.id,
+                "name": o.gpu.name,
+                "count": o.count,
+                "capacity_bytes": o.gpu.capacity_bytes,
+                "capacity_source": o.gpu.sources.get("capacity_bytes", ""),
+            }
+            for o in options
+        },
+        "rows": rows,
+        "assumptions": profile.as_dict(),
+    }

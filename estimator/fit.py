@@ -1,0 +1,21 @@
+"""The verdict rule of design.md: `fits` when peak <= usable (capacity x usable fraction),
+`tight` when usable < peak <= capacity, `no` above capacity. Vectorised over numpy arrays."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+VERDICTS = ("fits", "tight", "no")
+
+
+def verdict_codes(peak: Any, capacity: Any, usable_fraction: float) -> Any:
+    """0 fits, 1 tight, 2 no (numpy arrays broadcast)."""
+    peak = np.asarray(peak, dtype=np.float64)
+    usable = np.asarray(capacity, dtype=np.float64) * usable_fraction
+    return np.where(peak <= usable, 0, np.where(peak <= capacity, 1, 2))
+
+
+def verdict(peak: float, capacity: float, usable_fraction: float) -> str:
+    return VERDICTS[int(verdict_codes(peak, capacity, usable_fraction))]

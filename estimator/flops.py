@@ -1,0 +1,282 @@
+"""FLOPs of one training step, by layer type, from the parameter inventory.
+
+Conventions (every count below follows them):
+- A multiply-add is 2 FLOPs; only matrix products are counted (norms, activations, rotary,
+  softmax, dequantisation and the optimizer step are not), as in
+  `torch.utils.flop_counter.FlopCounterMode`, which is what the tests compare against.
+- Linear layers: forward 2 * in * out per token (biases are not counted; FlopCounterMode counts
+  `addmm` as the product only). MoE expert banks count `active_experts` experts per token.
+- Backward of a Linear: the activation gradient (2 * in * out per token) always; the weight
+  gradient (the same again) only when the weight is trained. Full fine-tuning: 2x forward
+  (Kaplan et al. 2020 / the 6*N*T rule); LoRA/QLoRA: the frozen base gets 1x forward, so its
+  backward is about half of full fine-tuning's.
+- Full-attention core (QK^T and PV): causal, counted over s^2/2 query-key pairs per sequence
+  (FlashAttention's benchmark convention: `flops(..., causal) = 4*b*s^2*h*d / 2`). Sliding-window
+  layers count min(position, window) keys per query. FlopCounterMode (and torch's
+  `sdpa_flop_count`) does not halve for causal masks: its count is 2x ours for this term.
+- Attention-core backward: 2.5x forward in the executed count (FlashAttention-2 recomputes the
+  scores: 5 matmuls against 2; torch's `sdpa_backward_flop_count`), 2x in `model_flops`.
+- Gated DeltaNet (linear attention): the chunked algorithm with chunk 64 (transformers'
+  `torch_chunk_gated_delta_rule`, the reference of flash-linear-attention's
+  `chunk_gated_delta_rule`), linear in sequence length; backward taken as 2x forward (each
+  matmul gives two in backward; fla's kernels recompute a little more, not counted).
+- Checkpointing (`gpu` or `offload`): the decoder layers' forward runs again during backward
+  (HF `gradient_checkpointing_enable` wraps each decoder layer; embeddings and lm_head are not
+  recomputed). `model_flops` never includes the recompute: it is the useful work used for MFU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from estimator.lora import lora_rank_check, lora_targets
+from estimator.setup import TrainingSetup
+from estimator.spec import LAYER_FULL, LAYER_LINEAR, LAYER_SLIDING, Linear, ModelSpec
+
+GDN_CHUNK = 64  # flash-linear-attention / transformers chunk size for chunk_gated_delta_rule
+CHECKPOINTED = ("gpu", "offload")
+
+
+@dataclass(frozen=True)
+class PartFlops:
+    """FLOPs of one part of the model for one step (all sequences of the batch)."""
+
+    forward: float = 0.0
+    backward: float = 0.0
+    recompute: float = 0.0
+    model: float = 0.0  # forward + backward as counted for MFU (no recompute)
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward + self.recompute
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "forward": self.forward,
+            "backward": self.backward,
+            "recompute": self.recompute,
+            "total": self.total,
+        }
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    """FLOPs of one optimizer step of `batch` sequences of `seq_len` tokens (one device's share
+    for data-parallel runs: multiply by the number of ranks for the global step)."""
+
+    forward: float
+    backward: float
+    recompute: float
+    model_flops: float
+    parts: dict[str, PartFlops] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    tokens: int = 0
+
+    @property
+    def total(self) -> float:
+        """Executed FLOPs: forward + backward + recomputed forward."""
+        return self.forward + self.backward + self.recompute
+
+    @property
+    def per_token(self) -> float:
+        return self.total / self.tokens if self.tokens else 0.0
+
+    @property
+    def model_per_token(self) -> float:
+        return self.model_flops / self.tokens if self.tokens else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "forward": self.forward,
+            "backward": self.backward,
+            "recompute": self.recompute,
+            "total": self.total,
+            "model_flops": self.model_flops,
+            "tokens": self.tokens,
+            "parts": {name: part.as_dict() for name, part in self.parts.items()},
+            "notes": list(self.notes),
+        }
+
+
+def linear_forward_flops(linear: Linear, tokens: int) -> float:
+    """2 FLOPs per multiply-add, bias ignored, active experts only (MoE): 2*in*out*tokens per
+    instance. Source: Kaplan et al. 2020, Table 1 (forward = 2*N per token)."""
+    return (
+        2.0
+        * linear.in_features
+        * linear.out_features
+        * linear.active_experts
+        * linear.count
+        * tokens
+    )
+
+
+def attention_pairs(seq_len: int, window: int | None = None, causal: bool = True) -> float:
+    """Query-key pairs one attention layer scores for one sequence.
+
+    Causal: s^2/2 (FlashAttention benchmark convention, the diagonal's s/2 ignored); non-causal:
+    s^2. Sliding window w (causal, each query sees at most w keys): s^2/2 while s <= w, else
+    s*w - w^2/2. Assumes no packing (one document per row, no block-diagonal mask)."""
+    s = float(seq_len)
+    if not causal:
+        return s * s if window is None else s * min(s, float(window))
+    if window is None or s <= window:
+        return s * s / 2.0
+    w = float(window)
+    return s * w - w * w / 2.0
+
+
+def attention_core_forward(
+    spec: ModelSpec, seq_len: int, batch: int, *, causal: bool = True
+) -> float:
+    """QK^T and PV of every full/sliding attention layer: 2*pairs*heads*(d_qk + d_v) per
+    sequence (torch `sdpa_flop_count` with pairs = s^2 when not causal). GQA does not change the
+    count (keys are broadcast to the query heads)."""
+    if not spec.num_heads or not spec.head_dim:
+        return 0.0
+    per_layer_full = attention_pairs(seq_len, None, causal)
+    per_layer_sliding = attention_pairs(seq_len, spec.sliding_window, causal)
+    n_full = spec.count_layers(LAYER_FULL)
+    n_sliding = spec.count_layers(LAYER_SLIDING)
+    pairs = n_full * per_layer_full + n_sliding * per_layer_sliding
+    d = spec.head_dim
+    return 2.0 * pairs * spec.num_heads * (d + d) * batch
+
+
+def gated_deltanet_forward(
+    spec: ModelSpec, seq_len: int, batch: int, chunk: int = GDN_CHUNK
+) -> float:
+    """Chunked Gated DeltaNet core of every linear-attention layer, counted on transformers'
+    `torch_chunk_gated_delta_rule` (the reference of flash-linear-attention's
+    `chunk_gated_delta_rule`; q and k are repeated to the value heads). Per value head and chunk
+    of C tokens (head dims dk, dv): k_beta@k^T and q@k^T (2 x 2*C^2*dk), the two unit-triangular
+    solves for the new values and the decayed keys (C^2*dv + C^2*dk), intra-chunk attn@v_new
+    (2*C^2*dv), two reads of the state and its update (3 x 2*C*dk*dv). Sequence padded to a
+    multiple of C. Plus the depthwise causal conv1d, 2*conv_dim*kernel per output position
+    (s + kernel - 1 positions, as torch pads)."""
+    return gated_deltanet_matmul_forward(
+        spec, seq_len, batch, chunk
+    ) + gated_deltanet_solve_forward(spec, seq_len, batch, chunk)
+
+
+def gated_deltanet_matmul_forward(
+    spec: ModelSpec, seq_len: int, batch: int, chunk: int = GDN_CHUNK
+) -> float:
+    """The matmul and conv1d part of `gated_deltanet_forward` (what FlopCounterMode sees)."""
+    geo = spec.linear_attention
+    n_layers = spec.count_layers(LAYER_LINEAR)
+    if geo is None or n_layers == 0:
+        return 0.0
+    c, dk, dv = chunk, geo.key_head_dim, geo.value_head_dim
+    chunks = math.ceil(seq_len / c)
+    per_chunk_head = 2 * 2 * c * c * dk + 2 * c * c * dv + 3 * 2 * c * dk * dv
+    core = per_chunk_head * chunks * geo.num_value_heads
+    conv = 2 * geo.conv_dim * geo.conv_kernel * (seq_len + geo.conv_kernel - 1)
+    return float(n_layers * (core + conv) * batch)
+
+
+def gated_deltanet_solve_forward(
+    spec: ModelSpec, seq_len: int, batch: int, chunk: int = GDN_CHUNK
+) -> float:
+    """The two unit-lower-triangular solves per chunk and value head: C^2 FLOPs per right-hand
+    column (C^2/2 multiply-adds), dv + dk columns (`torch.linalg.solve_triangular`, which
+    FlopCounterMode does not count)."""
+    geo = spec.linear_attention
+    n_layers = spec.count_layers(LAYER_LINEAR)
+    if geo is None or n_layers == 0:
+        return 0.0
+    c = chunk
+    chunks = math.ceil(seq_len / c)
+    per_chunk_head = c * c * (geo.key_head_dim + geo.value_head_dim)
+    return float(n_layers * per_chunk_head * chunks * geo.num_value_heads * batch)
+
+
+def _adds(parts: dict[str, PartFlops], name: str, part: PartFlops) -> None:
+    old = parts.get(name, PartFlops())
+    parts[name] = PartFlops(
+        old.forward + part.forward,
+        old.backward + part.backward,
+        old.recompute + part.recompute,
+        old.model + part.model,
+    )
+
+
+def _params_only(spec: ModelSpec, setup: TrainingSetup, tokens: int) -> StepFlops:
+    """6*N*T for full training (Kaplan et al. 2020; Hoffmann et al. 2022 use the same), 4*N*T
+    with a frozen base (no weight gradients), +2*N*T recomputed forward under checkpointing.
+    N = the given parameter count, embeddings included; attention is not included."""
+    n = float(spec.params_total)
+    fwd = 2.0 * n * tokens
+    bwd = (2.0 if setup.is_adapter else 4.0) * n * tokens
+    rec = fwd if setup.checkpointing in CHECKPOINTED else 0.0
+    part = PartFlops(fwd, bwd, rec, fwd + bwd)
+    notes = (
+        "params-only spec: 2*N*T forward, "
+        + ("2*N*T (frozen base, no weight gradients)" if setup.is_adapter else "4*N*T")
+        + " backward; attention not included (no geometry); N includes embeddings",
+    )
+    if setup.is_adapter:
+        notes += ("params-only spec: adapter FLOPs not included",)
+    return StepFlops(fwd, bwd, rec, fwd + bwd, {"params": part}, notes, tokens)
+
+
+def step_flops(spec: ModelSpec, setup: TrainingSetup, seq_len: int, batch: int) -> StepFlops:
+    """FLOPs of one step of `batch` sequences of `seq_len` tokens, by part.
+
+    Parts: each Linear group (attention, linear_attention, mlp, experts, shared_expert, router,
+    head), `lora` (adapters), `attention_core`, `linear_attention_core`. See the module
+    docstring for the conventions; assumes unpacked sequences of exactly `seq_len` tokens."""
+    tokens = seq_len * batch
+    if not spec.geometry_known:
+        return _params_only(spec, setup, tokens)
+    recompute_on = setup.checkpointing in CHECKPOINTED
+    adapter = setup.is_adapter
+    parts: dict[str, PartFlops] = {}
+    notes: list[str] = [
+        "attention core counted causal (s^2/2 pairs); FlopCounterMode counts s^2",
+    ]
+
+    linears = list(spec.linears)
+    if not any(lin.group == "head" for lin in linears) and spec.vocab and spec.hidden:
+        # tied embeddings: the output projection uses the embedding matrix
+        linears.append(Linear("lm_head(tied)", spec.hidden, spec.vocab, 1, group="head"))
+    for lin in linears:
+        fwd = linear_forward_flops(lin, tokens)
+        trainable = not adapter  # LoRA/QLoRA: every base weight (and lm_head) is frozen
+        bwd = 2.0 * fwd if trainable else fwd
+        rec = fwd if recompute_on and lin.group != "head" else 0.0
+        _adds(parts, lin.group, PartFlops(fwd, bwd, rec, fwd + bwd))
+
+    if adapter:
+        targets = lora_targets(spec, setup)
+        lora_rank_check(spec, setup, targets)
+        r = setup.lora_rank
+        fwd = sum(2.0 * r * (t.in_features + t.out_features) * t.count * tokens for t in targets)
+        _adds(parts, "lora", PartFlops(fwd, 2.0 * fwd, fwd if recompute_on else 0.0, 3.0 * fwd))
+        notes.append(
+            "frozen base: activation gradients only (the first layer's are counted although "
+            "autograd skips them when the embeddings are frozen)"
+        )
+
+    attn = attention_core_forward(spec, seq_len, batch)
+    if attn:
+        _adds(
+            parts,
+            "attention_core",
+            PartFlops(attn, 2.5 * attn, attn if recompute_on else 0.0, 3.0 * attn),
+        )
+    gdn = gated_deltanet_forward(spec, seq_len, batch)
+    if gdn:
+        _adds(
+            parts,
+            "linear_attention_core",
+            PartFlops(gdn, 2.0 * gdn, gdn if recompute_on else 0.0, 3.0 * gdn),
+        )
+        notes.append(f"linear attention: chunked Gated DeltaNet, chunk {GDN_CHUNK}")
+
+    fwd_total = sum(p.forward for p in parts.values())
+    bwd_total = sum(p.backward for p in parts.values())
+    rec_total = sum(p.recompute for p in parts.values())
+    model = sum(p.model for p in parts.values())
+    return StepFlops(fwd_total, bwd_total, rec_total, model, parts, tuple(notes), tokens)

@@ -1,0 +1,195 @@
+"""Render an estimate document: table (GiB, coloured verdicts), markdown (seed-000 shape), csv.
+Every number here comes from the document; nothing is computed in the front end but units."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+GIB = 2**30
+COLOURS = {"fits": "\033[32m", "tight": "\033[33m", "no": "\033[31m"}
+RESET = "\033[0m"
+CHECKPOINT_LABEL = {"gpu": "on the GPU", "offload": "CPU offload", "none": "none (all saved)"}
+LOSS_LABEL = {"full": "full logits", "chunked": "chunked"}
+COMPONENT_LABEL = {
+    "weights": "weights",
+    "trainable_states": "trainable weights + grads + optimizer",
+    "checkpoints": "layer checkpoints",
+    "recompute_peak": "recompute peak of one layer",
+    "logits": "logits and loss",
+    "overhead": "runtime overhead",
+}
+
+
+def gib(value: int | float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value / GIB:.{digits}f}"
+
+
+def _gpu_header(doc: dict[str, Any], option: str) -> str:
+    g = doc["gpus"][option]
+    prefix = f"{g['count']}x " if g["count"] > 1 else ""
+    return f"{prefix}{g['name']} ({g['capacity_bytes'] / GIB:.1f} GiB)"
+
+
+def _verdict(v: str, colour: bool) -> str:
+    return f"{COLOURS[v]}{v}{RESET}" if colour else v
+
+
+def _fit_rows(doc: dict[str, Any], colour: bool) -> tuple[list[str], list[list[str]]]:
+    options = list(doc["gpus"])
+    header = [
+        "seq",
+        "batch",
+        "checkpoints",
+        "loss",
+        "peak GiB",
+        *(_gpu_header(doc, o) for o in options),
+    ]
+    body = []
+    for r in doc["rows"]:
+        peak = gib(r["peak_bytes"]) + (" (lower bound)" if r["peak_is_lower_bound"] else "")
+        cells = [
+            str(r["seq_len"]),
+            str(r["batch"]),
+            CHECKPOINT_LABEL[r["checkpointing"]],
+            LOSS_LABEL[r["loss"]],
+            peak,
+        ]
+        for o in options:
+            f = r["fit"][o]
+            cell = _verdict(f["verdict"], colour)
+            if "components" in f:
+                cell += f" ({gib(f['peak_bytes'])}/card)"
+            cells.append(cell)
+        body.append(cells)
+    return header, body
+
+
+def _component_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["seq", "checkpoints", "loss", *COMPONENT_LABEL.values(), "host GiB"]
+    body = []
+    for r in doc["rows"]:
+        body.append(
+            [
+                str(r["seq_len"]),
+                r["checkpointing"],
+                r["loss"],
+                *(gib(r["components"][k]) for k in COMPONENT_LABEL),
+                gib(r["host_bytes"]),
+            ]
+        )
+    return header, body
+
+
+def _plain(header: list[str], body: list[list[str]]) -> str:
+    import re
+
+    def width(s: str) -> int:
+        return len(re.sub(r"\033\[[0-9;]*m", "", s))
+
+    widths = [max(width(c) for c in col) for col in zip(header, *body, strict=True)]
+    lines = []
+    for row in [header, *body]:
+        lines.append("  ".join(c + " " * (w - width(c)) for c, w in zip(row, widths, strict=True)))
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _markdown(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def _title(doc: dict[str, Any]) -> str:
+    m, s = doc["model"], doc["setup"]
+    method = s["method"] + (f" r{s['lora_rank']}" if s["method"] != "full" else "")
+    return (
+        f"{m['name']} ({m['model_type']}, {m['params_in_weights'] / 1e9:.2f} B params in the "
+        f"weights, {m['params_trainable']:,} trainable), {method}, {s['optimizer']}, "
+        f"profile {doc['profile']}, usable {doc['usable_fraction']:.0%} of each card"
+    )
+
+
+def _notes(doc: dict[str, Any]) -> list[str]:
+    notes = []
+    for r in doc["rows"][:1]:
+        for comp, why in r["not_computable"].items():
+            notes.append(f"not computable: {comp}: {why}")
+    return notes
+
+
+def render_table(doc: dict[str, Any], colour: bool = False) -> str:
+    parts = [
+        _title(doc),
+        "",
+        "Memory per device by component (GiB = 2^30 bytes)",
+        _plain(*_component_rows(doc)),
+        "",
+        "Fit by GPU",
+        _plain(*_fit_rows(doc, colour)),
+    ]
+    parts += _notes(doc)
+    return "\n".join(parts) + "\n"
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    parts = [
+        f"**{_title(doc)}**",
+        "",
+        "Memory by component (GiB)",
+        "",
+        _markdown(*_component_rows(doc)),
+        "",
+        f"Fit by GPU ({doc['usable_fraction']:.0%} of the card counted as usable)",
+        "",
+        _markdown(*_fit_rows(doc, False)),
+    ]
+    parts += [f"- {n}" for n in _notes(doc)]
+    return "\n".join(parts) + "\n"
+
+
+def render_csv(doc: dict[str, Any]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    comps = list(COMPONENT_LABEL)
+    writer.writerow(
+        [
+            "seq_len",
+            "batch",
+            "checkpointing",
+            "loss",
+            *[f"{c}_bytes" for c in comps],
+            "host_bytes",
+            "peak_bytes",
+            "gpu",
+            "devices",
+            "verdict",
+            "capacity_bytes",
+            "usable_bytes",
+            "gpu_peak_bytes",
+            "margin_bytes",
+        ]
+    )
+    for r in doc["rows"]:
+        for option, f in r["fit"].items():
+            writer.writerow(
+                [
+                    r["seq_len"],
+                    r["batch"],
+                    r["checkpointing"],
+                    r["loss"],
+                    *[r["components"][c] for c in comps],
+                    r["host_bytes"],
+                    r["peak_bytes"],
+                    option,
+                    f["devices"],
+                    f["verdict"],
+                    f["capacity_bytes"],
+                    f["usable_bytes"],
+                    f["peak_bytes"],
+                    f["margin_bytes"],
+                ]
+            )
+    return out.getvalue()

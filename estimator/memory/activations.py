@@ -1,0 +1,201 @@
+"""Saved activations per token of one decoder layer, as autograd keeps them for the backward.
+
+The tensors are those the transformers v5 modeling code creates (RMSNorm upcasts its input to
+fp32; frozen weights save no inputs; peft's LoRA casts each adapted Linear's input to the
+adapter dtype, a separate copy per adapter when the dtypes differ), with SDPA/flash attention
+(q, k, v, out and an fp32 logsumexp; no s x s matrix; GQA native, no repeated k/v) or eager
+attention (fp32 softmax output and its bf16 copy, s per head per token). The Gated DeltaNet
+core is modelled as fla's `chunk_gated_delta_rule` (saves q, k repeated to the value heads, v,
+g, beta and the chunk matrix A of width 64). Method after Korthikanti et al. 2022 (Table 2):
+every term names the tensor it stores. Units: bytes per token (eager: plus s-proportional
+terms). Verified against real CPU steps by bench/accuracy.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from estimator.dtypes import FP32
+from estimator.lora import lora_targets
+from estimator.setup import TrainingSetup
+from estimator.spec import LAYER_LINEAR, MLP_MOE, ModelSpec
+
+GDN_CHUNK = 64  # fla chunk size for chunk_gated_delta_rule
+
+
+@dataclass(frozen=True)
+class Context:
+    """What decides whether a tensor is saved: dtypes, what is trainable, which Linears adapt."""
+
+    compute_bytes: int
+    full: bool  # base weights trainable
+    adapter_bytes: int
+    targets: frozenset[str]
+    rank: int
+    eager: bool
+
+    @classmethod
+    def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
+        targets = (
+            frozenset(t.name for t in lora_targets(spec, setup))
+            if setup.is_adapter
+            else frozenset()
+        )
+        adapter = FP32 if setup.adapter_dtype == "fp32" or setup.precision == "fp32" else 2
+        return cls(
+            compute_bytes,
+            not setup.is_adapter,
+            adapter,
+            targets,
+            setup.lora_rank,
+            setup.attention == "eager",
+        )
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """Bytes per token saved by one layer (`per_token`), plus eager attention's `per_token_seq`
+    (multiply by tokens and by sequence length), and the backward transient per token."""
+
+    per_token: float
+    per_token_seq: float
+    transient_per_token: float
+
+
+def inputs_saved(ctx: Context, consumers: list[str], width: int) -> float:
+    """A tensor consumed by Linear layers `consumers`: saved once in the compute dtype when the
+    weights train; under LoRA each adapted consumer saves its own adapter-dtype copy (peft
+    `_cast_input_dtype`) unless the dtypes agree, and lora_A's output (r) for lora_B."""
+    targeted = [c for c in consumers if c in ctx.targets]
+    saved = 0.0
+    if ctx.full:
+        saved += width * ctx.compute_bytes
+    elif targeted:
+        if ctx.adapter_bytes != ctx.compute_bytes:
+            saved += len(targeted) * width * ctx.adapter_bytes
+        else:
+            saved += width * ctx.compute_bytes
+    saved += len(targeted) * ctx.rank * ctx.adapter_bytes
+    return saved
+
+
+def rms_norm_saved(ctx: Context, width: int, rows: int = 1) -> float:
+    """HF RMSNorm: fp32 input (the upcast copy, or the fp32 input itself), rsqrt per row, and
+    the normalised tensor when the norm's weight trains (weight * normed saves normed)."""
+    return FP32 * width + FP32 * rows + (width * ctx.compute_bytes if ctx.full else 0)
+
+
+def _attention_core(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
+    """Full attention after the projections: (bytes per token, bytes per token per seq)."""
+    assert spec.num_heads and spec.head_dim and spec.num_kv_heads is not None
+    cb = ctx.compute_bytes
+    q = spec.num_heads * spec.head_dim
+    kv = spec.num_kv_heads * spec.head_dim
+    saved = 0.0
+    if spec.qk_norm:
+        saved += rms_norm_saved(ctx, q, spec.num_heads) + rms_norm_saved(ctx, kv, spec.num_kv_heads)
+    per_seq = 0.0
+    if ctx.eager:
+        # eager_attention_forward: repeat_kv copies, q.k^T, fp32 softmax output + bf16 copy
+        saved += cb * q * 3
+        per_seq = spec.num_heads * (FP32 + cb)
+    else:
+        saved += cb * (q + 2 * kv) + cb * q + FP32 * spec.num_heads  # q, k, v, out, logsumexp
+    if spec.attn_output_gate:
+        saved += 2 * cb * q  # sigmoid(gate) and the attention output kept by the gating mul
+    saved += inputs_saved(ctx, ["q_proj", "k_proj", "v_proj", "qkv_proj"], spec.hidden or 0)
+    saved += inputs_saved(ctx, ["o_proj"], q)
+    return saved, per_seq
+
+
+def _gated_deltanet(ctx: Context, spec: ModelSpec) -> float:
+    """Qwen3.5 / Qwen3-Next linear attention: projections, causal conv (input and silu output
+    kept), q/k repeated to the value heads, the fla kernel's saved g, beta, A, and the torch
+    gated RMSNorm (fp32 copies of o and z, silu(z), weighted normed)."""
+    geo = spec.linear_attention
+    assert geo is not None and spec.hidden
+    cb = ctx.compute_bytes
+    nv, vd = geo.num_value_heads, geo.value_dim
+    saved = inputs_saved(
+        ctx,
+        ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "in_proj_qkvz", "in_proj_ba"],
+        spec.hidden,
+    )
+    saved += 2 * cb * geo.conv_dim  # conv input and silu(conv) (q, k, v are views of it)
+    if nv > geo.num_key_heads:
+        saved += 2 * cb * nv * geo.key_head_dim  # repeat_interleave copies of q and k
+    saved += 3 * FP32 * nv + cb * nv  # softplus input, g, g cumsum (fp32); beta
+    saved += cb * nv * GDN_CHUNK  # A: per chunk, per head, a 64 x 64 block -> 64 per token
+    saved += 3 * FP32 * vd + FP32 * nv + cb * vd  # gated norm: o, z fp32, silu(z), rsqrt, w*normed
+    if ctx.full:
+        saved += cb * vd
+    saved += inputs_saved(ctx, ["out_proj"], vd)
+    return saved
+
+
+def _mlp(ctx: Context, spec: ModelSpec, moe: bool) -> tuple[float, float]:
+    """SwiGLU MLP (or MoE experts): (saved bytes per token, widest intermediate per token)."""
+    cb = ctx.compute_bytes
+    h = spec.hidden or 0
+    if not moe:
+        m = spec.intermediate or 0
+        saved = inputs_saved(ctx, ["gate_proj", "up_proj", "gate_up_proj", "c_fc"], h)
+        saved += 3 * cb * m  # gate output (silu input), silu output, up output
+        saved += inputs_saved(ctx, ["down_proj", "mlp.c_proj"], m)
+        return saved, float(m)
+    assert spec.moe is not None
+    k, me = spec.moe.experts_per_token, spec.moe.expert_intermediate
+    saved = inputs_saved(ctx, ["gate"], h) + FP32 * spec.moe.num_experts  # router, fp32 probs
+    if ctx.full:
+        saved += cb * k * h  # tokens gathered per expert, saved by the expert matmuls
+    saved += 3 * cb * k * me + (cb * k * me if ctx.full else 0) + cb * k * h
+    width = float(k * me)
+    if spec.moe.shared_intermediate:
+        s = spec.moe.shared_intermediate
+        saved += inputs_saved(ctx, ["gate_proj", "up_proj", "shared_expert_gate"], h)
+        saved += 3 * cb * s + inputs_saved(ctx, ["down_proj"], s) + 2 * cb  # + sigmoid gate
+        width += s
+    return saved, width
+
+
+def layer_activations(
+    ctx: Context, spec: ModelSpec, layer_type: str, mlp_type: str
+) -> LayerActivations:
+    """Saved bytes per token of one layer of the given kind, and its backward transient:
+    the incoming gradient and the residual gradient (2 x hidden) plus three MLP-wide gradient
+    tensors alive together in the SwiGLU backward (d(down input), d(silu out), d(up out)); an
+    fp32 adapter on down_proj adds the gradient of its fp32 input copy."""
+    cb = ctx.compute_bytes
+    h = spec.hidden or 0
+    if spec.model_type == "gpt2":
+        return _gpt2_layer(ctx, spec)
+    saved = rms_norm_saved(ctx, h) * 2  # input_layernorm, post_attention_layernorm
+    if spec.model_type in ("gemma2", "gemma3_text"):
+        saved += rms_norm_saved(ctx, h) * 2  # post-attention and post-feedforward norms
+    per_seq = 0.0
+    if layer_type == LAYER_LINEAR:
+        saved += _gated_deltanet(ctx, spec)
+    else:
+        core, per_seq = _attention_core(ctx, spec)
+        saved += core
+    mlp_saved, width = _mlp(ctx, spec, mlp_type == MLP_MOE)
+    saved += mlp_saved
+    transient = 2 * cb * h + 3 * cb * width
+    if not ctx.full and "down_proj" in ctx.targets and ctx.adapter_bytes != cb:
+        transient += ctx.adapter_bytes * width
+    return LayerActivations(saved, per_seq, transient)
+
+
+def _gpt2_layer(ctx: Context, spec: ModelSpec) -> LayerActivations:
+    """GPT-2 block: LayerNorm saves its input; c_attn output (q, k, v views) kept by SDPA;
+    NewGELU in python ops keeps about four MLP-wide tensors; dropout masks (1 byte) where
+    the config's pdrop > 0 are not modelled (probe runs set dropout to 0)."""
+    cb = ctx.compute_bytes
+    h, m = spec.hidden or 0, spec.intermediate or 0
+    heads = spec.num_heads or 1
+    saved = 2 * (cb * h + 2 * FP32)  # ln_1, ln_2 inputs, mean and rstd
+    saved += inputs_saved(ctx, ["c_attn"], h) + cb * 3 * h + cb * h + FP32 * heads
+    saved += inputs_saved(ctx, ["attn.c_proj"], h)
+    saved += inputs_saved(ctx, ["c_fc"], h) + 4 * cb * m + inputs_saved(ctx, ["mlp.c_proj"], m)
+    per_seq = heads * (FP32 + cb) if ctx.eager else 0.0
+    return LayerActivations(saved, per_seq, 2 * cb * h + 3 * cb * m)

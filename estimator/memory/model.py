@@ -1,0 +1,201 @@
+"""Combine the components into the per-device memory of one training step.
+
+Phases (default profile, `peak_rule: max_transient`): the loss (all checkpoints alive plus the
+logits peak), the backward of one layer (checkpoints plus `recompute_peak`), whichever is
+higher; the seed-000 profile adds every component (`peak_rule: sum`), as seed 000's table does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from estimator.dtypes import compute_bytes
+from estimator.errors import EstimatorInputError
+from estimator.memory.activations import Context, layer_activations
+from estimator.memory.logits import logits_bytes
+from estimator.memory.states import StateBytes, trainable_state_bytes
+from estimator.memory.weights import weight_bytes
+from estimator.profile import Profile
+from estimator.setup import TrainingSetup
+from estimator.spec import ModelSpec
+
+COMPONENTS = ("weights", "trainable_states", "checkpoints", "recompute_peak", "logits", "overhead")
+
+
+@dataclass
+class MemoryBreakdown:
+    """Per-device bytes (numpy arrays when seq/batch are arrays). A component that cannot be
+    computed (params-only spec without the geometry) is None and listed in `not_computable`;
+    then `peak` is a lower bound."""
+
+    components: dict[str, Any]
+    host: Any
+    peak: Any
+    devices: int
+    sharding: str
+    states: StateBytes | None = None
+    not_computable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def peak_is_lower_bound(self) -> bool:
+        return bool(self.not_computable)
+
+
+def _layer_kinds(spec: ModelSpec) -> list[tuple[str, str, int]]:
+    kinds: dict[tuple[str, str], int] = {}
+    for lt, mt in zip(spec.layer_types, spec.mlp_types, strict=True):
+        kinds[(lt, mt)] = kinds.get((lt, mt), 0) + 1
+    return [(lt, mt, n) for (lt, mt), n in kinds.items()]
+
+
+def _shard(states: StateBytes, weights: float, sharding: str, n: int) -> tuple[float, float]:
+    """ZeRO stages (Rajbhandari et al. 2020): 1 shards optimizer states (and fp32 masters),
+    2 also gradients, 3 / FSDP full-shard also the weights; device_map splits layers evenly."""
+    if n == 1 or sharding == "none":
+        return weights, states.total
+    own = states.weights
+    if sharding in ("fsdp", "zero3", "device_map"):
+        return weights / n, states.total / n
+    if sharding == "zero2":
+        return weights, own + (states.grads + states.masters + states.optimizer) / n
+    return weights, own + states.grads + (states.masters + states.optimizer) / n  # zero1
+
+
+def _gathered_layer_bytes(spec: ModelSpec, setup: TrainingSetup, profile: Profile) -> float:
+    """FSDP all-gathers one unit (a decoder layer) before use and prefetches the next
+    (torch FSDP2 default), so `fsdp_gathered_layers` unsharded layers are alive."""
+    if not spec.geometry_known or not spec.layers:
+        return 0.0
+    per_layer = sum(lin.params for lin in spec.linears if lin.group != "head") / spec.layers
+    head = max([lin.params for lin in spec.linears if lin.group == "head"] or [0])
+    return profile.number("memory", "fsdp_gathered_layers") * max(per_layer, head) * 2
+
+
+def memory_breakdown(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    seq_len: Any,
+    batch: Any,
+    profile: Profile,
+    devices: int | None = None,
+) -> MemoryBreakdown:
+    """Per-device memory for `devices` cards (default `setup.num_gpus`) under `setup.sharding`
+    (`none` with several cards means device_map layer splitting)."""
+    n = devices or setup.num_gpus
+    sharding = setup.sharding
+    if n > 1 and sharding == "none":
+        sharding = "device_map"
+    seq = np.asarray(seq_len, dtype=np.float64)
+    tokens = seq * np.asarray(batch, dtype=np.float64)
+    cb = compute_bytes(setup.precision)
+    missing: dict[str, str] = {}
+
+    states = trainable_state_bytes(spec, setup)
+    weights, trainable = _shard(states, weight_bytes(spec, setup, profile), sharding, n)
+    if sharding in ("fsdp", "zero3") and n > 1:
+        weights += _gathered_layer_bytes(spec, setup, profile)
+
+    h, layers, vocab = spec.hidden, spec.layers, spec.vocab
+    per_layer_checkpoint = tokens * h * cb if h else None
+    host = tokens * 0.0
+    layer_split = n if sharding == "device_map" else 1
+
+    checkpoints: Any
+    recompute: Any
+    if not spec.geometry_known:
+        recompute = None
+        missing["recompute_peak"] = "needs the layer geometry (heads, MLP); give a config.json"
+        if setup.checkpointing == "none":
+            checkpoints = None
+            missing["checkpoints"] = (
+                "without checkpointing every layer's activations count: needs a config.json"
+            )
+        elif per_layer_checkpoint is None or not layers:
+            checkpoints = None
+            missing["checkpoints"] = "needs --hidden and --layers"
+        else:
+            checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
+    else:
+        assert h and layers
+        ctx = Context.build(spec, setup, cb)
+        acts = [
+            (layer_activations(ctx, spec, lt, mt), count) for lt, mt, count in _layer_kinds(spec)
+        ]
+        if setup.checkpointing == "none":
+            checkpoints = sum(
+                count * (a.per_token * tokens + a.per_token_seq * tokens * seq) for a, count in acts
+            )
+            recompute = max(a.transient_per_token for a, _ in acts) * tokens
+        else:
+            checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
+            recompute = _recompute_peak(spec, profile, acts, tokens, seq, cb)
+        checkpoints = checkpoints / layer_split
+        host = host / layer_split
+
+    if vocab and h:
+        logits = logits_bytes(tokens, vocab, h, setup, profile, cb)
+    else:
+        logits = None
+        missing["logits"] = "needs --vocab and --hidden"
+
+    overhead = tokens * 0.0 + profile.number("memory", "cuda_context_bytes")
+    components = {
+        "weights": tokens * 0.0 + weights,
+        "trainable_states": tokens * 0.0 + trainable,
+        "checkpoints": checkpoints,
+        "recompute_peak": recompute,
+        "logits": logits,
+        "overhead": overhead,
+    }
+    peak = _peak(components, profile)
+    return MemoryBreakdown(components, host, peak, n, sharding, states, missing)
+
+
+def _checkpoint_bytes(
+    setup: TrainingSetup, profile: Profile, per_layer: Any, layers: int
+) -> tuple[Any, Any]:
+    """HF gradient checkpointing saves each decoder layer's input (tokens x hidden). Offload
+    (Unsloth-style) moves them to host memory; `offload_gpu_layers` stay on the GPU in flight."""
+    total = per_layer * layers
+    if setup.checkpointing == "offload":
+        return per_layer * profile.number("memory", "offload_gpu_layers"), total
+    return total, per_layer * 0.0
+
+
+def _recompute_peak(
+    spec: ModelSpec, profile: Profile, acts: list[Any], tokens: Any, seq: Any, cb: int
+) -> Any:
+    """`saved_tensors`: the worst layer's saved activations (rebuilt by the recompute) plus its
+    backward transient. `mlp_tensors` (seed 000's hand rule): `recompute_mlp_tensors` tensors
+    of tokens x intermediate plus a fixed attention allowance."""
+    if profile.get("memory", "recompute_model") == "mlp_tensors":
+        m = spec.intermediate or 0
+        return profile.number("memory", "recompute_mlp_tensors") * tokens * m * cb + profile.number(
+            "memory", "recompute_attention_bytes"
+        )
+    worst = tokens * 0.0
+    for a, _ in acts:
+        worst = np.maximum(
+            worst, (a.per_token + a.transient_per_token) * tokens + a.per_token_seq * tokens * seq
+        )
+    return worst
+
+
+def _peak(components: dict[str, Any], profile: Profile) -> Any:
+    """`sum`: every component at once. `max_transient`: the loss and the recompute of a layer
+    never overlap (the logits are freed before the first layer's backward)."""
+
+    def value(name: str) -> Any:
+        v = components[name]
+        return 0.0 if v is None else v
+
+    base = value("weights") + value("trainable_states") + value("checkpoints") + value("overhead")
+    rule = profile.get("memory", "peak_rule")
+    if rule == "sum":
+        return base + value("recompute_peak") + value("logits")
+    if rule == "max_transient":
+        return base + np.maximum(value("recompute_peak"), value("logits"))
+    raise EstimatorInputError("profile", f"unknown peak_rule {rule!r}")

@@ -1,0 +1,41 @@
+"""Named models: published config.json files shipped with the package (from shared/reference)."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from estimator.errors import EstimatorInputError
+
+PRESET_SOURCES = {
+    "qwen3.5-27b": "config.json of a Qwen3.5-27B-architecture checkpoint (model_type qwen3_5)",
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B config.json",
+    "llama-3.1-70b": "meta-llama/Llama-3.1-70B config.json",
+    "qwen3-8b": "Qwen/Qwen3-8B config.json",
+    "qwen3-32b": "Qwen/Qwen3-32B config.json",
+    "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B config.json",
+    "mistral-7b": "mistralai/Mistral-7B-v0.1 config.json",
+    "gpt2": "openai-community/gpt2 config.json",
+    "tinyllama-1.1b": "TinyLlama/TinyLlama-1.1B-Chat-v1.0 config.json",
+}
+
+
+def preset_ids() -> list[str]:
+    return sorted(PRESET_SOURCES)
+
+
+@cache
+def _load(preset: str) -> str:
+    return resources.files("estimator").joinpath("presets", f"{preset}.json").read_text()
+
+
+def preset_config(preset: str) -> dict[str, Any]:
+    key = preset.strip().lower()
+    if key not in PRESET_SOURCES:
+        raise EstimatorInputError(
+            "model.preset", f"unknown preset {preset!r}; known: {', '.join(preset_ids())}"
+        )
+    config: dict[str, Any] = json.loads(_load(key))
+    return config

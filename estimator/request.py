@@ -1,0 +1,107 @@
+"""Request documents: what the CLI builds from its options and what REST clients post."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from estimator.setup import TrainingSetup
+
+MAX_SEQ_LEN = 100_000_000
+MAX_SEQ_LENS = 256
+
+
+class ModelInput(BaseModel):
+    """Exactly one of `config` (a Hugging Face config.json object), `preset` (a name from
+    `/v1/models`) or `params` (a params-only spec, optionally with geometry)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    config: dict[str, Any] | None = None
+    preset: str | None = None
+    params: float | None = Field(None, gt=0, le=1e15)
+    hidden: int | None = Field(None, ge=1, le=10**7)
+    layers: int | None = Field(None, ge=1, le=10**6)
+    vocab: int | None = Field(None, ge=1, le=10**9)
+    intermediate: int | None = Field(None, ge=1, le=10**8)
+    name: str | None = Field(None, max_length=200)
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> ModelInput:
+        given = [k for k in ("config", "preset", "params") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of 'config', 'preset' or 'params'")
+        return self
+
+
+class EstimateRequest(BaseModel):
+    """`POST /v1/estimate` body; `trainfit estimate` builds the same from its options."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": {"preset": "qwen3.5-27b"},
+                    "setup": {
+                        "method": "lora",
+                        "lora_rank": 16,
+                        "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj"],
+                        "optimizer": "adamw-8bit",
+                        "checkpointing": "offload",
+                        "loss": "chunked",
+                        "batch": 1,
+                    },
+                    "seq_lens": [16000, 32000, 48000],
+                    "gpus": ["a100-80gb", "rtx-pro-6000", "h200", "2xh200"],
+                    "usable_fraction": 0.92,
+                    "profile": "default",
+                }
+            ]
+        },
+    )
+
+    model: ModelInput
+    setup: TrainingSetup = Field(default_factory=TrainingSetup)
+    seq_lens: list[int] = Field(
+        default_factory=lambda: [4096], min_length=1, max_length=MAX_SEQ_LENS
+    )
+    gpus: list[str] = Field(default_factory=lambda: ["h100-80gb"], min_length=1, max_length=64)
+    usable_fraction: float = Field(0.92, gt=0, le=1)
+    profile: str = "default"
+    tokens: float | None = Field(None, gt=0, le=1e16)
+    prices: dict[str, float] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _seq_lens_in_range(self) -> EstimateRequest:
+        for s in self.seq_lens:
+            if not 1 <= s <= MAX_SEQ_LEN:
+                raise ValueError(f"seq_lens: {s} is outside 1..{MAX_SEQ_LEN}")
+        for gpu, price in self.prices.items():
+            if not 0 <= price <= 10_000:
+                raise ValueError(f"prices.{gpu}: {price} USD/h is outside 0..10000")
+        return self
+
+
+class CheckRequest(BaseModel):
+    """`POST /v1/check` body: as the estimate request but one GPU (may be `2xh200`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelInput
+    setup: TrainingSetup = Field(default_factory=TrainingSetup)
+    seq_lens: list[int] = Field(min_length=1, max_length=MAX_SEQ_LENS)
+    gpu: str
+    usable_fraction: float = Field(0.92, gt=0, le=1)
+    profile: str = "default"
+
+    def as_estimate_request(self) -> EstimateRequest:
+        return EstimateRequest(
+            model=self.model,
+            setup=self.setup,
+            seq_lens=self.seq_lens,
+            gpus=[self.gpu],
+            usable_fraction=self.usable_fraction,
+            profile=self.profile,
+        )

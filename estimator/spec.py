@@ -1,0 +1,203 @@
+"""The model as the estimator sees it: a parameter inventory by module name plus the geometry
+that activation and FLOP formulas need. Built from a config.json by `estimator.architectures`
+or from a bare parameter count by `params_only_spec`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+LAYER_FULL = "full_attention"
+LAYER_SLIDING = "sliding_attention"
+LAYER_LINEAR = "linear_attention"
+MLP_DENSE = "dense"
+MLP_MOE = "moe"
+
+
+@dataclass(frozen=True)
+class Linear:
+    """One kind of `nn.Linear` (or fused expert matrix), repeated `count` times in the model.
+
+    `experts` > 1 marks an expert bank (one matrix per expert, `active_experts` used per token).
+    `group`: attention | linear_attention | mlp | experts | shared_expert | router | head.
+    """
+
+    name: str
+    in_features: int
+    out_features: int
+    count: int
+    bias: bool = False
+    group: str = "attention"
+    experts: int = 1
+    active_experts: int = 1
+
+    @property
+    def params_each(self) -> int:
+        """Weight (+ bias) elements of one instance, all experts."""
+        return self.experts * (
+            self.in_features * self.out_features + (self.out_features if self.bias else 0)
+        )
+
+    @property
+    def params(self) -> int:
+        return self.count * self.params_each
+
+    @property
+    def active_params(self) -> int:
+        """Elements a token multiplies with: only `active_experts` of an expert bank."""
+        per_expert = self.in_features * self.out_features + (self.out_features if self.bias else 0)
+        return self.count * self.active_experts * per_expert
+
+
+@dataclass(frozen=True)
+class ParamGroup:
+    """Parameters that are not Linear layers (embeddings, norms, conv1d, gates...)."""
+
+    name: str
+    params: int
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class LinearAttentionGeometry:
+    """Gated DeltaNet geometry (Qwen3-Next / Qwen3.5 `linear_attention` layers)."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.key_dim + self.value_dim
+
+
+@dataclass(frozen=True)
+class MoEGeometry:
+    num_experts: int
+    experts_per_token: int
+    expert_intermediate: int
+    shared_intermediate: int = 0
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything the estimator needs to know about a model.
+
+    `params_total` counts the text decoder as transformers instantiates it (tied embeddings
+    once); `extras` (vision tower, MTP head) are reported separately and only enter the weights
+    when a profile says so. For a params-only spec (`geometry_known` False) geometry fields that
+    were not given are None and the components that need them cannot be computed.
+    """
+
+    name: str
+    model_type: str
+    hidden: int | None
+    layers: int | None
+    vocab: int | None
+    intermediate: int | None
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    layer_types: tuple[str, ...] = ()
+    mlp_types: tuple[str, ...] = ()
+    linears: tuple[Linear, ...] = ()
+    others: tuple[ParamGroup, ...] = ()
+    extras: tuple[ParamGroup, ...] = ()
+    tied_embeddings: bool = False
+    attn_output_gate: bool = False
+    qk_norm: bool = False
+    sliding_window: int | None = None
+    linear_attention: LinearAttentionGeometry | None = None
+    moe: MoEGeometry | None = None
+    params_given: int | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def geometry_known(self) -> bool:
+        return self.params_given is None
+
+    @property
+    def params_total(self) -> int:
+        if self.params_given is not None:
+            return self.params_given
+        return sum(lin.params for lin in self.linears) + sum(g.params for g in self.others)
+
+    @property
+    def params_active(self) -> int:
+        """Parameters used per token (MoE: routed experts only)."""
+        if self.params_given is not None:
+            return self.params_given
+        return sum(lin.active_params for lin in self.linears) + sum(g.params for g in self.others)
+
+    @property
+    def params_extras(self) -> int:
+        return sum(g.params for g in self.extras)
+
+    @property
+    def params_linear(self) -> int:
+        """Parameters in Linear layers of the decoder blocks (what LoRA/QLoRA act on); lm_head is
+        kept separately as a ParamGroup-like Linear with group 'head'."""
+        return sum(lin.params for lin in self.linears if lin.group != "head")
+
+    def count_layers(self, layer_type: str) -> int:
+        return sum(1 for t in self.layer_types if t == layer_type)
+
+    def linear(self, name: str) -> list[Linear]:
+        return [lin for lin in self.linears if lin.name == name]
+
+    @property
+    def linear_names(self) -> list[str]:
+        seen: list[str] = []
+        for lin in self.linears:
+            if lin.group != "head" and lin.name not in seen:
+                seen.append(lin.name)
+        return seen
+
+
+def params_only_spec(
+    params: float,
+    *,
+    name: str | None = None,
+    hidden: int | None = None,
+    layers: int | None = None,
+    vocab: int | None = None,
+    intermediate: int | None = None,
+) -> ModelSpec:
+    """A model known only by its parameter count (seed 003's presets). Geometry that is given
+    lets the estimator compute checkpoints (hidden, layers), logits (vocab, hidden) and the
+    recompute peak (intermediate); what is missing is reported as not computable."""
+    count = int(round(params))
+    missing = [
+        k
+        for k, v in (
+            ("hidden", hidden),
+            ("layers", layers),
+            ("vocab", vocab),
+            ("intermediate", intermediate),
+        )
+        if v is None
+    ]
+    notes = ("params-only spec: no config.json",)
+    if missing:
+        notes = notes + ("not given: " + ", ".join(missing),)
+    return ModelSpec(
+        name=name or f"params-{count / 1e9:.2f}B",
+        model_type="params-only",
+        hidden=hidden,
+        layers=layers,
+        vocab=vocab,
+        intermediate=intermediate,
+        layer_types=tuple([LAYER_FULL] * layers) if layers else (),
+        mlp_types=tuple([MLP_DENSE] * layers) if layers else (),
+        params_given=count,
+        notes=notes,
+    )

@@ -1,0 +1,175 @@
+"""`trainfit-probe`: the memory test on the command line.
+
+Exit codes: 0 the test ran (whatever the per-length statuses; an OOM is a result), 2 bad input
+(message naming the field on stderr), 1 the memtest could not be written or uploaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from memtest_schema import SETUP_CHOICES, MemtestSchemaError
+
+__all__ = ["main", "build_parser"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so main() owns the exit code and message."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(message)
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _choices(field: str) -> tuple[str, ...]:
+    values = SETUP_CHOICES[field]
+    assert values is not None
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The option set; setup options mirror the estimator's `TrainingSetup` field names."""
+    p = _Parser(
+        prog="trainfit-probe",
+        description="Run training steps of a model built from config.json and record peak "
+        "memory per sequence length as a trainfit.memtest/1 JSON document.",
+    )
+    p.add_argument("--config", required=True, help="model config.json (random weights are used)")
+    p.add_argument("--name", help="model name in the memtest (default: the config file's stem)")
+    s = p.add_argument_group("training setup (the estimator's TrainingSetup)")
+    s.add_argument("--method", choices=_choices("method"), default="full")
+    s.add_argument("--lora-rank", type=int, default=16)
+    s.add_argument("--lora-alpha", type=float, default=None)
+    s.add_argument("--lora-targets", default="all-linear", help="a,b,c or all-linear")
+    s.add_argument("--adapter-dtype", choices=_choices("adapter_dtype"), default="fp32")
+    s.add_argument("--optimizer", choices=_choices("optimizer"), default="adamw")
+    s.add_argument("--precision", choices=_choices("precision"), default="mixed")
+    s.add_argument("--checkpointing", choices=_choices("checkpointing"), default="gpu")
+    s.add_argument("--loss", choices=_choices("loss"), default="full")
+    s.add_argument("--loss-chunk", type=int, default=4096)
+    s.add_argument("--batch", type=int, default=1)
+    s.add_argument("--attention", choices=_choices("attention"), default="sdpa")
+    r = p.add_argument_group("the run")
+    r.add_argument("--sweep", default="16000,32000,48000", help="comma-separated seq lengths")
+    r.add_argument("--steps", type=int, default=3, help="optimizer steps per length")
+    r.add_argument("--device", choices=("cuda", "cpu", "fake"), default="cuda")
+    r.add_argument(
+        "--memory-cap", type=int, default=None, help="cpu/fake: raise OOM above this many bytes"
+    )
+    r.add_argument("--out", help="output file (default memtest_<model>_<gpu>_<date>.json)")
+    r.add_argument("--upload", metavar="URL", help="POST the memtest to URL (e.g. .../v1/memtests)")
+    r.add_argument("--token", help="bearer token for --upload (default: $TRAINFIT_TOKEN)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return p
+
+
+def _setup_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "method": args.method,
+        "lora_rank": args.lora_rank,
+        "lora_alpha": args.lora_alpha,
+        "lora_targets": [t for t in args.lora_targets.split(",")],
+        "adapter_dtype": args.adapter_dtype,
+        "optimizer": args.optimizer,
+        "precision": args.precision,
+        "checkpointing": args.checkpointing,
+        "loss": args.loss,
+        "loss_chunk": args.loss_chunk,
+        "batch": args.batch,
+        "attention": args.attention,
+    }
+
+
+def _summary(doc: dict[str, Any]) -> str:
+    gib = 2**30
+    lines = [f"{'seq_len':>8} {'status':>7} {'peak GiB':>9} {'tokens/s':>10}"]
+    for r in doc["results"]:
+        peak = r["peak_allocated_bytes"]
+        tps = r["tokens_per_second"]
+        lines.append(
+            f"{r['seq_len']:>8} {r['status']:>7} "
+            f"{(f'{peak / gib:.2f}' if peak is not None else '-'):>9} "
+            f"{(f'{tps:.0f}' if tps is not None else '-'):>10}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `trainfit-probe` and `python -m probe`."""
+    raw = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = build_parser().parse_args(raw)
+    except _UsageError as exc:
+        print(f"trainfit-probe: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    from probe.config import load_config
+    from probe.options import ProbeInputError
+
+    try:
+        config = load_config(args.config)
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            print("trainfit-probe: error: torch is not installed", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        from probe.runner import default_out_name, run_probe
+
+        doc = run_probe(
+            config,
+            _setup_from_args(args),
+            args.sweep,
+            steps=args.steps,
+            device=args.device,
+            memory_cap=args.memory_cap,
+            name=args.name or Path(args.config).stem,
+            command="trainfit-probe " + shlex.join(raw),
+            progress=not args.no_progress,
+        )
+    except ProbeInputError as exc:
+        print(f"trainfit-probe: error: {exc.field}: {exc.message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except MemtestSchemaError as exc:  # a bug: the probe built an invalid document
+        print(f"trainfit-probe: internal error: memtest invalid: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+    from probe.distributed import DistributedRun
+
+    if DistributedRun.from_env(args.device).rank != 0:
+        return EXIT_OK  # rank 0 writes the file
+    out = Path(args.out) if args.out else Path(default_out_name(doc))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        print(f"trainfit-probe: error: out: cannot write {out}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(_summary(doc))
+    print(f"wrote {out}")
+    if args.upload:
+        from probe.upload import UploadError, upload_memtest
+
+        token = args.token or os.environ.get("TRAINFIT_TOKEN")
+        try:
+            memtest_id = upload_memtest(args.upload, doc, token)
+        except UploadError as exc:
+            print(f"trainfit-probe: error: upload: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        print(f"uploaded as {memtest_id}")
+    return EXIT_OK

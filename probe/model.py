@@ -1,0 +1,218 @@
+"""Building the model to be measured from a config.json, with random weights.
+
+transformers (when installed) builds the causal LM from the config: for multimodal configs such
+as `qwen3_5` (a `text_config` next to a `vision_config`) only the text decoder with its LM head is
+built, which is what a text-only fine-tune trains. Without transformers a small built-in llama-like
+decoder (`probe.builtin`) is used. LoRA comes from peft (or the built-in adapter without peft).
+
+Placement:
+- `fake`: built on the meta device, LoRA applied and checkpointing enabled on meta, then
+  materialised with `to_empty(device="cpu")` by the caller inside `FakeTensorMode` (peft cannot
+  wrap a model built under fake mode; see probe-notes).
+- `cpu` / `cuda`: built directly under `torch.device(device)` in the target dtype, so transformers
+  initialises real random weights there (no fp32 host copy of the whole model).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from probe.checkpointing import enable_checkpointing
+from probe.config import text_config
+
+__all__ = ["BuiltModel", "UnsupportedSetup", "build_model", "base_dtype", "count_params"]
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+class UnsupportedSetup(RuntimeError):
+    """The requested setup cannot run here (e.g. QLoRA without bitsandbytes on CUDA)."""
+
+
+@dataclass
+class BuiltModel:
+    """The model to train and the parts the chunked loss needs."""
+
+    model: nn.Module  # what is called for the full loss (peft wrapper or causal LM)
+    decoder: nn.Module  # returns hidden states (last_hidden_state)
+    lm_head: nn.Module
+    params_total: int
+    params_trainable: int
+    library: str  # "transformers" or "builtin"
+    notes: list[str] = field(default_factory=list)
+
+
+def base_dtype(setup: dict[str, Any]) -> torch.dtype:
+    """dtype of the (frozen or trained) base weights.
+
+    fp32: everything fp32. mixed + full fine-tune: fp32 master weights, bf16 compute through
+    autocast. Otherwise (bf16, or any adapter method) the base weights are bf16.
+    """
+    if setup["precision"] == "fp32":
+        return torch.float32
+    if setup["precision"] == "mixed" and setup["method"] == "full":
+        return torch.float32
+    return torch.bfloat16
+
+
+def count_params(model: nn.Module) -> tuple[int, int]:
+    """(total, trainable) unique parameter elements; tied weights counted once."""
+    seen: set[int] = set()
+    total = trainable = 0
+    for p in model.parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        n = p.numel()
+        if hasattr(p, "quant_state") and getattr(p, "dtype", None) == torch.uint8:
+            n *= 2  # bitsandbytes packs two 4-bit values per byte
+        total += n
+        if p.requires_grad:
+            trainable += n
+    return total, trainable
+
+
+def _attn_implementation(setup: dict[str, Any], device: str, notes: list[str]) -> str:
+    wanted = setup["attention"]
+    if wanted == "eager":
+        return "eager"
+    if wanted == "flash":
+        if device == "cuda":
+            try:
+                import flash_attn  # noqa: F401
+            except ImportError:
+                notes.append(
+                    "attention=flash: flash_attn is not installed; ran SDPA, whose CUDA backend "
+                    "is FlashAttention-2 where the shapes allow"
+                )
+                return "sdpa"
+            return "flash_attention_2"
+        notes.append("attention=flash: not available on the CPU; traced SDPA's flash kernel")
+    return "sdpa"
+
+
+@contextlib.contextmanager
+def _build_device(device: str) -> Iterator[None]:
+    target = torch.device("meta") if device == "fake" else torch.device(device)
+    with target:
+        yield
+
+
+def _hf_model(config: dict[str, Any], setup: dict[str, Any], device: str, notes: list[str]):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.for_model(**config)
+    text = cfg.get_text_config() if "text_config" in config else cfg
+    if text is not cfg:
+        notes.append(f"built the text decoder ({type(text).__name__}) of a multimodal config")
+    text.use_cache = False
+    dtype = base_dtype(setup)
+    attn = _attn_implementation(setup, device, notes)
+    kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": attn}
+    if setup["method"] == "qlora":
+        kwargs.pop("dtype")
+        kwargs.update(_qlora_kwargs(device))
+        kwargs["dtype"] = torch.bfloat16
+    with _build_device(device):
+        model = AutoModelForCausalLM.from_config(text, **kwargs)
+    return model
+
+
+def _qlora_kwargs(device: str) -> dict[str, Any]:
+    if device != "cuda":
+        raise UnsupportedSetup(
+            "method=qlora is not supported here: it needs bitsandbytes on a CUDA device "
+            f"(device is {device})"
+        )
+    try:
+        import bitsandbytes  # noqa: F401
+        from transformers import BitsAndBytesConfig
+    except ImportError:
+        raise UnsupportedSetup(
+            "method=qlora is not supported here: bitsandbytes is not installed"
+        ) from None
+    raise UnsupportedSetup(
+        "method=qlora is not supported by the probe yet: transformers quantises only while "
+        f"loading a checkpoint, and the probe builds from a config ({BitsAndBytesConfig.__name__} "
+        "on random weights needs a quantise-after-build step)"
+    )
+
+
+def _apply_lora(model: nn.Module, setup: dict[str, Any], notes: list[str]) -> nn.Module:
+    targets = setup["lora_targets"]
+    target: str | list[str] = "all-linear" if targets == ["all-linear"] else list(targets)
+    alpha = setup["lora_alpha"] if setup["lora_alpha"] is not None else float(setup["lora_rank"])
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        from probe.builtin import apply_builtin_lora
+
+        notes.append("peft is not installed: used the probe's built-in LoRA layers")
+        return apply_builtin_lora(
+            model, setup["lora_rank"], alpha, target, setup["adapter_dtype"] == "fp32"
+        )
+    lcfg = LoraConfig(r=setup["lora_rank"], lora_alpha=alpha, target_modules=target, lora_dropout=0.0)
+    try:
+        return get_peft_model(
+            model, lcfg, autocast_adapter_dtype=setup["adapter_dtype"] == "fp32"
+        )
+    except ValueError as exc:
+        raise UnsupportedSetup(f"lora_targets {targets}: {exc}") from None
+
+
+def build_model(
+    config: dict[str, Any], setup: dict[str, Any], device: str, *, prefer_builtin: bool = False
+) -> BuiltModel:
+    """Build the model (on meta for `fake`), apply LoRA and checkpointing as `setup` says."""
+    notes: list[str] = []
+    library = "builtin"
+    if not prefer_builtin:
+        try:
+            import transformers  # noqa: F401
+
+            library = "transformers"
+        except ImportError:
+            library = "builtin"
+    if library == "transformers":
+        causal_lm = _hf_model(config, setup, device, notes)
+    else:
+        from probe.builtin import BuiltinCausalLM
+
+        if setup["method"] == "qlora":
+            _qlora_kwargs(device)
+        with _build_device(device):
+            causal_lm = BuiltinCausalLM(text_config(config)).to(base_dtype(setup))
+        if setup["attention"] == "eager":
+            causal_lm.eager_attention = True
+
+    causal_lm.train()
+    if setup["method"] == "full":
+        for p in causal_lm.parameters():
+            p.requires_grad_(True)
+        model: nn.Module = causal_lm
+    else:
+        for p in causal_lm.parameters():
+            p.requires_grad_(False)
+        model = _apply_lora(causal_lm, setup, notes)
+    model.train()
+    if setup["checkpointing"] != "none":
+        enable_checkpointing(causal_lm, offload=setup["checkpointing"] == "offload")
+    get_decoder: Callable[[], nn.Module] = causal_lm.get_decoder
+    total, trainable = count_params(model)
+    return BuiltModel(
+        model=model,
+        decoder=get_decoder(),
+        lm_head=causal_lm.get_output_embeddings(),
+        params_total=total,
+        params_trainable=trainable,
+        library=library,
+        notes=notes,
+    )

@@ -1,0 +1,113 @@
+"""The optimizers the setup names, as torch (or bitsandbytes) provides them.
+
+| setup          | implementation                                 | state per trainable parameter |
+|----------------|------------------------------------------------|-------------------------------|
+| adamw          | `torch.optim.AdamW`                            | exp_avg + exp_avg_sq          |
+| adamw-8bit     | `bitsandbytes.optim.AdamW8bit` (CUDA only)     | two 8-bit states + scales     |
+| sgd            | `torch.optim.SGD`                              | none                          |
+| sgd-momentum   | `torch.optim.SGD(momentum=0.9)`                | momentum buffer               |
+| adafactor      | `torch.optim.Adafactor` (torch >= 2.5)         | factored row + column moments |
+| lion           | `Lion` below (Chen et al. 2023, Algorithm 2)   | exp_avg                       |
+
+torch keeps optimizer states in the parameter's dtype (bf16 parameters -> bf16 states).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch.optim import Optimizer
+
+from probe.model import UnsupportedSetup
+
+__all__ = ["Lion", "make_optimizer", "optimizer_state_tensors"]
+
+LR = 1e-5
+
+
+class Lion(Optimizer):
+    """Lion: update = sign(b1*m + (1-b1)*g); p -= lr*(update + wd*p); m = b2*m + (1-b2)*g."""
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+    ) -> None:
+        super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "exp_avg" not in state:
+                    state["exp_avg"] = torch.zeros_like(p)
+                exp_avg = state["exp_avg"]
+                if group["weight_decay"]:
+                    p.mul_(1 - group["lr"] * group["weight_decay"])
+                update = exp_avg.mul(beta1).add_(p.grad, alpha=1 - beta1).sign_()
+                p.add_(update, alpha=-group["lr"])
+                exp_avg.mul_(beta2).add_(p.grad, alpha=1 - beta2)
+        return loss
+
+
+def make_optimizer(name: str, params: list[torch.Tensor], device: str) -> Optimizer:
+    """The optimizer for `setup.optimizer`; `UnsupportedSetup` where it cannot run here.
+
+    Under fake tensors (which model a CUDA run on CPU tensors) AdamW and SGD use the multi-tensor
+    `foreach` path, torch's default on CUDA, so their temporaries are those of the GPU run.
+    """
+    foreach = True if device in ("cuda", "fake") else None
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=LR, foreach=foreach)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=LR, foreach=foreach)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(params, lr=LR, momentum=0.9, foreach=foreach)
+    if name == "adafactor":
+        adafactor = getattr(torch.optim, "Adafactor", None)
+        if adafactor is None:
+            raise UnsupportedSetup(
+                f"optimizer=adafactor needs torch >= 2.5 (torch.optim.Adafactor); "
+                f"this is torch {torch.__version__}"
+            )
+        return adafactor(params, lr=LR)
+    if name == "lion":
+        return Lion(params, lr=LR)
+    if name == "adamw-8bit":
+        if device != "cuda":
+            raise UnsupportedSetup(
+                f"optimizer=adamw-8bit is not supported here: bitsandbytes' 8-bit AdamW runs on "
+                f"CUDA only (device is {device})"
+            )
+        try:
+            import bitsandbytes as bnb
+        except ImportError:
+            raise UnsupportedSetup(
+                "optimizer=adamw-8bit is not supported here: bitsandbytes is not installed"
+            ) from None
+        return bnb.optim.AdamW8bit(params, lr=LR)
+    raise UnsupportedSetup(f"unknown optimizer {name!r}")
+
+
+def optimizer_state_tensors(optimizer: Optimizer) -> list[torch.Tensor]:
+    """Every tensor held in the optimizer's state (for the components at the peak)."""
+    out: list[torch.Tensor] = []
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                out.append(value)
+            elif hasattr(value, "__dict__"):  # bitsandbytes keeps some states in objects
+                out.extend(v for v in vars(value).values() if isinstance(v, torch.Tensor))
+    return out

@@ -1,0 +1,112 @@
+"""The training setup as the probe takes it: the estimator's `TrainingSetup` fields, mirrored.
+
+The probe must run on a GPU box without pydantic, so it does not import `estimator`; the names
+and choices below are kept identical to `estimator/setup.py` (a test compares them). The memtest
+`setup` object is `normalize_setup(...)` output: a plain dict with exactly these keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memtest_schema import SETUP_CHOICES
+
+__all__ = ["DEFAULT_SETUP", "SETUP_CHOICES", "ProbeInputError", "normalize_setup", "parse_sweep"]
+
+MAX_BATCH = 1_000_000
+MAX_GPUS = 100_000
+MAX_SEQ = 10_000_000
+
+DEFAULT_SETUP: dict[str, Any] = {
+    "method": "full",
+    "lora_rank": 16,
+    "lora_alpha": None,
+    "lora_targets": ["all-linear"],
+    "adapter_dtype": "fp32",
+    "optimizer": "adamw",
+    "precision": "mixed",
+    "checkpointing": "gpu",
+    "loss": "full",
+    "loss_chunk": 4096,
+    "batch": 1,
+    "sharding": "none",
+    "num_gpus": 1,
+    "attention": "sdpa",
+}
+
+
+class ProbeInputError(ValueError):
+    """Bad input to the probe (config, setup, sweep); `field` names what was wrong."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+def _int_field(value: object, field: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProbeInputError(field, f"expected an integer, got {value!r}")
+    if not lo <= value <= hi:
+        raise ProbeInputError(field, f"must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def normalize_setup(setup: dict[str, Any] | None) -> dict[str, Any]:
+    """Fill defaults and check every field; returns a new dict with exactly the setup keys."""
+    given = dict(setup or {})
+    unknown = sorted(set(given) - set(DEFAULT_SETUP))
+    if unknown:
+        raise ProbeInputError(f"setup.{unknown[0]}", "unknown setup field")
+    out = {**DEFAULT_SETUP, **given}
+    for key, choices in SETUP_CHOICES.items():
+        if choices is not None and out[key] not in choices:
+            raise ProbeInputError(
+                f"setup.{key}", f"must be one of {', '.join(choices)}; got {out[key]!r}"
+            )
+    out["lora_rank"] = _int_field(out["lora_rank"], "setup.lora_rank", 1, 65536)
+    out["loss_chunk"] = _int_field(out["loss_chunk"], "setup.loss_chunk", 1, 10**9)
+    out["batch"] = _int_field(out["batch"], "setup.batch", 1, MAX_BATCH)
+    out["num_gpus"] = _int_field(out["num_gpus"], "setup.num_gpus", 1, MAX_GPUS)
+    alpha = out["lora_alpha"]
+    if alpha is not None:
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha > 0:
+            raise ProbeInputError("setup.lora_alpha", f"expected a positive number, got {alpha!r}")
+        out["lora_alpha"] = float(alpha)
+    targets = out["lora_targets"]
+    if isinstance(targets, str):
+        targets = targets.split(",")
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        raise ProbeInputError("setup.lora_targets", "expected a list of module names")
+    cleaned = [t.strip() for t in targets if t.strip()]
+    if not cleaned:
+        raise ProbeInputError(
+            "setup.lora_targets", "give at least one target module name, or 'all-linear'"
+        )
+    out["lora_targets"] = cleaned
+    if out["sharding"] == "none" and out["num_gpus"] > 1:
+        out["sharding"] = "device_map"  # as the estimator's TrainingSetup does
+    return out
+
+
+def parse_sweep(value: str | list[int]) -> list[int]:
+    """`"16000,32000"` or a list -> distinct positive sequence lengths, in the given order."""
+    items: list[object]
+    if isinstance(value, str):
+        items = [s.strip() for s in value.split(",") if s.strip()]
+    else:
+        items = list(value)
+    if not items:
+        raise ProbeInputError("sweep", "give at least one sequence length")
+    out: list[int] = []
+    for i, item in enumerate(items):
+        try:
+            seq = int(item) if isinstance(item, str) else item
+        except ValueError:
+            raise ProbeInputError(f"sweep[{i}]", f"not an integer: {item!r}") from None
+        out.append(_int_field(seq, f"sweep[{i}]", 1, MAX_SEQ))
+    if len(set(out)) != len(out):
+        raise ProbeInputError("sweep", "sequence lengths must be distinct")
+    if len(out) > 1000:
+        raise ProbeInputError("sweep", "at most 1000 lengths")
+    return out

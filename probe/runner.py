@@ -1,0 +1,424 @@
+"""The memory test: build the model, run training steps per sequence length, record the peaks.
+
+One training step, as HF Trainer does it: random token ids (batch x seq), forward with labels (or
+the chunked loss), take the loss, drop the model output, backward, `optimizer.step()`,
+`zero_grad(set_to_none=True)`. One optimizer lives through the whole sweep, so from the second
+step on its states are allocated, as in a real run.
+
+Counters per device:
+- `cuda`: `torch.cuda.max_memory_allocated` / `max_memory_reserved` after
+  `reset_peak_memory_stats` at the start of each length;
+- `cpu`: real tensors, counted by `StorageTracker` (512-byte blocks, like the caching allocator);
+- `fake`: the same tracker under `FakeTensorMode`: shapes and dtypes only, no memory, so lengths
+  that need hundreds of GiB can be traced on a laptop. Timings of fake steps are trace times.
+
+The sweep stops at the first OOM (`torch.OutOfMemoryError`, or the tracker's `memory_cap`) or
+error; the remaining lengths are recorded as `skipped`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import torch
+
+from memtest_schema import DEVICES, SCHEMA_ID, validate_memtest
+from probe import __version__
+from probe.config import check_config, text_config
+from probe.environment import describe_environment
+from probe.linear_attention import install_linear_attention
+from probe.loss import chunked_loss, full_loss
+from probe.model import BuiltModel, UnsupportedSetup, build_model
+from probe.optim import make_optimizer, optimizer_state_tensors
+from probe.options import ProbeInputError, normalize_setup, parse_sweep
+from probe.tracker import StorageTracker
+
+__all__ = ["run_probe", "default_out_name"]
+
+MAX_STEPS = 100_000
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.-]+", "-", text).strip("-") or "x"
+
+
+def default_out_name(doc: dict[str, Any]) -> str:
+    """`memtest_<model>_<gpu or device>_<date>.json`."""
+    env = doc["environment"]
+    gpu = env["gpu_name"] or env["device"]
+    if env["gpu_count"] > 1:
+        gpu = f"{env['gpu_count']}x{gpu}"
+    date = doc["created_at"][:10]
+    return f"memtest_{_slug(doc['model']['name'])}_{_slug(gpu)}_{date}.json"
+
+
+def _model_name(config: dict[str, Any]) -> str:
+    name = config.get("_name_or_path")
+    if isinstance(name, str) and name:
+        return name
+    arch = config.get("architectures")
+    if isinstance(arch, list) and arch and isinstance(arch[0], str):
+        return arch[0]
+    return str(config["model_type"])
+
+
+@contextlib.contextmanager
+def _unpacked_sequences() -> Iterator[None]:
+    """Tell transformers the batch is never packed.
+
+    On fake tensors transformers cannot prove that position ids are not packed and then builds a
+    (batch, 1, s, s) mask, an artefact of fake mode. The probe's inputs are never packed, so
+    `find_packed_sequence_indices` returns None everywhere (the answer it gives real inputs).
+    """
+    try:
+        from transformers import masking_utils
+    except ImportError:
+        yield
+        return
+    original = masking_utils.find_packed_sequence_indices
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = original
+
+
+def _is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def _result(seq: int, batch: int, status: str, error: str | None = None) -> dict[str, Any]:
+    return {
+        "seq_len": seq,
+        "batch": batch,
+        "status": status,
+        "steps": 0,
+        "peak_allocated_bytes": None,
+        "peak_reserved_bytes": None,
+        "step_seconds": [],
+        "tokens_per_second": None,
+        "error": error,
+        "components": None,
+        "host_bytes": None,
+    }
+
+
+class _Session:
+    """One model, one optimizer, a sweep of lengths on one device."""
+
+    def __init__(
+        self,
+        built: BuiltModel,
+        setup: dict[str, Any],
+        device: str,
+        vocab: int,
+        tracker: StorageTracker | None,
+    ) -> None:
+        self.built = built
+        self.setup = setup
+        self.device = device
+        self.vocab = vocab
+        self.tracker = tracker
+        self.torch_device = torch.device("cuda" if device == "cuda" else "cpu")
+        params = [p for p in built.model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(setup["optimizer"], params, device)
+        self.autocast = setup["precision"] == "mixed"
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if not self.autocast:
+            return contextlib.nullcontext()
+        return torch.autocast(self.torch_device.type, dtype=torch.bfloat16)
+
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def step(self, seq: int) -> dict[str, int] | None:
+        """One optimizer step; returns the components at this step's peak (tracker only)."""
+        batch = self.setup["batch"]
+        ids = torch.randint(0, self.vocab, (batch, seq), device=self.torch_device)
+        with self._autocast():
+            if self.setup["loss"] == "chunked":
+                loss = chunked_loss(self.built.decoder, self.built.lm_head, ids, self.setup["loss_chunk"])
+            else:
+                loss = full_loss(self.built.model, ids)
+        loss.backward()
+        del loss, ids
+        self.optimizer.step()
+        components = None
+        if self.tracker is not None:
+            model = self.built.model
+            params = list(model.parameters()) + list(model.buffers())
+            grads = [p.grad for p in model.parameters() if p.grad is not None]
+            components = self.tracker.components_at_peak(
+                params, grads, optimizer_state_tensors(self.optimizer)
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        return components
+
+    def _free(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        gc.collect()
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+
+    def run_length(self, seq: int, steps: int, bar: Any) -> dict[str, Any]:
+        """All steps of one length; an OOM is returned as status `oom` (never raised)."""
+        res = _result(seq, self.setup["batch"], "ok")
+        self._free()
+        if self.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        if self.tracker is not None:
+            self.tracker.reset_peak()
+        best: tuple[int, dict[str, int] | None] = (-1, None)
+        failure: tuple[str, str] | None = None
+        try:
+            for _ in range(steps):
+                if self.tracker is not None:
+                    self.tracker.begin_window()
+                self._sync()
+                start = time.perf_counter()
+                comps = self.step(seq)
+                self._sync()
+                res["step_seconds"].append(round(time.perf_counter() - start, 6))
+                res["steps"] += 1
+                if self.tracker is not None and self.tracker.window_peak > best[0]:
+                    best = (self.tracker.window_peak, comps)
+                if bar is not None:
+                    bar.update(1)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded status
+            failure = ("oom" if _is_oom(exc) else "error", f"{type(exc).__name__}: {exc}")
+        # the exception (and its traceback holding the step's tensors) is released here
+        self._measure(res, best[1])
+        if failure is not None:
+            self._free()
+            res["status"], res["error"] = failure
+            if res["status"] == "error":
+                res["peak_allocated_bytes"] = res["peak_allocated_bytes"] or None
+        else:
+            self._throughput(res, seq)
+        return res
+
+    def _measure(self, res: dict[str, Any], comps: dict[str, int] | None) -> None:
+        if self.device == "cuda":
+            res["peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
+            res["peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
+            return
+        assert self.tracker is not None
+        res["peak_allocated_bytes"] = int(self.tracker.peak)
+        res["host_bytes"] = int(self.tracker.host_peak)
+        if comps is not None:
+            res["components"] = {k: int(v) for k, v in comps.items()}
+
+    def _throughput(self, res: dict[str, Any], seq: int) -> None:
+        if self.device == "fake" or not res["step_seconds"]:
+            return
+        # the first step includes warm-up (allocator growth, optimizer state creation)
+        timed = res["step_seconds"][1:] or res["step_seconds"]
+        mean = sum(timed) / len(timed)
+        if mean > 0:
+            res["tokens_per_second"] = round(self.setup["batch"] * seq / mean, 3)
+
+
+def _attention_kernel(setup: dict[str, Any], kernels: set[str], device: str) -> str:
+    if setup["attention"] == "eager":
+        return "eager (matmul + softmax, s x s scores kept)"
+    if kernels:
+        return ", ".join(sorted(kernels))
+    if device == "cuda":
+        return "sdpa (backend chosen by torch at run time)"
+    return "none observed"
+
+
+def _observe_cuda_kernels(session: _Session) -> set[str]:
+    """Which attention ops run on CUDA: one short forward under an op-name observer."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from probe.tracker import ATTENTION_OPS
+
+    seen: set[str] = set()
+
+    class _Observer(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            name = getattr(func, "__name__", "").split(".")[0]
+            if name in ATTENTION_OPS:
+                seen.add(ATTENTION_OPS[name])
+            return func(*args, **(kwargs or {}))
+
+    ids = torch.randint(0, session.vocab, (1, 256), device="cuda")
+    with torch.no_grad(), session._autocast(), _Observer():
+        session.built.decoder(input_ids=ids, use_cache=False)
+    return seen
+
+
+def _progress(total: int, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, file=sys.stderr, unit="step", desc="probe")
+
+
+def _check_args(steps: int, device: str, memory_cap: int | None) -> None:
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+        raise ProbeInputError("steps", f"must be an integer between 1 and {MAX_STEPS}, got {steps!r}")
+    if device not in DEVICES:
+        raise ProbeInputError("device", f"must be one of {', '.join(DEVICES)}; got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ProbeInputError("device", "cuda was asked for, but torch sees no CUDA device")
+    if memory_cap is not None:
+        if isinstance(memory_cap, bool) or not isinstance(memory_cap, int) or memory_cap < 1:
+            raise ProbeInputError("memory_cap", f"must be a positive number of bytes, got {memory_cap!r}")
+        if device == "cuda":
+            raise ProbeInputError("memory_cap", "only for the cpu and fake devices (the tracker)")
+
+
+def _build(config: dict[str, Any], setup: dict[str, Any], device: str) -> BuiltModel:
+    try:
+        return build_model(config, setup, device)
+    except (UnsupportedSetup, ProbeInputError):
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError, AssertionError) as exc:
+        raise ProbeInputError(
+            "config", f"the model could not be built from this config: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def run_probe(
+    config: dict[str, Any],
+    setup: dict[str, Any] | None,
+    sweep: list[int] | str,
+    steps: int = 3,
+    device: str = "cpu",
+    memory_cap: int | None = None,
+    *,
+    name: str | None = None,
+    command: str | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Run the memory test and return the memtest document (validated).
+
+    Raises `ProbeInputError` for bad input; failures while running are recorded per length.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    config = check_config(config)
+    setup = normalize_setup(setup)
+    lengths = parse_sweep(sweep)
+    _check_args(steps, device, memory_cap)
+    from probe.distributed import DistributedRun
+
+    dist = DistributedRun.from_env(device)
+    if dist.world_size > 1:
+        setup = {**setup, "sharding": "fsdp", "num_gpus": dist.world_size}
+    env = describe_environment(device, gpu_count=dist.world_size)
+    notes: list[str] = []
+    text = text_config(config)
+    vocab = int(text.get("vocab_size") or 0)
+    results: list[dict[str, Any]] = []
+    built: BuiltModel | None = None
+    kernels: set[str] = set()
+    ranks: list[dict[str, Any]] | None = None
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_unpacked_sequences())
+        env["linear_attention_kernel"] = stack.enter_context(
+            install_linear_attention(config, device)
+        )
+        if dist.world_size > 1:
+            stack.enter_context(dist)
+        tracker: StorageTracker | None = None
+        bar = _progress(len(lengths) * steps, progress)
+        stack.callback(lambda: bar.close() if bar is not None else None)
+        try:
+            # built outside the fake mode and the tracker: on meta for `fake` (peft cannot wrap
+            # fake tensors), on the device otherwise; the tracker adopts the weights below
+            built = _build(config, setup, device)
+            notes.extend(built.notes)
+            if device == "fake":
+                from torch._subclasses.fake_tensor import FakeTensorMode
+
+                stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+            if device in ("cpu", "fake"):
+                tracker = stack.enter_context(StorageTracker(cap=memory_cap))
+            if device == "fake":
+                built.model.to_empty(device="cpu")
+                notes.append(
+                    "fake: weights are fake CPU tensors; attention traced with the CPU SDPA "
+                    "kernels, optimizers on their CUDA-default foreach path"
+                )
+            if dist.world_size > 1:
+                dist.shard(built)
+            if tracker is not None:
+                tracker.adopt(list(built.model.parameters()) + list(built.model.buffers()))
+            session = _Session(built, setup, device, vocab, tracker)
+        except UnsupportedSetup as exc:
+            results = [_result(lengths[0], setup["batch"], "error", str(exc))]
+            results += [
+                _result(s, setup["batch"], "skipped", "not run: setup unsupported")
+                for s in lengths[1:]
+            ]
+        else:
+            if device == "cuda" and setup["attention"] != "eager":
+                kernels |= _observe_cuda_kernels(session)
+            stopped: str | None = None
+            for seq in lengths:
+                if stopped is not None:
+                    results.append(_result(seq, setup["batch"], "skipped", stopped))
+                    continue
+                res = session.run_length(seq, steps, bar)
+                results.append(res)
+                if res["status"] != "ok":
+                    stopped = f"not run: the sweep stopped at {res['status']} (seq_len {seq})"
+            if tracker is not None:
+                kernels |= tracker.kernels
+            if dist.world_size > 1:
+                ranks = dist.gather_ranks(results)
+
+    env["attention_kernel"] = _attention_kernel(setup, kernels, device)
+    if built is None:
+        params_total = params_trainable = 0
+    else:
+        params_total, params_trainable = built.params_total, built.params_trainable
+        if dist.world_size > 1:
+            params_total, params_trainable = dist.full_counts(built)
+    doc: dict[str, Any] = {
+        "schema": SCHEMA_ID,
+        "created_at": _now(),
+        "tool": {
+            "name": "trainfit-probe",
+            "version": __version__,
+            "command": command or f"probe.run_probe(device={device!r}, sweep={lengths}, steps={steps})",
+        },
+        "environment": env,
+        "model": {
+            "name": name or _model_name(config),
+            "model_type": str(config["model_type"]),
+            "config": config,
+            "params_total": int(params_total),
+            "params_trainable": int(params_trainable),
+        },
+        "setup": setup,
+        "sweep": lengths,
+        "results": results,
+    }
+    if ranks is not None:
+        doc["ranks"] = ranks
+    if notes:
+        doc["notes"] = notes
+    return validate_memtest(doc)

@@ -1,0 +1,235 @@
+"""Counting device memory on the CPU and under fake tensors, storage by storage.
+
+`StorageTracker` is a `TorchDispatchMode`: every tensor an op returns is looked at, each untyped
+storage not seen before is counted once, its size rounded up to 512 bytes (the CUDA caching
+allocator's block granularity), and subtracted when a weakref finaliser on the storage fires.
+The running sum's maximum is the peak; for real CPU tensors it equals what the CUDA allocator's
+`max_memory_allocated` would report for the same ops, for fake tensors it is the same count with
+no memory used at all (see /work/shared/probe-notes.md for the cross-checks).
+
+Classification at the peak: the tracker keeps a log of allocations and frees per window (one
+training step); `components_at_peak` replays it up to the peak and sorts the storages alive
+then into params / grads / optimizer state / activations (everything else: saved tensors,
+temporaries, logits).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+__all__ = ["StorageTracker", "TrackerOOM", "current_tracker", "GRANULARITY"]
+
+GRANULARITY = 512  # bytes; the CUDA caching allocator rounds every block up to this
+
+_ACTIVE: list[StorageTracker] = []
+
+
+def current_tracker() -> StorageTracker | None:
+    """The innermost active tracker (used by the offload hooks to mark host copies)."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+class TrackerOOM(torch.OutOfMemoryError):
+    """Raised by the tracker when its `cap` is exceeded (an injected out-of-memory)."""
+
+
+def _round_up(nbytes: int) -> int:
+    return -(-nbytes // GRANULARITY) * GRANULARITY
+
+
+# Ops whose appearance tells which attention kernel ran (recorded in the memtest environment).
+ATTENTION_OPS = {
+    "_scaled_dot_product_flash_attention_for_cpu": "sdpa:flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention": "sdpa:flash_attention",
+    "_scaled_dot_product_efficient_attention": "sdpa:efficient_attention",
+    "_scaled_dot_product_cudnn_attention": "sdpa:cudnn_attention",
+    "_scaled_dot_product_fused_attention_overrideable": "sdpa:fused_attention",
+    "_flash_attention_forward": "flash_attention",
+    "_efficient_attention_forward": "efficient_attention",
+}
+
+
+class StorageTracker(TorchDispatchMode):
+    """Count live storages created by ops; raise `TrackerOOM` above `cap` bytes."""
+
+    def __init__(self, cap: int | None = None) -> None:
+        super().__init__()
+        self.cap = cap
+        self._live: dict[int, tuple[int, int]] = {}  # storage _cdata -> (uid, rounded bytes)
+        self._host: set[int] = set()  # uids of storages that are host (offloaded) copies
+        self._next_uid = 0
+        self.current = 0
+        self.peak = 0
+        self.host_current = 0
+        self.host_peak = 0
+        self.largest_allocation = 0
+        self.kernels: set[str] = set()
+        # per-window log, for the classification at the peak
+        self._baseline: dict[int, int] = {}
+        self._events: list[tuple[int, int]] = []
+        self._window_peak = 0
+        self._window_peak_index = 0
+        self._window_host_at_peak = 0
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", "").split(".")[0]
+        if name in ATTENTION_OPS:
+            self.kernels.add(ATTENTION_OPS[name])
+        for leaf in tree_leaves(out):
+            if isinstance(leaf, torch.Tensor):
+                self._track(leaf)
+        return out
+
+    def __enter__(self) -> StorageTracker:
+        _ACTIVE.append(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        _ACTIVE.remove(self)
+        super().__exit__(*exc)
+
+    # -- accounting -----------------------------------------------------------------------
+
+    def _track(self, tensor: torch.Tensor) -> None:
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return  # sparse or other storage-less tensors
+        key = storage._cdata
+        if key in self._live:
+            return
+        nbytes = _round_up(storage.nbytes())
+        uid = self._next_uid
+        self._next_uid += 1
+        self._live[key] = (uid, nbytes)
+        weakref.finalize(storage, self._free, key, uid)
+        self.current += nbytes
+        self.largest_allocation = max(self.largest_allocation, nbytes)
+        self._events.append((uid, nbytes))
+        if self.current > self.peak:
+            self.peak = self.current
+        if self.current > self._window_peak:
+            self._window_peak = self.current
+            self._window_peak_index = len(self._events)
+            self._window_host_at_peak = self.host_current
+        if self.cap is not None and self.current > self.cap:
+            raise TrackerOOM(
+                f"out of memory (injected): {self.current} bytes in use > cap of {self.cap}"
+            )
+
+    def _free(self, key: int, uid: int) -> None:
+        entry = self._live.get(key)
+        if entry is None or entry[0] != uid:
+            return
+        del self._live[key]
+        if uid in self._host:
+            self._host.discard(uid)
+            self.host_current -= entry[1]
+            return
+        self.current -= entry[1]
+        self._events.append((uid, -entry[1]))
+
+    def adopt(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Count tensors created before the tracker was entered (the model's weights)."""
+        for t in tensors:
+            if t is not None:
+                self._track(t)
+
+    def mark_host(self, tensor: torch.Tensor) -> None:
+        """Move a tracked storage from device bytes to host bytes (an offloaded copy)."""
+        self._track(tensor)
+        uid, nbytes = self._live[tensor.untyped_storage()._cdata]
+        if uid in self._host:
+            return
+        self._host.add(uid)
+        self.current -= nbytes
+        self._events.append((uid, -nbytes))
+        self.host_current += nbytes
+        self.host_peak = max(self.host_peak, self.host_current)
+
+    def reset_peak(self) -> None:
+        """Start a new peak measurement at the current level (like reset_peak_memory_stats)."""
+        self.peak = self.current
+        self.host_peak = self.host_current
+
+    # -- windows and classification ------------------------------------------------------
+
+    def begin_window(self) -> None:
+        """Start logging for one step (the classification covers the peak inside the window)."""
+        self._baseline = {
+            uid: n for uid, n in self._live.values() if uid not in self._host
+        }
+        self._events = []
+        self._window_peak = self.current
+        self._window_peak_index = 0
+        self._window_host_at_peak = self.host_current
+
+    @property
+    def window_peak(self) -> int:
+        """Highest device bytes seen since `begin_window`."""
+        return self._window_peak
+
+    def _live_at_window_peak(self) -> dict[int, int]:
+        live = dict(self._baseline)
+        for uid, delta in self._events[: self._window_peak_index]:
+            if delta > 0:
+                live[uid] = delta
+            else:
+                live.pop(uid, None)
+        return live
+
+    def _uids(self, tensors: Iterable[torch.Tensor]) -> set[int]:
+        out: set[int] = set()
+        for t in tensors:
+            if not isinstance(t, torch.Tensor):
+                continue
+            entry = self._live.get(t.untyped_storage()._cdata)
+            if entry is not None:
+                out.add(entry[0])
+        return out
+
+    def components_at_peak(
+        self,
+        params: Iterable[torch.Tensor],
+        grads: Iterable[torch.Tensor],
+        optimizer_state: Iterable[torch.Tensor],
+    ) -> dict[str, int]:
+        """Bytes alive at this window's peak, by kind. Call while params/grads/states live."""
+        live = self._live_at_window_peak()
+        p_uids = self._uids(params)
+        g_uids = self._uids(grads) - p_uids
+        o_uids = self._uids(optimizer_state) - p_uids - g_uids
+        out = {"params": 0, "grads": 0, "optimizer": 0, "activations": 0}
+        for uid, nbytes in live.items():
+            if uid in p_uids:
+                out["params"] += nbytes
+            elif uid in g_uids:
+                out["grads"] += nbytes
+            elif uid in o_uids:
+                out["optimizer"] += nbytes
+            else:
+                out["activations"] += nbytes
+        out["host"] = self._window_host_at_peak
+        return out
+
+
+@contextlib.contextmanager
+def no_tracking() -> Iterator[None]:
+    """Placeholder context for devices measured by the allocator itself (cuda)."""
+    yield

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Create .venv with torch 2.13.0 (the local CPU wheel) first, then trainfit and its extras.
+# A bare `torch` requirement would pull a multi-GB CUDA build, so torch is pinned here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
+  .venv/bin/python -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
+fi
+.venv/bin/python -m pip install -q -e ".[service,probe,dev]" 2>&1 | grep -v "^WARNING: Location" || true
+version=$(.venv/bin/python -m pip show torch | awk '/^Version:/{print $2}')
+case "$version" in
+  2.13.0*) ;;
+  *) echo "setup: expected torch 2.13.0, found $version" >&2; exit 1 ;;
+esac

@@ -1,0 +1,127 @@
+"""`POST /v1/estimate` and `POST /v1/check` with the real estimator on the seed-000 cases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from service_support import SEED_TARGETS
+
+pytest.importorskip("estimator.api", reason="estimator.api (the lead's library) not there yet")
+
+
+def seed_body(checkpointing: str, loss: str, **changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": {"preset": "qwen3.5-27b"},
+        "setup": {
+            "method": "lora",
+            "lora_rank": 16,
+            "lora_targets": SEED_TARGETS,
+            "optimizer": "adamw-8bit",
+            "checkpointing": checkpointing,
+            "loss": loss,
+            "batch": 1,
+        },
+        "seq_lens": [48000],
+        "profile": "seed-000",
+    }
+    body.update(changes)
+    return body
+
+
+@pytest.mark.parametrize(
+    ("checkpointing", "loss", "gpu", "verdict"),
+    [
+        ("offload", "chunked", "a100-80gb", "fits"),
+        ("gpu", "chunked", "rtx-pro-6000", "tight"),
+        ("gpu", "full", "h200", "no"),
+    ],
+)
+def test_check_gives_the_seed_verdicts(
+    sqlite_client: TestClient, checkpointing: str, loss: str, gpu: str, verdict: str
+) -> None:
+    response = sqlite_client.post("/v1/check", json=seed_body(checkpointing, loss, gpu=gpu))
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["verdict"] == verdict
+    assert body["fits"] is (verdict == "fits")
+    assert body["seq_len"] == 48000
+    assert body["margin_bytes"] == body["usable_bytes"] - body["peak_bytes"]
+
+
+def test_estimate_returns_the_document_in_bytes(sqlite_client: TestClient) -> None:
+    body = seed_body(
+        "offload", "chunked", seq_lens=[16000, 48000], gpus=["a100-80gb", "h200", "2xh200"]
+    )
+    response = sqlite_client.post("/v1/estimate", json=body)
+    assert response.status_code == 200, response.text
+    doc = response.json()
+    assert doc["model"]["params_trainable"] > 0
+    assert [r["seq_len"] for r in doc["rows"]] == [16000, 48000]
+    row = doc["rows"][1]
+    assert set(row["components"]) >= {
+        "weights",
+        "trainable_states",
+        "checkpoints",
+        "recompute_peak",
+        "logits",
+        "overhead",
+    }
+    assert all(isinstance(v, int) for v in row["components"].values())
+    assert set(row["fit"]) == {"a100-80gb", "h200", "2xh200"}
+    assert row["fit"]["a100-80gb"]["verdict"] == "fits"
+    assert "assumptions" in doc
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({"model": {"preset": "no-such-model"}, "gpus": ["h200"]}, ["body", "model", "preset"]),
+        ({"model": {"preset": "gpt2"}, "gpus": ["no-such-gpu"]}, ["body", "gpus", 0]),
+        ({"model": {"preset": "gpt2"}, "gpus": ["0xh200"]}, ["body", "gpus", 0]),
+        ({"model": {"preset": "gpt2"}, "gpus": ["h200"], "profile": "zzz"}, ["body", "profile"]),
+        (
+            {"model": {"config": {"model_type": "llama"}}, "gpus": ["h200"]},
+            ["body", "model", "config"],
+        ),
+        ({"model": {"preset": "gpt2"}, "setup": {"method": "magic"}}, ["body", "setup", "method"]),
+        ({"model": {"preset": "gpt2"}, "seq_lens": [0]}, ["body"]),
+        ({"model": {"preset": "gpt2", "params": 7e9}}, ["body", "model"]),
+        ({"model": {"preset": "gpt2"}, "surprise": True}, ["body", "surprise"]),
+        ({"model": {"preset": "gpt2"}, "usable_fraction": 0}, ["body", "usable_fraction"]),
+    ],
+)
+def test_bad_estimate_input_is_422_naming_the_field(
+    sqlite_client: TestClient, body: dict[str, Any], loc: list[Any]
+) -> None:
+    response = sqlite_client.post("/v1/estimate", json=body)
+    assert response.status_code == 422, response.text
+    got = response.json()["detail"][0]["loc"]
+    assert got[: len(loc)] == loc
+
+
+def test_check_bad_input_is_422(sqlite_client: TestClient) -> None:
+    assert sqlite_client.post("/v1/check", json={"model": {"preset": "gpt2"}}).status_code == 422
+    body = seed_body("gpu", "full", gpu="no-such-gpu")
+    response = sqlite_client.post("/v1/check", json=body)
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"][:2] == ["body", "gpu"]
+
+
+def test_catalog_and_presets(sqlite_client: TestClient) -> None:
+    gpus = sqlite_client.get("/v1/gpus").json()
+    assert {"a100-80gb", "h200", "rtx-pro-6000"} <= {g["id"] for g in gpus}
+    assert all(isinstance(g["capacity_bytes"], int) for g in gpus)
+    presets = sqlite_client.get("/v1/models").json()
+    assert "qwen3.5-27b" in {p["id"] for p in presets}
+    assert "seed-000" in sqlite_client.get("/v1/profiles").json()
+
+
+def test_healthz_and_openapi(sqlite_client: TestClient) -> None:
+    assert sqlite_client.get("/healthz").json()["status"] == "ok"
+    spec = sqlite_client.get("/openapi.json").json()
+    for path in ("/v1/estimate", "/v1/check", "/v1/memtests", "/v1/quotes/{quote_id}/approve"):
+        assert path in spec["paths"]
+    schemas = spec["components"]["schemas"]
+    assert "examples" in schemas["EstimateRequest"]
