@@ -111,6 +111,14 @@ def _layer_types(c: ConfigReader, layers: int, default: str = LAYER_FULL) -> lis
     return types
 
 
+def _experts_key(c: ConfigReader, family: str) -> str:
+    """Mixtral names it `num_local_experts`; Qwen-MoE configs say `num_experts` (transformers
+    v5 serialises it as `num_local_experts`): accept either."""
+    preferred = "num_local_experts" if family == "mixtral" else "num_experts"
+    other = "num_experts" if family == "mixtral" else "num_local_experts"
+    return preferred if c.has(preferred) or not c.has(other) else other
+
+
 def _decoder(c: ConfigReader, family: str) -> ModelSpec:
     """Llama-style decoders: llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gemma2,
     gemma3_text, phi3."""
@@ -130,7 +138,7 @@ def _decoder(c: ConfigReader, family: str) -> ModelSpec:
     moe: MoEGeometry | None = None
     sparse = [False] * layers
     if family in ("qwen3_moe", "mixtral"):
-        n_exp = c.int("num_local_experts" if family == "mixtral" else "num_experts")
+        n_exp = c.int(_experts_key(c, family))
         top_k = c.int("num_experts_per_tok")
         if top_k > n_exp:
             raise EstimatorInputError(c.field("num_experts_per_tok"), f"{top_k} > {n_exp} experts")
@@ -301,8 +309,9 @@ def _hybrid(c: ConfigReader, family: str, root: ConfigReader) -> ModelSpec:
 
     moe = None
     sparse = [False] * layers
-    if c.has("num_experts") and c.int("num_experts", 0, minimum=0) > 0:
-        n_exp = c.int("num_experts")
+    experts_key = _experts_key(c, family)
+    if c.has(experts_key) and c.int(experts_key, 0, minimum=0) > 0:
+        n_exp = c.int(experts_key)
         top_k = c.int("num_experts_per_tok")
         e_inter = c.int("moe_intermediate_size")
         shared = c.int("shared_expert_intermediate_size", 0, minimum=0)

@@ -211,7 +211,7 @@ def _params_only(spec: ModelSpec, setup: TrainingSetup, tokens: int) -> StepFlop
     bwd = (2.0 if setup.is_adapter else 4.0) * n * tokens
     rec = fwd if setup.checkpointing in CHECKPOINTED else 0.0
     part = PartFlops(fwd, bwd, rec, fwd + bwd)
-    notes = (
+    notes: tuple[str, ...] = (
         "params-only spec: 2*N*T forward, "
         + ("2*N*T (frozen base, no weight gradients)" if setup.is_adapter else "4*N*T")
         + " backward; attention not included (no geometry); N includes embeddings",

@@ -3,8 +3,10 @@
 peft (`tuners/lora/model.py`, `utils/other.py`): a target name matches a module whose name ends
 with it; `all-linear` means every `nn.Linear` except the output layer (lm_head). Each adapted
 Linear gains `lora_A` (r x in) and `lora_B` (out x r): r * (in + out) parameters, no bias.
-Expert banks (transformers v5 fuses experts into 3-D parameters, not nn.Linear) are not matched
-by module names; they are skipped and reported.
+Expert banks (transformers v5 fuses experts into 3-D parameters, not nn.Linear) are not matched:
+an assumption. peft 0.21 does adapt them under `all-linear` through its transformers
+weight-conversion tables (rank multiplied by the number of experts), so for MoE models the
+adapter count here is a lower bound (checked against peft for dense models in tests).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from estimator.errors import EstimatorInputError
 from estimator.spec import ModelSpec
@@ -277,9 +277,7 @@ class Stage:
             )
 
 
-def stage_tokens(
-    stage: Stage, max_seq: int | None, overflow: Overflow = "drop"
-) -> dict[str, object]:
+def stage_tokens(stage: Stage, max_seq: int | None, overflow: Overflow = "drop") -> dict[str, Any]:
     """Tokens a stage trains on: epochs x (tokens, or the dataset's tokens kept at max_seq)."""
     if stage.lengths is None:
         per_epoch = float(stage.tokens or 0.0)
@@ -300,10 +298,10 @@ def stage_tokens(
 
 def run_tokens(
     stages: Sequence[Stage], max_seq: int | None = None, overflow: Overflow = "drop"
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """Total tokens of a multi-stage run (sum over stages of epochs x tokens per epoch)."""
     rows = [stage_tokens(s, max_seq, overflow) for s in stages]
-    total = sum(float(r["tokens"]) for r in rows)  # type: ignore[arg-type]
+    total = sum(float(r["tokens"]) for r in rows)
     return {"tokens": total, "stages": rows}
 
 

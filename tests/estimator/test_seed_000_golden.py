@@ -13,8 +13,18 @@ from estimator.request import EstimateRequest
 
 SEED = Path(__file__).parents[1] / "data" / "seeds" / "000_e5ae281323c78e0d.txt"
 GIB = 2**30
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-           "in_proj_qkv", "in_proj_z", "out_proj"]
+TARGETS = [
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "in_proj_qkv",
+    "in_proj_z",
+    "out_proj",
+]
 GPU_COLUMNS = ["a100-80gb", "rtx-pro-6000", "h200", "2xh200"]
 
 
@@ -34,21 +44,36 @@ def seed_fit_table() -> list[dict[str, object]]:
         seq = int(cells[0].rstrip("k")) * 1000
         checkpointing = "offload" if "offload" in cells[1] else "gpu"
         loss = "chunked" if cells[2] == "chunked" else "full"
-        out.append({"seq": seq, "checkpointing": checkpointing, "loss": loss,
-                    "peak": float(cells[3]), "verdicts": cells[4:8]})
+        out.append(
+            {
+                "seq": seq,
+                "checkpointing": checkpointing,
+                "loss": loss,
+                "peak": float(cells[3]),
+                "verdicts": cells[4:8],
+            }
+        )
     return out
 
 
 def seed_document() -> dict:
-    req = EstimateRequest.model_validate({
-        "model": {"preset": "qwen3.5-27b"},
-        "setup": {"method": "lora", "lora_rank": 16, "lora_targets": TARGETS,
-                  "optimizer": "adamw-8bit"},
-        "seq_lens": [16000, 32000, 48000],
-        "gpus": GPU_COLUMNS,
-        "profile": "seed-000",
-    })
-    variants = [{"checkpointing": c, "loss": lo} for c in ("offload", "gpu") for lo in ("chunked", "full")]
+    req = EstimateRequest.model_validate(
+        {
+            "model": {"preset": "qwen3.5-27b"},
+            "setup": {
+                "method": "lora",
+                "lora_rank": 16,
+                "lora_targets": TARGETS,
+                "optimizer": "adamw-8bit",
+            },
+            "seq_lens": [16000, 32000, 48000],
+            "gpus": GPU_COLUMNS,
+            "profile": "seed-000",
+        }
+    )
+    variants = [
+        {"checkpointing": c, "loss": lo} for c in ("offload", "gpu") for lo in ("chunked", "full")
+    ]
     return estimate_document(req, variants)
 
 
@@ -58,11 +83,18 @@ def test_seed_table_parses_to_48_cells() -> None:
     assert sum(len(r["verdicts"]) for r in table) == 48
 
 
-@pytest.mark.parametrize("seed_row", seed_fit_table(), ids=lambda r: f"{r['seq']}-{r['checkpointing']}-{r['loss']}")
+@pytest.mark.parametrize(
+    "seed_row", seed_fit_table(), ids=lambda r: f"{r['seq']}-{r['checkpointing']}-{r['loss']}"
+)
 def test_fit_table_row_matches_seed(seed_row: dict) -> None:
     doc = seed_document()
-    row = next(r for r in doc["rows"] if r["seq_len"] == seed_row["seq"]
-               and r["checkpointing"] == seed_row["checkpointing"] and r["loss"] == seed_row["loss"])
+    row = next(
+        r
+        for r in doc["rows"]
+        if r["seq_len"] == seed_row["seq"]
+        and r["checkpointing"] == seed_row["checkpointing"]
+        and r["loss"] == seed_row["loss"]
+    )
     assert round(row["peak_bytes"] / GIB) == round(seed_row["peak"])
     assert [row["fit"][g]["verdict"] for g in GPU_COLUMNS] == seed_row["verdicts"]
 
@@ -73,12 +105,21 @@ def test_component_table_at_48k_matches_seed() -> None:
         numbers = re.findall(r"\d+(?:\.\d+)?", cells[1])
         figures[cells[0]] = [float(n) for n in numbers]
     doc = seed_document()
-    gpu_chunked = next(r for r in doc["rows"] if r["seq_len"] == 48000
-                       and r["checkpointing"] == "gpu" and r["loss"] == "chunked")
-    gpu_full = next(r for r in doc["rows"] if r["seq_len"] == 48000
-                    and r["checkpointing"] == "gpu" and r["loss"] == "full")
-    offload = next(r for r in doc["rows"] if r["seq_len"] == 48000
-                   and r["checkpointing"] == "offload" and r["loss"] == "chunked")
+    gpu_chunked = next(
+        r
+        for r in doc["rows"]
+        if r["seq_len"] == 48000 and r["checkpointing"] == "gpu" and r["loss"] == "chunked"
+    )
+    gpu_full = next(
+        r
+        for r in doc["rows"]
+        if r["seq_len"] == 48000 and r["checkpointing"] == "gpu" and r["loss"] == "full"
+    )
+    offload = next(
+        r
+        for r in doc["rows"]
+        if r["seq_len"] == 48000 and r["checkpointing"] == "offload" and r["loss"] == "chunked"
+    )
     c = gpu_chunked["components"]
     assert round(c["weights"] / GIB, 1) == figures["weights bf16"][0]
     assert round(c["trainable_states"] / GIB, 1) == figures["LoRA weights + grads + 8-bit Adam"][0]

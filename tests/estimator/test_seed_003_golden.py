@@ -29,13 +29,20 @@ def test_seed_003_table_has_five_presets() -> None:
 
 
 @pytest.mark.parametrize("name,params,seed_gb,seed_verdict", seed_rows())
-def test_params_only_memory_and_3060_verdict(name: str, params: float, seed_gb: float,
-                                             seed_verdict: str) -> None:
-    doc = estimate_document(EstimateRequest.model_validate({
-        "model": {"params": params, "name": name},
-        "setup": {"method": "full", "optimizer": "adamw", "precision": "mixed"},
-        "seq_lens": [1024], "gpus": ["rtx-3060"], "profile": "default",
-    }))
+def test_params_only_memory_and_3060_verdict(
+    name: str, params: float, seed_gb: float, seed_verdict: str
+) -> None:
+    doc = estimate_document(
+        EstimateRequest.model_validate(
+            {
+                "model": {"params": params, "name": name},
+                "setup": {"method": "full", "optimizer": "adamw", "precision": "mixed"},
+                "seq_lens": [1024],
+                "gpus": ["rtx-3060"],
+                "profile": "default",
+            }
+        )
+    )
     row = doc["rows"][0]
     weights_and_states = row["components"]["weights"] + row["components"]["trainable_states"]
     assert round(weights_and_states / 1e9, 1) == seed_gb
