@@ -265,7 +265,8 @@ def _gated_deltanet(
 def _qwen3_vision_tower(v: ConfigReader) -> int:
     """Qwen3-VL / Qwen3.5 vision tower (modeling_qwen3_5.Qwen3_5VisionModel): 3-D patch conv with
     bias, learned positions, `depth` ViT blocks (LayerNorm w+b, fused qkv with bias, proj, GELU
-    MLP with biases), and a patch merger (LayerNorm, two Linear with bias) per deepstack index + 1."""
+    MLP with biases), and a patch merger (LayerNorm, two Linear with bias) per deepstack index
+    + 1."""
     vh = v.int("hidden_size")
     vi = v.int("intermediate_size")
     depth = v.int("depth")

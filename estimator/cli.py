@@ -218,7 +218,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         sys.stdout.write(
             f"{result['verdict']}: peak {gib_text(result['peak_bytes'])} GiB at seq "
             f"{result['seq_len']} on {result['gpu']}, usable {gib_text(result['usable_bytes'])} "
-            f"GiB ({result['usable_fraction']:.0%}), margin {gib_text(result['margin_bytes'])} GiB\n"
+            f"GiB ({result['usable_fraction']:.0%}), "
+            f"margin {gib_text(result['margin_bytes'])} GiB\n"
         )
     return EXIT_OK if result["fits"] else EXIT_NO_FIT
 

@@ -3,7 +3,8 @@
 
 class EstimatorInputError(ValueError):
     """Bad input (config field, option, size). `field` is a dotted path such as
-    `config.num_hidden_layers` or `setup.lora_rank`; front ends map this to exit code 2 / HTTP 422."""
+    `config.num_hidden_layers` or `setup.lora_rank`; front ends map this to exit code 2 / HTTP
+    422."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
