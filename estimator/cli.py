@@ -285,6 +285,104 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _solver_context(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, int]:
+    from estimator.estimate import devices_for, parse_gpu_options
+    from estimator.models import resolve_model
+    from estimator.profile import load_profile
+    from estimator.request import ModelInput
+    from estimator.setup import TrainingSetup
+    from estimator.solvers import Budget
+
+    setup_dict, variants = setup_input(args)
+    if variants:
+        raise InputError("give one --checkpointing and one --loss (or use `trainfit recommend`)")
+    if not 0 < args.usable <= 1:
+        raise InputError(f"usable_fraction: {args.usable} is outside (0, 1]")
+    spec = resolve_model(ModelInput.model_validate(model_input(args)))
+    setup = TrainingSetup.model_validate(setup_dict)
+    option = parse_gpu_options([args.gpu])[0]
+    budget = Budget(option.gpu.capacity_bytes, args.usable)
+    return spec, setup, budget, load_profile(args.profile), devices_for(option, setup)
+
+
+def _print_answer(args: argparse.Namespace, answer: dict[str, Any], headline: str) -> None:
+    if args.format == "json":
+        sys.stdout.write(json.dumps(answer, indent=2) + "\n")
+        return
+    lines = [headline]
+    for key in (
+        "peak_bytes",
+        "next_peak_bytes",
+        "peak_bytes_one_fewer",
+        "usable_bytes",
+        "margin_bytes",
+    ):
+        if answer.get(key) is not None:
+            lines.append(f"  {key.replace('_bytes', '')}: {gib_text(answer[key])} GiB")
+    if answer.get("reason"):
+        lines.append(f"  note: {answer['reason']}")
+    text = "\n".join(lines)
+    if args.format == "markdown":
+        text = (
+            "\n".join(
+                ["| quantity | value |", "|---|---|"]
+                + [
+                    "| " + " | ".join(part.strip() for part in line.split(":", 1)) + " |"
+                    for line in lines[1:]
+                ]
+            )
+            + f"\n\n{headline}"
+        )
+    sys.stdout.write(text + "\n")
+
+
+def cmd_max_seq(args: argparse.Namespace) -> int:
+    from estimator.solvers import max_seq
+
+    spec, setup, budget, profile, devices = _solver_context(args)
+    answer = max_seq(spec, setup, budget, profile, args.granularity, devices)
+    value = answer["seq_len"]
+    head = (
+        f"longest sequence on {args.gpu}: {value} tokens (granularity {args.granularity})"
+        if value
+        else f"nothing fits on {args.gpu}: {answer.get('reason')}"
+    )
+    _print_answer(args, answer, head)
+    return EXIT_OK if value else EXIT_NO_FIT
+
+
+def cmd_max_batch(args: argparse.Namespace) -> int:
+    from estimator.solvers import max_batch
+
+    spec, setup, budget, profile, devices = _solver_context(args)
+    seq = _ints(args.seq, "--seq")[0]
+    answer = max_batch(spec, setup, seq, budget, profile, devices)
+    value = answer["batch"]
+    head = (
+        f"largest micro-batch at {seq} tokens on {args.gpu}: {value}"
+        if value
+        else f"nothing fits on {args.gpu}: {answer.get('reason')}"
+    )
+    _print_answer(args, answer, head)
+    return EXIT_OK if value else EXIT_NO_FIT
+
+
+def cmd_min_gpus(args: argparse.Namespace) -> int:
+    from estimator.solvers import min_gpus
+
+    spec, setup, budget, profile, _ = _solver_context(args)
+    seq = _ints(args.seq, "--seq")[0]
+    answer = min_gpus(spec, setup, seq, budget, profile)
+    value = answer["gpus"]
+    head = (
+        f"fewest {args.gpu} cards ({answer['sharding']}) at {seq} tokens: {value}"
+        if value
+        else f"no number of {args.gpu} cards fits"
+    )
+    _print_answer(args, answer, head)
+    return EXIT_OK if value else EXIT_NO_FIT
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainfit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -310,6 +408,19 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--profile", default="default")
     cmp_.add_argument("--format", default="table", choices=["table", "json", "markdown"])
     cmp_.set_defaults(func=cmd_compare)
+
+    for name, func, helptext in (
+        ("max-seq", cmd_max_seq, "longest sequence that fits a GPU"),
+        ("max-batch", cmd_max_batch, "largest micro-batch that fits a GPU at --seq"),
+        ("min-gpus", cmd_min_gpus, "fewest GPUs of a kind that fit, with --sharding"),
+    ):
+        solver = sub.add_parser(name, help=helptext)
+        add_model_options(solver)
+        add_setup_options(solver, lists=False)
+        solver.add_argument("--gpu", required=True)
+        solver.add_argument("--granularity", type=int, default=256)
+        solver.add_argument("--format", default="table", choices=["table", "json", "markdown"])
+        solver.set_defaults(func=func)
 
     pre = sub.add_parser("presets", help="list the model presets")
     pre.set_defaults(func=cmd_presets)

@@ -117,7 +117,7 @@ def add_quote(
         id=new_quote_id(),
         title=title,
         request_json=json.dumps(request, sort_keys=True),
-        estimate_json=json.dumps(estimate, sort_keys=True),
+        estimate_json=json.dumps(estimate),  # key order kept: it is the GPU column order
         created_by=created_by,
         status=status,
         comment=None,

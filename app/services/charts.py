@@ -64,8 +64,8 @@ def _nice_max(value: float) -> float:
     return value * 1.1
 
 
-def stacked_bars(spec: ChartSpec, *, width: int = 860, height: int = 380) -> Markup:
-    left, right, top, bottom = 64, 180, 36, 64
+def stacked_bars(spec: ChartSpec, *, width: int = 860, height: int = 420) -> Markup:
+    left, right, top, bottom = 64, 180, 36, 96
     plot_w, plot_h = width - left - right, height - top - bottom
     highest = max(
         [b.total for g in spec.groups for b in g.bars] + [ln.value for ln in spec.lines] + [0.0]
@@ -120,12 +120,13 @@ def stacked_bars(spec: ChartSpec, *, width: int = 860, height: int = 380) -> Mar
                 f'class="value">{base:.0f}</text>'
             )
             if n_bars > 1:
+                lx, ly = x + bar_w / 2, top + plot_h + 10
                 parts.append(
-                    f'<text x="{x + bar_w / 2 - 1:.1f}" y="{top + plot_h + 14}" '
-                    f'text-anchor="middle" class="bar-label">{escape(bar.label)}</text>'
+                    f'<text x="{lx:.1f}" y="{ly}" transform="rotate(-35 {lx:.1f} {ly})" '
+                    f'text-anchor="end" class="bar-label">{escape(bar.label)}</text>'
                 )
         parts.append(
-            f'<text x="{left + gi * group_w + group_w / 2:.1f}" y="{top + plot_h + 32}" '
+            f'<text x="{left + gi * group_w + group_w / 2:.1f}" y="{top + plot_h + 84}" '
             f'text-anchor="middle" class="group-label">{escape(group.label)}</text>'
         )
     for li, line in enumerate(spec.lines):

@@ -38,6 +38,7 @@ class FormValues:
     batch: str = "1"
     seq_lens: str = "4096"
     gpus: list[str] = field(default_factory=list)
+    gpus_extra: str = ""
     usable_fraction: str = "0.92"
     profile: str = "default"
     tokens: str = ""
@@ -67,6 +68,7 @@ class FormValues:
             batch=one("batch", "1"),
             seq_lens=one("seq_lens"),
             gpus=many("gpus"),
+            gpus_extra=one("gpus_extra"),
             usable_fraction=one("usable_fraction", "0.92"),
             profile=one("profile", "default"),
             tokens=one("tokens"),
@@ -221,7 +223,9 @@ def build_requests(
             errors.append(FormError("lengths_file", str(exc)))
     lora_rank = integer("lora_rank", values.lora_rank or "16")
     batch = integer("batch", values.batch or "1")
-    if not values.gpus:
+    extra = [g.strip() for g in values.gpus_extra.replace(";", ",").split(",") if g.strip()]
+    gpus = list(dict.fromkeys([*values.gpus, *extra]))
+    if not gpus:
         errors.append(FormError("gpus", "pick at least one GPU"))
     checkpointing = [c for c in CHECKPOINTING_ORDER if c in values.checkpointing] or ["gpu"]
     losses = [x for x in LOSS_ORDER if x in values.loss] or ["chunked"]
@@ -247,7 +251,7 @@ def build_requests(
                 "model": model,
                 "setup": setup,
                 "seq_lens": seq_lens,
-                "gpus": values.gpus,
+                "gpus": gpus,
                 "usable_fraction": usable,
                 "profile": values.profile or "default",
                 "prices": prices,

@@ -4,6 +4,7 @@ and converts bytes to GiB (2^30) for display."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,10 @@ class Variant:
         return f"{CHECKPOINTING_LABELS.get(self.checkpointing, self.checkpointing)}, " + (
             LOSS_LABELS.get(self.loss, self.loss)
         )
+
+    @property
+    def request_json(self) -> str:
+        return json.dumps(self.request, sort_keys=True)
 
     @property
     def short_label(self) -> str:

@@ -14,6 +14,7 @@ from service_support import (
     install_fake_library,
     make_settings,
     postgres_unreachable,
+    start_live_server,
 )
 
 from app.factory import create_app
@@ -72,3 +73,14 @@ def sqlite_client(sqlite_url: str) -> Iterator[TestClient]:
 def fake_library(monkeypatch: pytest.MonkeyPatch) -> None:
     """Replace the estimator calls with the documented shapes (see service_support)."""
     install_fake_library(monkeypatch)
+
+
+@pytest.fixture
+def live_server(sqlite_url: str) -> Iterator[str]:
+    """The app under uvicorn on a free loopback port (in a thread); yields its base URL."""
+    server, thread, url = start_live_server(make_settings(sqlite_url))
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

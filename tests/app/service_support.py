@@ -261,3 +261,32 @@ def install_fake_library(monkeypatch: Any) -> None:
         ],
     )
     monkeypatch.setattr(estimates, "list_profiles", lambda: ["default", "seed-000"])
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_live_server(settings: Settings) -> tuple[Any, Any, str]:
+    import threading
+    import time
+
+    import uvicorn
+
+    from app.factory import create_app
+
+    port = free_port()
+    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.05)
+    return server, thread, f"http://127.0.0.1:{port}"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from service_support import APPROVER_TOKEN, SEED_TARGETS, memtest_bytes, upload_headers
+from service_support import APPROVER_TOKEN, SEED_TARGETS, memtest_bytes, memtest_doc, upload_headers
 
 pytest.importorskip("estimator.api", reason="estimator.api (the lead's library) not there yet")
 
@@ -34,7 +34,8 @@ def seed_form(**changes: Any) -> dict[str, Any]:
         "loss": ["chunked", "full"],
         "batch": "1",
         "seq_lens": "16000,32000,48000",
-        "gpus": ["a100-80gb", "rtx-pro-6000", "h200", "2xh200"],
+        "gpus": ["a100-80gb", "rtx-pro-6000", "h200"],
+        "gpus_extra": "2xh200",
         "usable_fraction": "0.92",
         "profile": "seed-000",
     }
@@ -79,6 +80,7 @@ def test_model_name_is_escaped(sqlite_client: TestClient) -> None:
         model_source="config",
         config_text=config,
         model_name="<script>alert(1)</script>",
+        lora_targets="all-linear",
         seq_lens="1024",
         checkpointing="gpu",
         loss="full",
@@ -90,7 +92,7 @@ def test_model_name_is_escaped(sqlite_client: TestClient) -> None:
 
 
 def test_bad_form_input_re_renders_the_form_with_the_field(sqlite_client: TestClient) -> None:
-    page = sqlite_client.post("/estimate", data=seed_form(seq_lens="lots", gpus=[]))
+    page = sqlite_client.post("/estimate", data=seed_form(seq_lens="lots", gpus=[], gpus_extra=""))
     assert page.status_code == 422
     assert "<code>seq_lens</code>" in page.text and "<code>gpus</code>" in page.text
     page = sqlite_client.post("/estimate", data=seed_form(preset="no-such-model"))
@@ -202,8 +204,11 @@ def test_comparison_endpoint(sqlite_client: TestClient, fake_library: None) -> N
 
 def test_comparison_with_the_real_estimator(sqlite_client: TestClient) -> None:
     pytest.importorskip("estimator.compare", reason="estimator.compare not written yet")
+    from estimator.presets import preset_config
+
+    model = dict(memtest_doc()["model"], config=preset_config("qwen3.5-27b"))
     created = sqlite_client.post(
-        "/v1/memtests", content=memtest_bytes(), headers=upload_headers()
+        "/v1/memtests", content=memtest_bytes(model=model), headers=upload_headers()
     ).json()
     response = sqlite_client.get(f"/v1/memtests/{created['id']}/comparison")
     assert response.status_code == 200, response.text

@@ -134,10 +134,10 @@ def test_state_changing_form_posts_need_the_csrf_token(sqlite_client: TestClient
     )
     assert response.status_code == 403
     assert "CSRF" in response.text
+    sqlite_client.cookies.set("trainfit_csrf", "forged.value")
     response = sqlite_client.post(
         "/quotes/abc/decision",
         data={"decision": "approve", "token": APPROVER_TOKEN, "csrf_token": "forged.value"},
-        cookies={"trainfit_csrf": "forged.value"},
         follow_redirects=False,
     )
     assert response.status_code == 403

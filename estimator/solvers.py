@@ -1,0 +1,232 @@
+"""Answers to the planner's questions, solved exactly on the same memory model as `estimate`:
+the longest sequence, the largest micro-batch, the fewest GPUs that fit, the best setting.
+
+Memory never decreases with sequence length or batch and never increases with more shards
+(property-tested in tests/estimator/test_properties.py), so the fitting set is a prefix
+(or suffix) and bisection over integers is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import product
+from typing import Any
+
+from estimator.memory import memory_breakdown
+from estimator.profile import Profile
+from estimator.setup import TrainingSetup
+from estimator.spec import ModelSpec
+
+MAX_SEQ_SEARCH = 16 * 2**20  # 16 Mi tokens: beyond any context a card could hold
+MAX_BATCH_SEARCH = 1 << 20
+MAX_GPUS_SEARCH = 100_000
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A card and the fraction of it that counts: the target of every solver."""
+
+    capacity_bytes: int
+    usable_fraction: float = 0.92
+
+    @property
+    def usable_bytes(self) -> float:
+        return self.capacity_bytes * self.usable_fraction
+
+
+def peak_bytes(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    seq: int,
+    batch: int,
+    profile: Profile,
+    devices: int | None = None,
+) -> float:
+    return float(memory_breakdown(spec, setup, [seq], batch, profile, devices=devices).peak[0])
+
+
+def largest_fitting(fits: Callable[[int], bool], upper: int) -> int | None:
+    """Largest k in 1..upper with fits(k), given fits is True on a prefix. None if fits(1) fails.
+    Exponential search for the first failure, then bisection."""
+    if not fits(1):
+        return None
+    good, step = 1, 1
+    while True:
+        probe = min(good + step, upper)
+        if probe == good:
+            return good
+        if not fits(probe):
+            bad = probe
+            break
+        good, step = probe, step * 2
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if fits(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def smallest_fitting(fits: Callable[[int], bool], upper: int) -> int | None:
+    """Smallest k in 1..upper with fits(k), given fits is True on a suffix."""
+    if not fits(upper):
+        return None
+    lo, hi = 0, upper  # fits(hi) True, lo treated as failing
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def max_seq(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    budget: Budget,
+    profile: Profile,
+    granularity: int = 256,
+    devices: int | None = None,
+    upper: int = MAX_SEQ_SEARCH,
+) -> dict[str, Any]:
+    """Longest sequence (a multiple of `granularity`) whose peak fits the usable budget."""
+
+    def fits(k: int) -> bool:
+        return (
+            peak_bytes(spec, setup, k * granularity, setup.batch, profile, devices)
+            <= budget.usable_bytes
+        )
+
+    k = largest_fitting(fits, max(upper // granularity, 1))
+    return _answer(
+        "seq_len",
+        None if k is None else k * granularity,
+        granularity,
+        spec,
+        setup,
+        budget,
+        profile,
+        devices,
+        limit=upper,
+    )
+
+
+def max_batch(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    seq: int,
+    budget: Budget,
+    profile: Profile,
+    devices: int | None = None,
+    upper: int = MAX_BATCH_SEARCH,
+) -> dict[str, Any]:
+    """Largest micro-batch at `seq` that fits."""
+
+    def fits(b: int) -> bool:
+        return peak_bytes(spec, setup, seq, b, profile, devices) <= budget.usable_bytes
+
+    b = largest_fitting(fits, upper)
+    fixed = setup.model_copy(update={"batch": b or 1})
+    result = _answer("batch", b, 1, spec, fixed, budget, profile, devices, seq=seq, limit=upper)
+    return result
+
+
+def min_gpus(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    seq: int,
+    budget: Budget,
+    profile: Profile,
+    upper: int = MAX_GPUS_SEARCH,
+) -> dict[str, Any]:
+    """Fewest cards of this kind that fit with `setup.sharding` (none -> device_map)."""
+
+    def fits(n: int) -> bool:
+        return peak_bytes(spec, setup, seq, setup.batch, profile, n) <= budget.usable_bytes
+
+    n = smallest_fitting(fits, upper)
+    out: dict[str, Any] = {
+        "gpus": n,
+        "seq_len": seq,
+        "batch": setup.batch,
+        "sharding": setup.sharding if setup.sharding != "none" else "device_map",
+        "usable_bytes": int(budget.usable_bytes),
+    }
+    if n is not None:
+        out["peak_bytes"] = int(peak_bytes(spec, setup, seq, setup.batch, profile, n))
+        out["margin_bytes"] = int(budget.usable_bytes) - out["peak_bytes"]
+        if n > 1:
+            out["peak_bytes_one_fewer"] = int(
+                peak_bytes(spec, setup, seq, setup.batch, profile, n - 1)
+            )
+    return out
+
+
+def _answer(
+    what: str,
+    value: int | None,
+    step: int,
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    budget: Budget,
+    profile: Profile,
+    devices: int | None,
+    seq: int | None = None,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        what: value,
+        "granularity": step,
+        "usable_bytes": int(budget.usable_bytes),
+        "capacity_bytes": budget.capacity_bytes,
+    }
+    if value is None:
+        out["reason"] = f"even {what} = {step} does not fit"
+        return out
+    s = value if what == "seq_len" else (seq or 0)
+    b = setup.batch
+    nxt_s, nxt_b = (s + step, b) if what == "seq_len" else (s, b + step)
+    out["peak_bytes"] = int(peak_bytes(spec, setup, s, b, profile, devices))
+    out["margin_bytes"] = int(budget.usable_bytes) - out["peak_bytes"]
+    out["next_peak_bytes"] = int(peak_bytes(spec, setup, nxt_s, nxt_b, profile, devices))
+    if limit is not None and value + step > limit:
+        out["reason"] = f"search limit {limit} reached"
+    return out
+
+
+SETTING_GRID = {
+    "checkpointing": ("none", "gpu", "offload"),
+    "loss": ("full", "chunked"),
+}
+
+
+def fitting_settings(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    seq: int,
+    budget: Budget,
+    profile: Profile,
+    devices: int | None = None,
+    grid: dict[str, tuple[str, ...]] | None = None,
+) -> list[dict[str, Any]]:
+    """Every setting of the grid (checkpointing x loss, by default) with its peak and margin,
+    fitting ones first by margin... the caller ranks by cost/time."""
+    grid = grid or SETTING_GRID
+    rows = []
+    keys = list(grid)
+    for values in product(*(grid[k] for k in keys)):
+        variant = setup.model_copy(update=dict(zip(keys, values, strict=True)))
+        peak = peak_bytes(spec, variant, seq, variant.batch, profile, devices)
+        rows.append(
+            {
+                **dict(zip(keys, values, strict=True)),
+                "peak_bytes": int(peak),
+                "fits": peak <= budget.usable_bytes,
+                "margin_bytes": int(budget.usable_bytes - peak),
+            }
+        )
+    rows.sort(key=lambda r: (not r["fits"], -r["margin_bytes"]))
+    return rows
