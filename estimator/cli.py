@@ -161,6 +161,64 @@ def _validation_message(err: ValidationError) -> str:
     return f"{loc}: {first['msg']}"
 
 
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("tokens, time and cost")
+    g.add_argument("--tokens", type=float, help="tokens of the run, e.g. 6.4e6 or 2e12")
+    g.add_argument("--target-tokens", choices=["chinchilla"], help="20 tokens per parameter")
+    g.add_argument("--dataset", help="sample lengths: .csv, .jsonl or one number per line")
+    g.add_argument("--epochs", type=float, default=1.0)
+    g.add_argument("--truncate", action="store_true", help="truncate long samples, not drop")
+    g.add_argument("--price", action="append", default=[], help="ID=USD per GPU-hour")
+    g.add_argument("--calibrate", help="gpu=ID,seq=N,batch=N,tps=X (or step=X), or memtest.json")
+
+
+def run_fields(args: argparse.Namespace) -> dict[str, Any]:
+    from estimator.pricing import parse_calibrate_option, parse_price_option
+    from estimator.tokens import read_lengths
+
+    fields: dict[str, Any] = {
+        "epochs": args.epochs,
+        "overflow": "truncate" if args.truncate else "drop",
+    }
+    if args.tokens is not None:
+        fields["tokens"] = args.tokens
+    if args.target_tokens:
+        fields["target_tokens"] = args.target_tokens
+    if args.dataset:
+        if not Path(args.dataset).is_file():
+            raise InputError(f"--dataset: no such file {args.dataset!r}")
+        fields["dataset_lengths"] = read_lengths(args.dataset, field="--dataset")
+    if args.price:
+        fields["prices"] = parse_price_option(args.price)
+    if args.calibrate:
+        fields["calibration"] = _calibration_fields(parse_calibrate_option(args.calibrate), args)
+    return fields
+
+
+def _calibration_fields(parsed: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """A memtest file becomes its first `ok` result with step times (median of the steps)."""
+    if "memtest" not in parsed:
+        return parsed
+    from estimator.calibration import calibrate_from_memtest
+    from estimator.profile import load_profile
+    from memtest_schema import MemtestSchemaError, load_memtest, validate_memtest
+
+    path = Path(parsed["memtest"])
+    if not path.is_file():
+        raise InputError(f"--calibrate: no such file {str(path)!r}")
+    try:
+        doc = validate_memtest(load_memtest(path.read_bytes()))
+    except MemtestSchemaError as err:
+        raise InputError(f"--calibrate: memtest.{err.field}: {err.message}") from None
+    first = calibrate_from_memtest(doc, load_profile(args.profile))[0]
+    return {
+        "gpu": first.gpu_option,
+        "seq_len": first.seq_len,
+        "batch": first.batch,
+        "step_seconds": first.step_seconds,
+    }
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
     from estimator.api import estimate_document
     from estimator.formats import render_csv, render_markdown, render_table
@@ -175,6 +233,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             "gpus": _csv(args.gpu),
             "usable_fraction": args.usable,
             "profile": args.profile,
+            **run_fields(args),
         }
     )
     doc = estimate_document(req, variants)
@@ -390,6 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     est = sub.add_parser("estimate", help="memory per component and fit per GPU")
     add_model_options(est)
     add_setup_options(est)
+    add_run_options(est)
     est.add_argument("--gpu", default="a100-80gb,h100-80gb,h200", help="GPU ids, e.g. h200,2xh200")
     est.add_argument("--format", default="table", choices=["table", "json", "csv", "markdown"])
     est.set_defaults(func=cmd_estimate)

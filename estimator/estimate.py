@@ -8,15 +8,19 @@ from typing import Any
 import numpy as np
 
 import gpu_catalog
+from estimator.calibration import Calibration, calibrate
 from estimator.errors import EstimatorInputError
 from estimator.fit import VERDICTS, verdict_codes
+from estimator.flops import step_flops
 from estimator.memory import memory_breakdown
 from estimator.memory.model import COMPONENTS, MemoryBreakdown
 from estimator.models import resolve_model
+from estimator.pricing import resolve_tokens, row_time_and_cost, training_summary
 from estimator.profile import Profile, load_profile
 from estimator.request import EstimateRequest
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
+from estimator.tokens import seq_len_report
 
 SCHEMA = "trainfit.estimate/1"
 
@@ -141,6 +145,71 @@ def estimate_rows(
     return rows, mem
 
 
+def _tokens_for(spec: ModelSpec, request: EstimateRequest, seq: int) -> float | None:
+    """The run's tokens at this maximum sequence length (a dataset loses samples at shorter
+    lengths; explicit or Chinchilla budgets do not depend on it)."""
+    return resolve_tokens(
+        spec,
+        tokens=request.tokens,
+        target_tokens=request.target_tokens,
+        dataset_lengths=request.dataset_lengths,
+        epochs=request.epochs,
+        max_seq=seq,
+        overflow=request.overflow,
+    )
+
+
+def add_time_and_cost(
+    spec: ModelSpec,
+    request: EstimateRequest,
+    rows: list[dict[str, Any]],
+    setups: dict[tuple[str, str], TrainingSetup],
+    profile: Profile,
+) -> Calibration | None:
+    """FLOPs per row; `time` and `cost` per row and GPU option (estimator.pricing)."""
+    cal = None
+    if request.calibration is not None:
+        c = request.calibration
+        cal = calibrate(
+            spec,
+            next(iter(setups.values())),
+            c.gpu,
+            c.seq_len,
+            c.batch,
+            profile,
+            step_seconds=c.step_seconds,
+            tokens_per_second=c.tokens_per_second,
+            source="calibration in the request",
+        )
+    for row in rows:
+        setup = setups[(row["checkpointing"], row["loss"])]
+        row["flops_per_step"] = step_flops(spec, setup, row["seq_len"], row["batch"]).total
+        tokens = _tokens_for(spec, request, row["seq_len"])
+        for option, fit in row["fit"].items():
+            efficiency = source = None
+            if cal is not None:
+                efficiency = cal.efficiency_on(fit["gpu"], profile)
+                source = f"calibrated: {cal.tokens_per_second:.4g} tokens/s on {cal.gpu_option}"
+            cell = row_time_and_cost(
+                spec,
+                setup,
+                row["seq_len"],
+                row["batch"],
+                option,
+                profile,
+                tokens=tokens,
+                prices=request.prices,
+                host_bytes=row["host_bytes"] or 0,
+                fits=fit["verdict"] == "fits",
+                efficiency=efficiency,
+                efficiency_source=source,
+            )
+            fit["time"], fit["cost"] = cell["time"], cell["cost"]
+            if cal is not None:
+                fit["time"]["measured"] = cal.is_measured(option, row["seq_len"], row["batch"])
+    return cal
+
+
 def estimate(
     request: EstimateRequest, variants: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
@@ -154,14 +223,41 @@ def estimate(
     )
     rows: list[dict[str, Any]] = []
     mem = None
+    by_key: dict[tuple[str, str], TrainingSetup] = {}
     for setup in setups:
         TrainingSetup.model_validate(setup.model_dump())  # overrides re-validated
+        by_key[(setup.checkpointing, setup.loss)] = setup
         setup_rows, mem = estimate_rows(
             spec, setup, request.seq_lens, options, request.usable_fraction, profile
         )
         rows += setup_rows
     assert mem is not None
     rows.sort(key=lambda r: r["seq_len"])
+    cal = add_time_and_cost(spec, request, rows, by_key, profile)
+    longest = max(request.seq_lens)
+    base = setups[0]
+    base_row = next(
+        r
+        for r in rows
+        if r["seq_len"] == longest
+        and (r["checkpointing"], r["loss"]) == (base.checkpointing, base.loss)
+    )
+    training = training_summary(
+        spec,
+        base,
+        {o: {**f, "fits": f["verdict"] == "fits"} for o, f in base_row["fit"].items()},
+        _tokens_for(spec, request, longest),
+        seq_len=longest,
+        batch=base.batch,
+        verdicts={o: f["verdict"] for o, f in base_row["fit"].items()},
+    )
+    extra: dict[str, Any] = {"training": training}
+    if cal is not None:
+        extra["calibration"] = cal.as_dict()
+    if request.dataset_lengths is not None:
+        extra["dataset"] = seq_len_report(
+            request.dataset_lengths, request.seq_lens, request.overflow
+        )
     return {
         "schema": SCHEMA,
         "model": model_summary(spec, request.setup, mem, profile),
@@ -179,5 +275,6 @@ def estimate(
             for o in options
         },
         "rows": rows,
+        **extra,
         "assumptions": profile.as_dict(),
     }

@@ -120,6 +120,24 @@ def _notes(doc: dict[str, Any]) -> list[str]:
     return notes
 
 
+def _time_cost(doc: dict[str, Any], fmt: str) -> list[str]:
+    """Hours and dollars per GPU option (estimator.pricing), when the run's tokens are known."""
+    from estimator.pricing import format_time_cost_table
+
+    training = doc.get("training")
+    if not training or training.get("tokens") is None:
+        return []
+    parts = ["", format_time_cost_table(training, fmt)]
+    if doc.get("calibration"):
+        c = doc["calibration"]
+        parts.append(
+            f"calibrated from {c['tokens_per_second']:.4g} tokens/s measured on "
+            f"{c['gpu']} at seq {c['seq_len']}: efficiency {c['efficiency']:.3f}; "
+            "other cells are extrapolated"
+        )
+    return parts
+
+
 def render_table(doc: dict[str, Any], colour: bool = False) -> str:
     parts = [
         _title(doc),
@@ -130,7 +148,7 @@ def render_table(doc: dict[str, Any], colour: bool = False) -> str:
         "Fit by GPU",
         _plain(*_fit_rows(doc, colour)),
     ]
-    parts += _notes(doc)
+    parts += _notes(doc) + _time_cost(doc, "table")
     return "\n".join(parts) + "\n"
 
 
@@ -146,7 +164,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "",
         _markdown(*_fit_rows(doc, False)),
     ]
-    parts += [f"- {n}" for n in _notes(doc)]
+    parts += [f"- {n}" for n in _notes(doc)] + _time_cost(doc, "markdown")
     return "\n".join(parts) + "\n"
 
 

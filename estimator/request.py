@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -32,6 +32,25 @@ class ModelInput(BaseModel):
         given = [k for k in ("config", "preset", "params") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError("give exactly one of 'config', 'preset' or 'params'")
+        return self
+
+
+class CalibrationInput(BaseModel):
+    """A measured step for one configuration (e.g. from a memtest): the efficiency that
+    reproduces it re-prices every option; the measured cell is marked `measured`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: str
+    seq_len: int = Field(ge=1, le=MAX_SEQ_LEN)
+    batch: int = Field(1, ge=1, le=1_000_000)
+    step_seconds: float | None = Field(None, gt=0, le=1e7)
+    tokens_per_second: float | None = Field(None, gt=0, le=1e12)
+
+    @model_validator(mode="after")
+    def _one_measurement(self) -> CalibrationInput:
+        if (self.step_seconds is None) == (self.tokens_per_second is None):
+            raise ValueError("give exactly one of step_seconds or tokens_per_second")
         return self
 
 
@@ -71,7 +90,12 @@ class EstimateRequest(BaseModel):
     usable_fraction: float = Field(0.92, gt=0, le=1)
     profile: str = "default"
     tokens: float | None = Field(None, gt=0, le=1e16)
+    target_tokens: Literal["chinchilla"] | None = None
+    dataset_lengths: list[int] | None = Field(None, min_length=1, max_length=10_000_000)
+    epochs: float = Field(1.0, gt=0, le=1e6)
+    overflow: Literal["drop", "truncate"] = "drop"
     prices: dict[str, float] = Field(default_factory=dict)
+    calibration: CalibrationInput | None = None
 
     @model_validator(mode="after")
     def _seq_lens_in_range(self) -> EstimateRequest:
