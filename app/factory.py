@@ -10,7 +10,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from app.api.routes import catalog, estimates, health, memtests, pages, quotes
+from app.api.routes import catalog, estimates, health, memtests, pages, quotes, solvers
 from app.db.engine import make_engine, make_session_factory
 from app.db.migrate import upgrade_head
 from app.errors import install_error_handlers
@@ -57,7 +57,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.version = _version()
 
     install_error_handlers(app)
-    for module in (health, catalog, estimates, memtests, quotes, pages):
+    for module in (health, catalog, estimates, solvers, memtests, quotes, pages):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_upload_bytes)

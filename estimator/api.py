@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from estimator.errors import EstimatorInputError
 from estimator.estimate import estimate
 from estimator.presets import PRESET_SOURCES, preset_config, preset_ids
 from estimator.profile import list_profiles as _list_profiles
-from estimator.request import CheckRequest, EstimateRequest
+from estimator.request import CheckRequest, EstimateRequest, RecommendRequest, SolverRequest
 
 
 def estimate_document(
@@ -71,3 +72,64 @@ def compare_memtest(doc: dict[str, Any], profile: str = "default") -> dict[str, 
     from estimator.compare import compare
 
     return compare(doc, profile)
+
+
+def _solver_inputs(req: SolverRequest) -> tuple[Any, Any, Any, Any, int]:
+    from estimator.estimate import devices_for, parse_gpu_options
+    from estimator.models import resolve_model
+    from estimator.profile import load_profile
+    from estimator.solvers import Budget
+
+    spec = resolve_model(req.model)
+    option = parse_gpu_options([req.gpu])[0]
+    budget = Budget(option.gpu.capacity_bytes, req.usable_fraction)
+    return spec, req.setup, budget, load_profile(req.profile), devices_for(option, req.setup)
+
+
+def _needs_seq(req: SolverRequest) -> int:
+    if req.seq_len is None:
+        raise EstimatorInputError("seq_len", "required for this question")
+    return req.seq_len
+
+
+def max_seq_document(req: SolverRequest) -> dict[str, Any]:
+    from estimator.solvers import max_seq
+
+    spec, setup, budget, profile, devices = _solver_inputs(req)
+    return {"gpu": req.gpu, **max_seq(spec, setup, budget, profile, req.granularity, devices)}
+
+
+def max_batch_document(req: SolverRequest) -> dict[str, Any]:
+    from estimator.solvers import max_batch
+
+    spec, setup, budget, profile, devices = _solver_inputs(req)
+    return {"gpu": req.gpu, **max_batch(spec, setup, _needs_seq(req), budget, profile, devices)}
+
+
+def min_gpus_document(req: SolverRequest) -> dict[str, Any]:
+    from estimator.solvers import min_gpus
+
+    spec, setup, budget, profile, _ = _solver_inputs(req)
+    return {"gpu": req.gpu, **min_gpus(spec, setup, _needs_seq(req), budget, profile)}
+
+
+def recommend_document(req: RecommendRequest) -> dict[str, Any]:
+    from estimator.estimate import parse_gpu_options
+    from estimator.models import resolve_model
+    from estimator.pricing import normalise_prices
+    from estimator.profile import load_profile
+    from estimator.recommend import recommend
+
+    return recommend(
+        resolve_model(req.model),
+        req.setup,
+        parse_gpu_options(req.gpus),
+        load_profile(req.profile),
+        req.usable_fraction,
+        required_seq=req.seq_len,
+        lengths=req.dataset_lengths,
+        tokens=req.tokens,
+        epochs=req.epochs,
+        prices=normalise_prices(req.prices) if req.prices else {},
+        overflow=req.overflow,
+    )

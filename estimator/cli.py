@@ -344,24 +344,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _solver_context(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, int]:
-    from estimator.estimate import devices_for, parse_gpu_options
-    from estimator.models import resolve_model
-    from estimator.profile import load_profile
-    from estimator.request import ModelInput
-    from estimator.setup import TrainingSetup
-    from estimator.solvers import Budget
+def _solver_request(args: argparse.Namespace, needs_seq: bool) -> Any:
+    from estimator.request import SolverRequest
 
     setup_dict, variants = setup_input(args)
     if variants:
         raise InputError("give one --checkpointing and one --loss (or use `trainfit recommend`)")
-    if not 0 < args.usable <= 1:
-        raise InputError(f"usable_fraction: {args.usable} is outside (0, 1]")
-    spec = resolve_model(ModelInput.model_validate(model_input(args)))
-    setup = TrainingSetup.model_validate(setup_dict)
-    option = parse_gpu_options([args.gpu])[0]
-    budget = Budget(option.gpu.capacity_bytes, args.usable)
-    return spec, setup, budget, load_profile(args.profile), devices_for(option, setup)
+    return SolverRequest.model_validate(
+        {
+            "model": model_input(args),
+            "setup": setup_dict,
+            "gpu": args.gpu,
+            "seq_len": _ints(args.seq, "--seq")[0] if needs_seq else None,
+            "granularity": args.granularity,
+            "usable_fraction": args.usable,
+            "profile": args.profile,
+        }
+    )
 
 
 def _print_answer(args: argparse.Namespace, answer: dict[str, Any], headline: str) -> None:
@@ -396,10 +395,9 @@ def _print_answer(args: argparse.Namespace, answer: dict[str, Any], headline: st
 
 
 def cmd_max_seq(args: argparse.Namespace) -> int:
-    from estimator.solvers import max_seq
+    from estimator.api import max_seq_document
 
-    spec, setup, budget, profile, devices = _solver_context(args)
-    answer = max_seq(spec, setup, budget, profile, args.granularity, devices)
+    answer = max_seq_document(_solver_request(args, needs_seq=False))
     value = answer["seq_len"]
     head = (
         f"longest sequence on {args.gpu}: {value} tokens (granularity {args.granularity})"
@@ -411,14 +409,13 @@ def cmd_max_seq(args: argparse.Namespace) -> int:
 
 
 def cmd_max_batch(args: argparse.Namespace) -> int:
-    from estimator.solvers import max_batch
+    from estimator.api import max_batch_document
 
-    spec, setup, budget, profile, devices = _solver_context(args)
-    seq = _ints(args.seq, "--seq")[0]
-    answer = max_batch(spec, setup, seq, budget, profile, devices)
+    req = _solver_request(args, needs_seq=True)
+    answer = max_batch_document(req)
     value = answer["batch"]
     head = (
-        f"largest micro-batch at {seq} tokens on {args.gpu}: {value}"
+        f"largest micro-batch at {req.seq_len} tokens on {args.gpu}: {value}"
         if value
         else f"nothing fits on {args.gpu}: {answer.get('reason')}"
     )
@@ -427,19 +424,47 @@ def cmd_max_batch(args: argparse.Namespace) -> int:
 
 
 def cmd_min_gpus(args: argparse.Namespace) -> int:
-    from estimator.solvers import min_gpus
+    from estimator.api import min_gpus_document
 
-    spec, setup, budget, profile, _ = _solver_context(args)
-    seq = _ints(args.seq, "--seq")[0]
-    answer = min_gpus(spec, setup, seq, budget, profile)
+    req = _solver_request(args, needs_seq=True)
+    answer = min_gpus_document(req)
     value = answer["gpus"]
     head = (
-        f"fewest {args.gpu} cards ({answer['sharding']}) at {seq} tokens: {value}"
+        f"fewest {args.gpu} cards ({answer['sharding']}) at {req.seq_len} tokens: {value}"
         if value
         else f"no number of {args.gpu} cards fits"
     )
     _print_answer(args, answer, head)
     return EXIT_OK if value else EXIT_NO_FIT
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    from estimator.api import recommend_document
+    from estimator.recommend import render_recommendation
+    from estimator.request import RecommendRequest
+
+    setup_dict, _ = setup_input(args)
+    fields = run_fields(args)
+    fields.pop("calibration", None)
+    fields.pop("target_tokens", None)
+    doc = recommend_document(
+        RecommendRequest.model_validate(
+            {
+                "model": model_input(args),
+                "setup": setup_dict,
+                "gpus": _csv(args.gpu),
+                "seq_len": _ints(args.seq, "--seq")[0] if args.seq else None,
+                "usable_fraction": args.usable,
+                "profile": args.profile,
+                **fields,
+            }
+        )
+    )
+    if args.format == "json":
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_recommendation(doc, args.format))
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -481,6 +506,15 @@ def build_parser() -> argparse.ArgumentParser:
         solver.add_argument("--granularity", type=int, default=256)
         solver.add_argument("--format", default="table", choices=["table", "json", "markdown"])
         solver.set_defaults(func=func)
+
+    rec = sub.add_parser("recommend", help="best fitting setting per GPU, cheapest first")
+    add_model_options(rec)
+    add_setup_options(rec, lists=False)
+    add_run_options(rec)
+    rec.set_defaults(seq=None)
+    rec.add_argument("--gpu", default="a100-80gb,rtx-pro-6000,h200")
+    rec.add_argument("--format", default="table", choices=["table", "json", "markdown"])
+    rec.set_defaults(func=cmd_recommend)
 
     pre = sub.add_parser("presets", help="list the model presets")
     pre.set_defaults(func=cmd_presets)

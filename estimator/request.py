@@ -129,3 +129,37 @@ class CheckRequest(BaseModel):
             usable_fraction=self.usable_fraction,
             profile=self.profile,
         )
+
+
+class SolverRequest(BaseModel):
+    """`POST /v1/max-seq`, `/v1/max-batch`, `/v1/min-gpus`: one GPU option; `seq_len` is the
+    length for max-batch and min-gpus."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelInput
+    setup: TrainingSetup = Field(default_factory=TrainingSetup)
+    gpu: str
+    seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN)
+    granularity: int = Field(256, ge=1, le=1_000_000)
+    usable_fraction: float = Field(0.92, gt=0, le=1)
+    profile: str = "default"
+
+
+class RecommendRequest(BaseModel):
+    """`POST /v1/recommend`: the best fitting setting per GPU for the length the data needs
+    (`seq_len`, or the longest sample of `dataset_lengths`), cheapest first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelInput
+    setup: TrainingSetup = Field(default_factory=TrainingSetup)
+    gpus: list[str] = Field(min_length=1, max_length=64)
+    seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN)
+    dataset_lengths: list[int] | None = Field(None, min_length=1, max_length=10_000_000)
+    tokens: float | None = Field(None, gt=0, le=1e16)
+    epochs: float = Field(1.0, gt=0, le=1e6)
+    overflow: Literal["drop", "truncate"] = "drop"
+    prices: dict[str, float] = Field(default_factory=dict)
+    usable_fraction: float = Field(0.92, gt=0, le=1)
+    profile: str = "default"
