@@ -200,9 +200,7 @@ def _choice(value: object, path: str, choices: Iterable[str]) -> None:
         raise MemtestSchemaError(path, f"must be one of {', '.join(options)}; got {value!r}")
 
 
-def _fields(
-    doc: dict[str, Any], path: str, checks: dict[str, Callable[[Any, str], None]]
-) -> None:
+def _fields(doc: dict[str, Any], path: str, checks: dict[str, Callable[[Any, str], None]]) -> None:
     for key, check in checks.items():
         check(_require(doc, key, path), _join(path, key))
 
@@ -398,9 +396,7 @@ def validate_memtest(doc: dict[str, Any]) -> dict[str, Any]:
         if seq not in position:
             raise MemtestSchemaError(f"{path}.seq_len", f"{seq} is not in sweep")
         if position[seq] <= last:
-            raise MemtestSchemaError(
-                f"{path}.seq_len", f"{seq} repeated or out of sweep order"
-            )
+            raise MemtestSchemaError(f"{path}.seq_len", f"{seq} repeated or out of sweep order")
         last = position[seq]
 
     if "ranks" in doc and doc["ranks"] is not None:

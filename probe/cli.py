@@ -7,6 +7,7 @@ Exit codes: 0 the test ran (whatever the per-length statuses; an OOM is a result
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -69,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--memory-cap", type=int, default=None, help="cpu/fake: raise OOM above this many bytes"
     )
+    r.add_argument(
+        "--time-limit", type=float, default=None, help="start no new length after this many seconds"
+    )
     r.add_argument("--out", help="output file (default memtest_<model>_<gpu>_<date>.json)")
     r.add_argument("--upload", metavar="URL", help="POST the memtest to URL (e.g. .../v1/memtests)")
     r.add_argument("--token", help="bearer token for --upload (default: $TRAINFIT_TOKEN)")
@@ -94,17 +98,27 @@ def _setup_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _summary(doc: dict[str, Any]) -> str:
+    """One line per length: status, peak in bytes and GiB (2^30), tokens per second."""
     gib = 2**30
-    lines = [f"{'seq_len':>8} {'status':>7} {'peak GiB':>9} {'tokens/s':>10}"]
+    lines = [f"{'seq_len':>8} {'status':>7} {'peak bytes':>15} {'peak GiB':>9} {'tokens/s':>10}"]
     for r in doc["results"]:
         peak = r["peak_allocated_bytes"]
         tps = r["tokens_per_second"]
         lines.append(
             f"{r['seq_len']:>8} {r['status']:>7} "
+            f"{(f'{peak:,}' if peak is not None else '-'):>15} "
             f"{(f'{peak / gib:.2f}' if peak is not None else '-'):>9} "
             f"{(f'{tps:.0f}' if tps is not None else '-'):>10}"
         )
     return "\n".join(lines)
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    """Write atomically (a temporary file renamed), so a killed run never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_BAD_INPUT
         from probe.runner import default_out_name, run_probe
 
+        def write_partial(partial: dict[str, Any]) -> None:
+            target = Path(args.out) if args.out else Path(default_out_name(partial))
+            with contextlib.suppress(OSError):  # reported when the final document is written
+                _write(target, partial)
+
         doc = run_probe(
             config,
             _setup_from_args(args),
@@ -141,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             name=args.name or Path(args.config).stem,
             command="trainfit-probe " + shlex.join(raw),
             progress=not args.no_progress,
+            time_limit=args.time_limit,
+            on_result=write_partial,
         )
     except ProbeInputError as exc:
         print(f"trainfit-probe: error: {exc.field}: {exc.message}", file=sys.stderr)
@@ -155,8 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK  # rank 0 writes the file
     out = Path(args.out) if args.out else Path(default_out_name(doc))
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        _write(out, doc)
     except OSError as exc:
         print(f"trainfit-probe: error: out: cannot write {out}: {exc}", file=sys.stderr)
         return EXIT_FAILED

@@ -132,8 +132,16 @@ def gated_delta_fwd(
     fake_out = _fake_fwd(q, k, v, g, beta, initial_state, output_final_state, use_qk_l2norm)
     # the real path keeps the *original* q, k, g in the saved slots (the backward recomputes)
     final = state.float() if output_final_state else fake_out[1].zero_()
-    return (o.contiguous(), final, q.clone(), *fake_out[3:4], k.clone(), fake_out[5], g.clone(),
-            *fake_out[7:])
+    return (
+        o.contiguous(),
+        final,
+        q.clone(),
+        *fake_out[3:4],
+        k.clone(),
+        fake_out[5],
+        g.clone(),
+        *fake_out[7:],
+    )
 
 
 @gated_delta_fwd.register_fake

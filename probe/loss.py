@@ -19,7 +19,7 @@ __all__ = ["full_loss", "chunked_loss"]
 
 
 def full_loss(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
-    """transformers' loss from `labels`; the model output is dropped before the caller's backward."""
+    """transformers' loss from `labels`; the output is dropped before the caller's backward."""
     out = model(input_ids=input_ids, labels=input_ids, use_cache=False)
     loss = out.loss if hasattr(out, "loss") else out["loss"]
     del out  # as HF Trainer: holding the output would keep the logits alive through backward
@@ -41,6 +41,8 @@ def chunked_loss(
     hidden = hidden[:, :-1]  # position t predicts token t+1
     labels = input_ids[:, 1:]
     total = hidden.new_zeros((), dtype=torch.float32)
-    for h, y in zip(torch.split(hidden, chunk, dim=1), torch.split(labels, chunk, dim=1), strict=True):
+    for h, y in zip(
+        torch.split(hidden, chunk, dim=1), torch.split(labels, chunk, dim=1), strict=True
+    ):
         total = total + checkpoint(_chunk_ce, lm_head, h, y, use_reentrant=False)
     return total / labels.numel()

@@ -25,7 +25,8 @@ import torch
 from torch import nn
 
 from probe.checkpointing import enable_checkpointing
-from probe.config import text_config
+from probe.config import BUILTIN_MODEL_TYPES, text_config
+from probe.options import ProbeInputError
 
 __all__ = ["BuiltModel", "UnsupportedSetup", "build_model", "base_dtype", "count_params"]
 
@@ -159,11 +160,11 @@ def _apply_lora(model: nn.Module, setup: dict[str, Any], notes: list[str]) -> nn
         return apply_builtin_lora(
             model, setup["lora_rank"], alpha, target, setup["adapter_dtype"] == "fp32"
         )
-    lcfg = LoraConfig(r=setup["lora_rank"], lora_alpha=alpha, target_modules=target, lora_dropout=0.0)
+    lcfg = LoraConfig(
+        r=setup["lora_rank"], lora_alpha=alpha, target_modules=target, lora_dropout=0.0
+    )
     try:
-        return get_peft_model(
-            model, lcfg, autocast_adapter_dtype=setup["adapter_dtype"] == "fp32"
-        )
+        return get_peft_model(model, lcfg, autocast_adapter_dtype=setup["adapter_dtype"] == "fp32")
     except ValueError as exc:
         raise UnsupportedSetup(f"lora_targets {targets}: {exc}") from None
 
@@ -174,6 +175,7 @@ def build_model(
     """Build the model (on meta for `fake`), apply LoRA and checkpointing as `setup` says."""
     notes: list[str] = []
     library = "builtin"
+    prefer_builtin = prefer_builtin or os.environ.get("TRAINFIT_PROBE_BUILTIN") == "1"
     if not prefer_builtin:
         try:
             import transformers  # noqa: F401
@@ -186,6 +188,13 @@ def build_model(
     else:
         from probe.builtin import BuiltinCausalLM
 
+        if config["model_type"] not in BUILTIN_MODEL_TYPES:
+            raise ProbeInputError(
+                "config.model_type",
+                f"the built-in decoder supports {', '.join(BUILTIN_MODEL_TYPES)}, "
+                f"not {config['model_type']!r}",
+            )
+        notes.append("built with the probe's plain-torch llama-like decoder (no transformers)")
         if setup["method"] == "qlora":
             _qlora_kwargs(device)
         with _build_device(device):

@@ -24,7 +24,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -153,7 +153,9 @@ class _Session:
         ids = torch.randint(0, self.vocab, (batch, seq), device=self.torch_device)
         with self._autocast():
             if self.setup["loss"] == "chunked":
-                loss = chunked_loss(self.built.decoder, self.built.lm_head, ids, self.setup["loss_chunk"])
+                loss = chunked_loss(
+                    self.built.decoder, self.built.lm_head, ids, self.setup["loss_chunk"]
+                )
             else:
                 loss = full_loss(self.built.model, ids)
         loss.backward()
@@ -277,16 +279,24 @@ def _progress(total: int, enabled: bool) -> Any:
 
 def _check_args(steps: int, device: str, memory_cap: int | None) -> None:
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
-        raise ProbeInputError("steps", f"must be an integer between 1 and {MAX_STEPS}, got {steps!r}")
+        raise ProbeInputError(
+            "steps", f"must be an integer between 1 and {MAX_STEPS}, got {steps!r}"
+        )
     if device not in DEVICES:
         raise ProbeInputError("device", f"must be one of {', '.join(DEVICES)}; got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
         raise ProbeInputError("device", "cuda was asked for, but torch sees no CUDA device")
     if memory_cap is not None:
         if isinstance(memory_cap, bool) or not isinstance(memory_cap, int) or memory_cap < 1:
-            raise ProbeInputError("memory_cap", f"must be a positive number of bytes, got {memory_cap!r}")
+            raise ProbeInputError(
+                "memory_cap", f"must be a positive number of bytes, got {memory_cap!r}"
+            )
         if device == "cuda":
             raise ProbeInputError("memory_cap", "only for the cpu and fake devices (the tracker)")
+
+
+class _BuildOOM(RuntimeError):
+    """The weights alone do not fit on the device."""
 
 
 def _build(config: dict[str, Any], setup: dict[str, Any], device: str) -> BuiltModel:
@@ -294,7 +304,9 @@ def _build(config: dict[str, Any], setup: dict[str, Any], device: str) -> BuiltM
         return build_model(config, setup, device)
     except (UnsupportedSetup, ProbeInputError):
         raise
-    except (ValueError, TypeError, KeyError, AttributeError, AssertionError) as exc:
+    except Exception as exc:  # noqa: BLE001 - transformers raises many types for bad configs
+        if _is_oom(exc):
+            raise _BuildOOM(f"{type(exc).__name__} while building the model: {exc}") from None
         raise ProbeInputError(
             "config", f"the model could not be built from this config: {type(exc).__name__}: {exc}"
         ) from None
@@ -311,11 +323,22 @@ def run_probe(
     name: str | None = None,
     command: str | None = None,
     progress: bool = False,
+    time_limit: float | None = None,
+    on_result: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run the memory test and return the memtest document (validated).
 
+    `time_limit` (seconds): no new length is started once the run has taken longer (those are
+    recorded as `skipped`), so a GPU job with a hard deadline still writes its results.
+    `on_result` is called with the memtest so far after each length (the CLI writes it, so a
+    run killed from outside leaves a valid file).
     Raises `ProbeInputError` for bad input; failures while running are recorded per length.
     """
+    started = time.monotonic()
+    if time_limit is not None and not time_limit > 0:
+        raise ProbeInputError(
+            "time_limit", f"must be a positive number of seconds, got {time_limit!r}"
+        )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     config = check_config(config)
     setup = normalize_setup(setup)
@@ -334,6 +357,44 @@ def run_probe(
     built: BuiltModel | None = None
     kernels: set[str] = set()
     ranks: list[dict[str, Any]] | None = None
+
+    def make_doc(done: list[dict[str, Any]]) -> dict[str, Any]:
+        """The memtest for the results so far; lengths not reached yet are `skipped`."""
+        reached = {r["seq_len"] for r in done}
+        pending = [
+            _result(s, setup["batch"], "skipped", "not reached (partial memtest, run in progress)")
+            for s in lengths
+            if s not in reached
+        ]
+        env["attention_kernel"] = _attention_kernel(setup, kernels, device)
+        total = built.params_total if built is not None else 0
+        trainable = built.params_trainable if built is not None else 0
+        doc: dict[str, Any] = {
+            "schema": SCHEMA_ID,
+            "created_at": _now(),
+            "tool": {
+                "name": "trainfit-probe",
+                "version": __version__,
+                "command": command
+                or f"probe.run_probe(device={device!r}, sweep={lengths}, steps={steps})",
+            },
+            "environment": env,
+            "model": {
+                "name": name or _model_name(config),
+                "model_type": str(config["model_type"]),
+                "config": config,
+                "params_total": int(total),
+                "params_trainable": int(trainable),
+            },
+            "setup": setup,
+            "sweep": lengths,
+            "results": [*done, *pending],
+        }
+        if ranks is not None:
+            doc["ranks"] = ranks
+        if notes:
+            doc["notes"] = list(notes)
+        return validate_memtest(doc)
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(_unpacked_sequences())
@@ -367,10 +428,11 @@ def run_probe(
             if tracker is not None:
                 tracker.adopt(list(built.model.parameters()) + list(built.model.buffers()))
             session = _Session(built, setup, device, vocab, tracker)
-        except UnsupportedSetup as exc:
-            results = [_result(lengths[0], setup["batch"], "error", str(exc))]
+        except (UnsupportedSetup, _BuildOOM, torch.OutOfMemoryError) as exc:
+            status = "error" if isinstance(exc, UnsupportedSetup) else "oom"
+            results = [_result(lengths[0], setup["batch"], status, str(exc))]
             results += [
-                _result(s, setup["batch"], "skipped", "not run: setup unsupported")
+                _result(s, setup["batch"], "skipped", f"not run: {status} before the first step")
                 for s in lengths[1:]
             ]
         else:
@@ -378,11 +440,18 @@ def run_probe(
                 kernels |= _observe_cuda_kernels(session)
             stopped: str | None = None
             for seq in lengths:
+                out_of_time = time_limit is not None and time.monotonic() - started > time_limit
+                if stopped is None and out_of_time:
+                    stopped = f"not run: the time limit of {time_limit:g} s was reached"
                 if stopped is not None:
                     results.append(_result(seq, setup["batch"], "skipped", stopped))
                     continue
                 res = session.run_length(seq, steps, bar)
                 results.append(res)
+                if on_result is not None and tracker is not None:
+                    kernels |= tracker.kernels
+                if on_result is not None and dist.rank == 0:
+                    on_result(make_doc(results))
                 if res["status"] != "ok":
                     stopped = f"not run: the sweep stopped at {res['status']} (seq_len {seq})"
             if tracker is not None:
@@ -390,35 +459,4 @@ def run_probe(
             if dist.world_size > 1:
                 ranks = dist.gather_ranks(results)
 
-    env["attention_kernel"] = _attention_kernel(setup, kernels, device)
-    if built is None:
-        params_total = params_trainable = 0
-    else:
-        params_total, params_trainable = built.params_total, built.params_trainable
-        if dist.world_size > 1:
-            params_total, params_trainable = dist.full_counts(built)
-    doc: dict[str, Any] = {
-        "schema": SCHEMA_ID,
-        "created_at": _now(),
-        "tool": {
-            "name": "trainfit-probe",
-            "version": __version__,
-            "command": command or f"probe.run_probe(device={device!r}, sweep={lengths}, steps={steps})",
-        },
-        "environment": env,
-        "model": {
-            "name": name or _model_name(config),
-            "model_type": str(config["model_type"]),
-            "config": config,
-            "params_total": int(params_total),
-            "params_trainable": int(params_trainable),
-        },
-        "setup": setup,
-        "sweep": lengths,
-        "results": results,
-    }
-    if ranks is not None:
-        doc["ranks"] = ranks
-    if notes:
-        doc["notes"] = notes
-    return validate_memtest(doc)
+    return make_doc(results)

@@ -15,9 +15,8 @@ temporaries, logits).
 
 from __future__ import annotations
 
-import contextlib
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -172,9 +171,7 @@ class StorageTracker(TorchDispatchMode):
 
     def begin_window(self) -> None:
         """Start logging for one step (the classification covers the peak inside the window)."""
-        self._baseline = {
-            uid: n for uid, n in self._live.values() if uid not in self._host
-        }
+        self._baseline = {uid: n for uid, n in self._live.values() if uid not in self._host}
         self._events = []
         self._window_peak = self.current
         self._window_peak_index = 0
@@ -227,9 +224,3 @@ class StorageTracker(TorchDispatchMode):
                 out["activations"] += nbytes
         out["host"] = self._window_host_at_peak
         return out
-
-
-@contextlib.contextmanager
-def no_tracking() -> Iterator[None]:
-    """Placeholder context for devices measured by the allocator itself (cuda)."""
-    yield

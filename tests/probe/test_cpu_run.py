@@ -26,9 +26,10 @@ def test_real_cpu_steps_of_two_lengths_write_a_schema_valid_memtest(tiny_llama):
     comps = long["components"]
     assert comps["params"] >= 4 * n
     assert comps["optimizer"] >= 8 * n
-    assert sum(comps[k] for k in ("params", "grads", "optimizer", "activations")) == long[
-        "peak_allocated_bytes"
-    ]
+    assert (
+        sum(comps[k] for k in ("params", "grads", "optimizer", "activations"))
+        == long["peak_allocated_bytes"]
+    )
 
 
 def test_injected_oom_stops_the_sweep_and_skips_the_rest(tiny_llama):
@@ -103,7 +104,9 @@ def test_chunked_loss_needs_less_memory_than_full_logits():
         cfg, {**setup, "loss": "chunked", "loss_chunk": 128}, [1024], steps=1, device="cpu"
     )
     assert chunked["results"][0]["status"] == "ok"
-    assert chunked["results"][0]["peak_allocated_bytes"] < full["results"][0]["peak_allocated_bytes"]
+    assert (
+        chunked["results"][0]["peak_allocated_bytes"] < full["results"][0]["peak_allocated_bytes"]
+    )
 
 
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-qwen3-moe", "tiny-gpt2", "tiny-qwen3.5"])
@@ -111,3 +114,16 @@ def test_tiny_architectures_train_for_real_on_the_cpu(name):
     doc = run_probe(load(name), {"method": "lora"}, [32], steps=1, device="cpu")
     assert doc["results"][0]["status"] == "ok", doc["results"][0]["error"]
     assert doc["model"]["params_trainable"] > 0
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_builtin_decoder_runs_without_transformers(tiny_llama, monkeypatch, method):
+    monkeypatch.setenv("TRAINFIT_PROBE_BUILTIN", "1")
+    doc = run_probe(tiny_llama, {"method": method, "checkpointing": "gpu"}, [64], device="cpu")
+    assert doc["results"][0]["status"] == "ok", doc["results"][0]["error"]
+    assert any("plain-torch" in note for note in doc["notes"])
+    # same parameter count as transformers' LlamaForCausalLM for the same config
+    monkeypatch.delenv("TRAINFIT_PROBE_BUILTIN")
+    hf = run_probe(tiny_llama, {"method": method}, [16], steps=1, device="cpu")
+    if method == "full":
+        assert doc["model"]["params_total"] == hf["model"]["params_total"]

@@ -103,16 +103,20 @@ def test_gated_delta_op_gives_the_fallbacks_values_and_gradients():
     o_ref, _ = qwen.torch_chunk_gated_delta_rule(
         *ref_in[:3], g=ref_in[3], beta=ref_in[4], use_qk_l2norm_in_kernel=True
     )
-    o_op, _ = la.gated_delta_rule(*op_in[:3], g=op_in[3], beta=op_in[4], use_qk_l2norm_in_kernel=True)
+    o_op, _ = la.gated_delta_rule(
+        *op_in[:3], g=op_in[3], beta=op_in[4], use_qk_l2norm_in_kernel=True
+    )
     torch.testing.assert_close(o_op, o_ref)
-    for a, b_ in zip(torch.autograd.grad(o_op.sum(), op_in), torch.autograd.grad(o_ref.sum(), ref_in), strict=True):
+    for a, b_ in zip(
+        torch.autograd.grad(o_op.sum(), op_in),
+        torch.autograd.grad(o_ref.sum(), ref_in),
+        strict=True,
+    ):
         torch.testing.assert_close(a, b_, atol=1e-5, rtol=1e-4)
 
 
 def test_gated_delta_fake_op_allocates_the_modelled_tensors():
     from torch._subclasses.fake_tensor import FakeTensorMode
-
-    import probe.linear_attention as la
 
     with FakeTensorMode():
         b, t, h, hv, k, v = 1, 4096, 16, 48, 128, 128

@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from memtest_schema import SCHEMA_ID, SETUP_FIELDS, MemtestSchemaError, load_memtest, validate_memtest
+from memtest_schema import (
+    SCHEMA_ID,
+    SETUP_FIELDS,
+    MemtestSchemaError,
+    load_memtest,
+    validate_memtest,
+)
 
 
 def _doc() -> dict[str, Any]:

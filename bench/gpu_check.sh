@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The GPU check: one prepared run of the probe on an H200 (see /work/shared/gpu-check.md).
+#
+#   bench/gpu_check.sh             # on the GPU box: real configs, --device cuda
+#   bench/gpu_check.sh --dry-run   # anywhere: tiny configs on the CPU, checks the script itself
+#
+# Every step logs to $OUT (default ./gpu-check-out): nvidia-smi, package versions, one memtest
+# JSON + log per sweep, and summary.log with each step's exit code and seconds. Each sweep stops
+# at its first OOM by design (the probe records it); the script always goes on to the next one.
+# The probe runs from the source tree (PYTHONPATH=.), no pip install: the H200 image reaches no
+# package registry. GPU time: each sweep has a soft limit (--time-limit: no new length after it)
+# and a hard one (timeout); the hard limits add up to 6.5 minutes.
+#
+# Environment: OUT, PYTHON (default python3), DRY_RUN=1 (same as --dry-run).
+set -u -o pipefail
+
+cd "$(dirname "$0")/.."
+OUT=${OUT:-./gpu-check-out}
+PY=${PYTHON:-python3}
+DRY=${DRY_RUN:-0}
+if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; fi
+mkdir -p "$OUT"
+export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+
+TARGETS=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,in_proj_qkv,in_proj_z,out_proj
+if [[ "$DRY" == 1 ]]; then
+  DEVICE=cpu
+  SEED_CONFIG=tests/data/configs/tiny-qwen3.5.json
+  DENSE_CONFIG=tests/data/configs/tiny-llama.json
+  SEED_SWEEP=64,128,192
+  DENSE_SWEEP=64,128,256
+  SEED_STEPS=2
+  DENSE_STEPS=2
+  LIMITS=(90 90 90 90)     # hard limits per sweep, seconds
+else
+  DEVICE=cuda
+  SEED_CONFIG=tests/data/configs/qwen3.5-27b.json
+  DENSE_CONFIG=tests/data/configs/Llama-3.1-8B.json
+  SEED_SWEEP=16000,32000,48000
+  DENSE_SWEEP=2048,4096,8192
+  SEED_STEPS=2             # 2 steps: the second one has the optimizer states
+  DENSE_STEPS=3
+  LIMITS=(120 90 90 60)
+fi
+
+SUMMARY="$OUT/summary.log"
+: >"$SUMMARY"
+
+# run NAME HARD_LIMIT_S COMMAND...: log to $OUT/NAME.log, record rc and seconds, never abort
+run() {
+  local name=$1 limit=$2
+  shift 2
+  local start rc
+  start=$(date +%s)
+  echo "== $name: $*" | tee -a "$SUMMARY"
+  timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  rc=$?
+  echo "   $name rc=$rc seconds=$(($(date +%s) - start))" | tee -a "$SUMMARY"
+  return 0
+}
+
+if command -v nvidia-smi >/dev/null 2>&1; then
+  run nvidia-smi 30 nvidia-smi
+else
+  echo "== nvidia-smi: not found (dry run: $DRY)" | tee -a "$SUMMARY"
+fi
+run versions 60 "$PY" -m pip show torch transformers peft accelerate bitsandbytes
+run torch-info 60 "$PY" -c "import torch, sys; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available()); print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no cuda device')"
+
+OPTIMIZER=adamw
+if [[ "$DEVICE" == cuda ]] && "$PY" -c "import bitsandbytes" >/dev/null 2>&1; then
+  OPTIMIZER=adamw-8bit
+fi
+echo "== seed optimizer: $OPTIMIZER" | tee -a "$SUMMARY"
+
+probe() {  # probe NAME HARD_LIMIT_S PROBE_ARGS...
+  local name=$1 limit=$2
+  shift 2
+  run "$name" "$limit" "$PY" -m probe --device "$DEVICE" --no-progress \
+    --time-limit $((limit - 45)) --out "$OUT/memtest_$name.json" "$@"
+}
+
+SEED=(--config "$SEED_CONFIG" --method lora --lora-rank 16 --lora-targets "$TARGETS"
+  --optimizer "$OPTIMIZER" --precision bf16 --sweep "$SEED_SWEEP" --steps "$SEED_STEPS")
+
+# 1. the seed case: checkpoints on the GPU, chunked loss
+probe seed-gpu-chunked "${LIMITS[0]}" "${SEED[@]}" --checkpointing gpu --loss chunked
+# 2. the same with full logits
+probe seed-gpu-full "${LIMITS[1]}" "${SEED[@]}" --checkpointing gpu --loss full
+# 3. the same with the checkpoints offloaded to the host
+probe seed-offload-chunked "${LIMITS[2]}" "${SEED[@]}" --checkpointing offload --loss chunked
+# 4. a dense second architecture: full fine-tune, AdamW
+probe dense-full "${LIMITS[3]}" --config "$DENSE_CONFIG" --method full --optimizer adamw \
+  --precision bf16 --checkpointing gpu --loss full --sweep "$DENSE_SWEEP" --steps "$DENSE_STEPS"
+
+echo "== done; memtests:" | tee -a "$SUMMARY"
+ls -1 "$OUT"/memtest_*.json 2>/dev/null | tee -a "$SUMMARY"

@@ -1,0 +1,197 @@
+"""The `trainfit-probe` command line: exit codes, messages, output file, upload."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from memtest_schema import load_memtest  # noqa: E402
+from probe.cli import main  # noqa: E402
+
+TINY = Path(__file__).resolve().parents[1] / "data" / "configs" / "tiny-llama.json"
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _bad(capsys, *argv: str) -> str:
+    code, _, err = _run(capsys, *argv)
+    assert code == 2
+    assert "Traceback" not in err
+    return err
+
+
+def test_missing_config_file_exits_2_naming_config(capsys, tmp_path):
+    err = _bad(capsys, "--config", str(tmp_path / "nope.json"), "--device", "cpu")
+    assert "config: no such file" in err
+
+
+def test_malformed_config_json_exits_2(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama", ')
+    err = _bad(capsys, "--config", str(path), "--device", "cpu")
+    assert "config:" in err and "not valid JSON" in err
+
+
+def test_unknown_model_type_exits_2_naming_model_type(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads(TINY.read_text()), "model_type": "llamazing"}))
+    err = _bad(capsys, "--config", str(path), "--device", "cpu")
+    assert "config.model_type" in err and "llamazing" in err
+
+
+def test_negative_size_in_config_exits_2_naming_the_field(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads(TINY.read_text()), "hidden_size": -64}))
+    err = _bad(capsys, "--config", str(path), "--device", "cpu")
+    assert "config.hidden_size" in err
+
+
+def test_config_that_cannot_be_built_exits_2(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    # 64 hidden cannot be split into 5 heads
+    path.write_text(json.dumps({**json.loads(TINY.read_text()), "num_attention_heads": 5}))
+    code, _, err = _run(capsys, "--config", str(path), "--device", "cpu", "--sweep", "16")
+    assert code == 2 and "Traceback" not in err and "config" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--sweep", "64,-5"], "sweep[1]"),
+        (["--sweep", "64,abc"], "sweep[1]"),
+        (["--steps", "0"], "steps"),
+        (["--batch", "0"], "setup.batch"),
+        (["--lora-rank", "-1"], "setup.lora_rank"),
+        (["--optimizer", "adam"], "--optimizer"),
+        (["--memory-cap", "-3"], "memory_cap"),
+        (["--lora-targets", ","], "setup.lora_targets"),
+    ],
+)
+def test_bad_options_exit_2_naming_the_field(capsys, args, field):
+    err = _bad(capsys, "--config", str(TINY), "--device", "cpu", *args)
+    assert field in err
+
+
+def test_missing_required_config_option_exits_2(capsys):
+    err = _bad(capsys, "--device", "cpu")
+    assert "--config" in err
+
+
+def test_a_cpu_run_writes_a_valid_memtest_and_prints_a_summary(capsys, tmp_path):
+    out = tmp_path / "m.json"
+    code, stdout, _ = _run(
+        capsys,
+        "--config",
+        str(TINY),
+        "--device",
+        "cpu",
+        "--sweep",
+        "32,64",
+        "--steps",
+        "1",
+        "--out",
+        str(out),
+        "--no-progress",
+    )
+    assert code == 0
+    doc = load_memtest(out.read_bytes())
+    assert doc["model"]["name"] == "tiny-llama"
+    assert doc["tool"]["command"].startswith("trainfit-probe --config")
+    assert "wrote" in stdout and "seq_len" in stdout
+
+
+def test_default_output_name_has_model_device_and_date(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, _ = _run(
+        capsys,
+        "--config",
+        str(TINY),
+        "--device",
+        "cpu",
+        "--sweep",
+        "16",
+        "--steps",
+        "1",
+        "--no-progress",
+    )
+    assert code == 0
+    (written,) = tmp_path.glob("memtest_tiny-llama_cpu_*.json")
+    load_memtest(written.read_text())
+
+
+class _Server(BaseHTTPRequestHandler):
+    received: list[tuple[str, str | None, bytes]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        _Server.received.append((self.path, self.headers.get("Authorization"), body))
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"id": "mt-1"}')
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_upload_posts_the_memtest_with_the_bearer_token(capsys, tmp_path, monkeypatch):
+    server = HTTPServer(("127.0.0.1", 0), _Server)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("TRAINFIT_TOKEN", "secret-token")
+    url = f"http://127.0.0.1:{server.server_port}/v1/memtests"
+    try:
+        code, stdout, err = _run(
+            capsys,
+            "--config",
+            str(TINY),
+            "--device",
+            "cpu",
+            "--sweep",
+            "16",
+            "--steps",
+            "1",
+            "--out",
+            str(tmp_path / "m.json"),
+            "--upload",
+            url,
+            "--no-progress",
+        )
+    finally:
+        server.shutdown()
+    assert code == 0, err
+    path, auth, body = _Server.received[-1]
+    assert path == "/v1/memtests"
+    assert auth == "Bearer secret-token"
+    assert load_memtest(body)["sweep"] == [16]
+    assert "uploaded as mt-1" in stdout
+
+
+def test_upload_to_an_unreachable_server_exits_1(capsys, tmp_path):
+    code, _, err = _run(
+        capsys,
+        "--config",
+        str(TINY),
+        "--device",
+        "cpu",
+        "--sweep",
+        "16",
+        "--steps",
+        "1",
+        "--out",
+        str(tmp_path / "m.json"),
+        "--upload",
+        "http://127.0.0.1:9/v1/memtests",
+        "--no-progress",
+    )
+    assert code == 1 and "upload" in err

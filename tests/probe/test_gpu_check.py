@@ -1,0 +1,39 @@
+"""bench/gpu_check.sh is valid bash and names configs and options that exist.
+
+The full dry run (`PYTHON=.venv/bin/python bench/gpu_check.sh --dry-run`, about a minute on two
+cores) is not run here, to keep this folder fast; the probe commands it uses are exercised by the
+CLI tests.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "gpu_check.sh"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_gpu_check_script_is_valid_bash():
+    subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
+
+
+def test_gpu_check_configs_exist():
+    text = SCRIPT.read_text()
+    configs = re.findall(r"tests/data/configs/[\w.\-]+\.json", text)
+    assert len(configs) >= 4
+    for config in configs:
+        assert (ROOT / config).is_file(), config
+
+
+def test_gpu_check_uses_only_options_the_probe_knows():
+    from probe.cli import build_parser
+
+    known = {s for a in build_parser()._actions for s in a.option_strings}
+    used = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]+", SCRIPT.read_text()))
+    assert used - {"--dry-run", "--kill-after"} <= known
