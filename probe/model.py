@@ -54,12 +54,10 @@ class BuiltModel:
 def base_dtype(setup: dict[str, Any]) -> torch.dtype:
     """dtype of the (frozen or trained) base weights.
 
-    fp32: everything fp32. mixed + full fine-tune: fp32 master weights, bf16 compute through
-    autocast. Otherwise (bf16, or any adapter method) the base weights are bf16.
+    fp32: everything fp32. Otherwise the model's weights are bf16; `mixed` full fine-tuning
+    adds fp32 masters in the optimizer (probe.optim.MasterWeights), not autocast.
     """
     if setup["precision"] == "fp32":
-        return torch.float32
-    if setup["precision"] == "mixed" and setup["method"] == "full":
         return torch.float32
     return torch.bfloat16
 

@@ -22,7 +22,7 @@ from torch.optim import Optimizer
 
 from probe.model import UnsupportedSetup
 
-__all__ = ["Lion", "make_optimizer", "optimizer_state_tensors"]
+__all__ = ["Lion", "MasterWeights", "make_optimizer", "optimizer_state_tensors"]
 
 LR = 1e-5
 
@@ -101,7 +101,54 @@ def make_optimizer(name: str, params: list[torch.Tensor], device: str) -> Optimi
     raise UnsupportedSetup(f"unknown optimizer {name!r}")
 
 
-def optimizer_state_tensors(optimizer: Optimizer) -> list[torch.Tensor]:
+class MasterWeights:
+    """Mixed precision as the ZeRO paper counts it (Rajbhandari et al. 2020, section 3.1):
+    bf16 weights and gradients in the model, an fp32 master copy of each trainable tensor and
+    fp32 optimizer states here (2 + 2 + 4 + 8 = 16 bytes per parameter with Adam).
+
+    The step runs one tensor at a time (one inner optimizer per tensor): the bf16 gradient is
+    upcast into the master's `.grad`, the inner optimizer updates the master, the master is
+    copied back into the bf16 weight; so the step's temporaries are those of one tensor."""
+
+    def __init__(self, name: str, params: list[torch.Tensor], device: str) -> None:
+        self.params = params
+        self.masters = [p.detach().float() for p in params]
+        for m in self.masters:
+            m.requires_grad_(True)
+        self.inner = [make_optimizer(name, [m], device) for m in self.masters]
+
+    @property
+    def state(self) -> dict[Any, dict[str, Any]]:
+        merged: dict[Any, dict[str, Any]] = {}
+        for m, opt in zip(self.masters, self.inner, strict=True):
+            merged[m] = {"master": m, **opt.state.get(m, {})}
+        return merged
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p, m, opt in zip(self.params, self.masters, self.inner, strict=True):
+            if p.grad is None:
+                continue
+            m.grad = p.grad.float()
+            p.grad = None
+            opt.step()
+            m.grad = None
+            p.copy_(m)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+
+def make_training_optimizer(setup: dict[str, Any], params: list[torch.Tensor], device: str) -> Any:
+    """`precision: mixed` with full fine-tuning keeps fp32 masters (MasterWeights); every
+    other setup steps the parameters in their own dtype."""
+    if setup.get("precision") == "mixed" and setup.get("method") == "full":
+        return MasterWeights(setup["optimizer"], params, device)
+    return make_optimizer(setup["optimizer"], params, device)
+
+
+def optimizer_state_tensors(optimizer: Any) -> list[torch.Tensor]:
     """Every tensor held in the optimizer's state (for the components at the peak)."""
     out: list[torch.Tensor] = []
     for state in optimizer.state.values():

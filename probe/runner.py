@@ -37,7 +37,7 @@ from probe.environment import describe_environment
 from probe.linear_attention import install_linear_attention
 from probe.loss import chunked_loss, full_loss
 from probe.model import BuiltModel, UnsupportedSetup, build_model
-from probe.optim import make_optimizer, optimizer_state_tensors
+from probe.optim import make_training_optimizer, optimizer_state_tensors
 from probe.options import ProbeInputError, normalize_setup, parse_sweep
 from probe.tracker import StorageTracker
 
@@ -135,8 +135,8 @@ class _Session:
         self.tracker = tracker
         self.torch_device = torch.device("cuda" if device == "cuda" else "cpu")
         params = [p for p in built.model.parameters() if p.requires_grad]
-        self.optimizer = make_optimizer(setup["optimizer"], params, device)
-        self.autocast = setup["precision"] == "mixed"
+        self.optimizer = make_training_optimizer(setup, params, device)
+        self.autocast = False  # mixed = bf16 compute with fp32 masters (probe.optim.MasterWeights)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if not self.autocast:

@@ -1,8 +1,8 @@
 """Combine the components into the per-device memory of one training step.
 
-Phases (default profile, `peak_rule: max_transient`): the loss (all checkpoints alive plus the
-logits peak), the backward of one layer (checkpoints plus `recompute_peak`), whichever is
-higher; the seed-000 profile adds every component (`peak_rule: sum`), as seed 000's table does.
+Default profile, `peak_rule: phases`: the largest of the loss, the backward and the optimizer
+step (see `_peak`); the seed-000 profile adds every component (`peak_rule: sum`), as seed
+000's table does.
 """
 
 from __future__ import annotations
@@ -150,8 +150,18 @@ def memory_breakdown(
         "logits": logits,
         "overhead": overhead,
     }
-    peak = _peak(components, profile)
+    grads, step = _sharded_grads_and_step(states, sharding, n)
+    peak = _peak(components, profile, grads, step)
     return MemoryBreakdown(components, host, peak, n, sharding, states, missing)
+
+
+def _sharded_grads_and_step(states: StateBytes, sharding: str, n: int) -> tuple[float, float]:
+    """The gradient share of `trainable_states` and the optimizer-step temporaries, per device
+    (ZeRO-2/3, FSDP and device_map shard gradients; ZeRO-1 and up shard the optimizer)."""
+    if n == 1 or sharding == "none":
+        return states.grads, states.step_transient
+    grads = states.grads if sharding == "zero1" else states.grads / n
+    return grads, states.step_transient / n
 
 
 def _checkpoint_bytes(
@@ -184,18 +194,29 @@ def _recompute_peak(
     return worst
 
 
-def _peak(components: dict[str, Any], profile: Profile) -> Any:
-    """`sum`: every component at once. `max_transient`: the loss and the recompute of a layer
-    never overlap (the logits are freed before the first layer's backward)."""
+def _peak(components: dict[str, Any], profile: Profile, grads: float, step: float) -> Any:
+    """`sum` (seed 000's rule): every component at once.
+    `phases`: the largest of three moments of a step (optimizer.zero_grad(set_to_none=True), so
+    gradients exist only from their layer's backward on):
+      loss      weights + states without grads + checkpoints + logits peak
+      backward  weights + states without grads + max(checkpoints, grads) + recompute peak
+                (checkpoints are freed as the gradients of their layers are made)
+      step      weights + all states + the optimizer's temporaries
+    plus the overhead. Gradient accumulation (grads kept across micro-batches) is not modelled."""
 
     def value(name: str) -> Any:
         v = components[name]
         return 0.0 if v is None else v
 
-    base = value("weights") + value("trainable_states") + value("checkpoints") + value("overhead")
     rule = profile.get("memory", "peak_rule")
+    weights, states = value("weights"), value("trainable_states")
+    checkpoints, overhead = value("checkpoints"), value("overhead")
     if rule == "sum":
-        return base + value("recompute_peak") + value("logits")
-    if rule == "max_transient":
-        return base + np.maximum(value("recompute_peak"), value("logits"))
+        return weights + states + checkpoints + overhead + value("recompute_peak") + value("logits")
+    if rule == "phases":
+        no_grads = weights + states - grads
+        loss = no_grads + checkpoints + value("logits")
+        backward = no_grads + np.maximum(checkpoints, grads) + value("recompute_peak")
+        optimizer = weights + states + step
+        return np.maximum(np.maximum(loss, backward), optimizer) + overhead
     raise EstimatorInputError("profile", f"unknown peak_rule {rule!r}")

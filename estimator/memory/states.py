@@ -26,6 +26,8 @@ class StateBytes:
     masters: float
     optimizer: float
 
+    step_transient: float = 0.0  # temporaries of optimizer.step()
+
     @property
     def total(self) -> float:
         return self.weights + self.grads + self.masters + self.optimizer
@@ -69,6 +71,33 @@ def optimizer_bytes(spec: ModelSpec, setup: TrainingSetup, params: int, state_by
     return (factored + vectors) * state_bytes
 
 
+def largest_tensor(spec: ModelSpec) -> int:
+    """Elements of the largest weight tensor (an expert bank is one fused 3-D tensor)."""
+    sizes = [lin.experts * lin.in_features * lin.out_features for lin in spec.linears]
+    sizes += [g.params for g in spec.others if g.name == "embed_tokens"]
+    return max(sizes or [0])  # params-only: unknown shapes, no per-tensor temporaries counted
+
+
+def step_transient_bytes(
+    setup: TrainingSetup, params: int, state_bytes: int, largest: int
+) -> float:
+    """Temporaries of `optimizer.step()`. torch's multi-tensor AdamW (`_multi_tensor_adamw`,
+    the default on CUDA) allocates `exp_avg_sq.sqrt()` for the whole group: one state-sized
+    buffer; Adafactor and Lion likewise one. Mixed precision with fp32 masters steps one tensor
+    at a time (probe.optim.MasterWeights, as DeepSpeed's bf16 optimizer does per partition):
+    the upcast gradient and the sqrt buffer of the largest tensor. bitsandbytes' 8-bit Adam is a
+    fused kernel and SGD's updates are in place: none."""
+    if setup.precision == "mixed" and not setup.is_adapter:
+        return (
+            2.0 * FP32 * largest
+            if setup.optimizer in ("adamw", "adafactor", "lion")
+            else (FP32 * largest)
+        )
+    if setup.optimizer in ("adamw", "adafactor", "lion"):
+        return float(params * state_bytes)
+    return 0.0
+
+
 def trainable_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> StateBytes:
     """Full fine-tuning, `mixed`: bf16 gradients + fp32 master + fp32 optimizer states — with
     the bf16 weights that is the ZeRO paper's 2 + 2 + 4 + 4 + 4 = 16 bytes/parameter for Adam
@@ -79,7 +108,12 @@ def trainable_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> StateBytes:
         params = lora_params(spec, setup)
         own = FP32 if setup.adapter_dtype == "fp32" or setup.precision == "fp32" else BF16
         return StateBytes(
-            params, params * own, params * own, 0.0, optimizer_bytes(spec, setup, params, own)
+            params,
+            params * own,
+            params * own,
+            0.0,
+            optimizer_bytes(spec, setup, params, own),
+            step_transient_bytes(setup, params, own, params),
         )
     params = spec.params_total
     if setup.precision == "mixed":
@@ -89,4 +123,11 @@ def trainable_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> StateBytes:
     else:
         grads, masters, state = FP32, 0, FP32
     opt = optimizer_bytes(spec, setup, params, state)
-    return StateBytes(params, 0.0, params * grads, params * masters, opt)
+    return StateBytes(
+        params,
+        0.0,
+        params * grads,
+        params * masters,
+        opt,
+        step_transient_bytes(setup, params, state, largest_tensor(spec)),
+    )

@@ -21,11 +21,11 @@ def test_real_cpu_steps_of_two_lengths_write_a_schema_valid_memtest(tiny_llama):
     assert short["steps"] == 2 and len(short["step_seconds"]) == 2
     assert long["peak_allocated_bytes"] > short["peak_allocated_bytes"]
     assert short["tokens_per_second"] > 0
-    # mixed precision full fine-tune: fp32 weights, fp32 grads, two fp32 AdamW states
+    # mixed precision full fine-tune: bf16 weights, fp32 masters + two fp32 AdamW states
     n = doc["model"]["params_total"]
     comps = long["components"]
-    assert comps["params"] >= 4 * n
-    assert comps["optimizer"] >= 8 * n
+    assert comps["params"] >= 2 * n
+    assert comps["optimizer"] >= 12 * n
     assert (
         sum(comps[k] for k in ("params", "grads", "optimizer", "activations"))
         == long["peak_allocated_bytes"]
@@ -33,7 +33,7 @@ def test_real_cpu_steps_of_two_lengths_write_a_schema_valid_memtest(tiny_llama):
 
 
 def test_injected_oom_stops_the_sweep_and_skips_the_rest(tiny_llama):
-    first = run_probe(tiny_llama, {}, [64], steps=1, device="cpu")
+    first = run_probe(tiny_llama, {}, [64], steps=2, device="cpu")
     cap = first["results"][0]["peak_allocated_bytes"] + 1  # 64 fits, 256 cannot
     doc = run_probe(tiny_llama, {}, [64, 256, 512], steps=2, device="cpu", memory_cap=cap)
     statuses = [r["status"] for r in doc["results"]]
