@@ -312,6 +312,20 @@ def _build(config: dict[str, Any], setup: dict[str, Any], device: str) -> BuiltM
         ) from None
 
 
+def _retie(model: Any) -> None:
+    """Tie input and output embeddings again where the config ties them (GPT-2): `to_empty`
+    materialises each parameter separately, so the tie of the meta model is lost."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(base, "config", None)
+    text = (
+        config.get_text_config()
+        if config is not None and hasattr(config, "get_text_config")
+        else config
+    )
+    if getattr(text, "tie_word_embeddings", False) and hasattr(base, "tie_weights"):
+        base.tie_weights()
+
+
 def run_probe(
     config: dict[str, Any],
     setup: dict[str, Any] | None,
@@ -419,6 +433,7 @@ def run_probe(
                 tracker = stack.enter_context(StorageTracker(cap=memory_cap))
             if device == "fake":
                 built.model.to_empty(device="cpu")
+                _retie(built.model)  # to_empty gives tied weights separate storages
                 notes.append(
                     "fake: weights are fake CPU tensors; attention traced with the CPU SDPA "
                     "kernels, optimizers on their CUDA-default foreach path"

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from estimator.dtypes import FP32
-from estimator.lora import lora_targets
+from estimator.lora import expert_banks, lora_targets
 from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_LINEAR, MLP_MOE, ModelSpec
 
@@ -33,6 +33,7 @@ class Context:
     targets: frozenset[str]
     rank: int
     eager: bool
+    expert_lora: bool = False  # expert banks adapted (peft ParamWrapper, `all-linear` on MoE)
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -49,6 +50,7 @@ class Context:
             targets,
             setup.lora_rank,
             setup.attention == "eager",
+            setup.is_adapter and bool(expert_banks(spec, setup)),
         )
 
 
@@ -60,6 +62,8 @@ class LayerActivations:
     per_token: float
     per_token_seq: float
     transient_per_token: float
+    per_layer: float = 0.0  # independent of tokens (LoRA-merged expert weights)
+    transient_per_layer: float = 0.0
 
 
 def inputs_saved(ctx: Context, consumers: list[str], width: int) -> float:
@@ -146,9 +150,9 @@ def _mlp(ctx: Context, spec: ModelSpec, moe: bool) -> tuple[float, float]:
     assert spec.moe is not None
     k, me = spec.moe.experts_per_token, spec.moe.expert_intermediate
     saved = inputs_saved(ctx, ["gate"], h) + FP32 * spec.moe.num_experts  # router, fp32 probs
-    if ctx.full:
+    if ctx.full or ctx.expert_lora:
         saved += cb * k * h  # tokens gathered per expert, saved by the expert matmuls
-    saved += 3 * cb * k * me + (cb * k * me if ctx.full else 0) + cb * k * h
+    saved += 3 * cb * k * me + (cb * k * me if ctx.full or ctx.expert_lora else 0) + cb * k * h
     width = float(k * me)
     if spec.moe.shared_intermediate:
         s = spec.moe.shared_intermediate
@@ -183,7 +187,21 @@ def layer_activations(
     transient = 2 * cb * h + 3 * cb * width
     if not ctx.full and "down_proj" in ctx.targets and ctx.adapter_bytes != cb:
         transient += ctx.adapter_bytes * width
-    return LayerActivations(saved, per_seq, transient)
+    per_layer = transient_layer = 0.0
+    if mlp_type == MLP_MOE and ctx.expert_lora:
+        per_layer, transient_layer = _merged_expert_weights(ctx, spec)
+    return LayerActivations(saved, per_seq, transient, per_layer, transient_layer)
+
+
+def _merged_expert_weights(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
+    """peft's ParamWrapper adapts a fused expert parameter by parametrization: each forward
+    builds W + scale * B @ A, a tensor the size of the whole expert bank in the weight's
+    dtype, kept for the backward; the backward materialises its gradient of the same size
+    (for the gradients of A and B). (saved, transient) bytes of one layer."""
+    assert spec.moe is not None and spec.hidden
+    bank = spec.moe.num_experts * spec.hidden * spec.moe.expert_intermediate
+    gate_up, down = 2 * bank, bank
+    return ctx.compute_bytes * (gate_up + down), ctx.compute_bytes * gate_up
 
 
 def _gpt2_layer(ctx: Context, spec: ModelSpec) -> LayerActivations:

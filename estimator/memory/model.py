@@ -126,9 +126,12 @@ def memory_breakdown(
         ]
         if setup.checkpointing == "none":
             checkpoints = sum(
-                count * (a.per_token * tokens + a.per_token_seq * tokens * seq) for a, count in acts
+                count * (a.per_token * tokens + a.per_token_seq * tokens * seq + a.per_layer)
+                for a, count in acts
             )
-            recompute = max(a.transient_per_token for a, _ in acts) * tokens
+            recompute = np.max(
+                [a.transient_per_token * tokens + a.transient_per_layer for a, _ in acts], axis=0
+            )
         else:
             checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
             recompute = _recompute_peak(spec, profile, acts, tokens, seq, cb)
@@ -189,7 +192,11 @@ def _recompute_peak(
     worst = tokens * 0.0
     for a, _ in acts:
         worst = np.maximum(
-            worst, (a.per_token + a.transient_per_token) * tokens + a.per_token_seq * tokens * seq
+            worst,
+            (a.per_token + a.transient_per_token) * tokens
+            + a.per_token_seq * tokens * seq
+            + a.per_layer
+            + a.transient_per_layer,
         )
     return worst
 

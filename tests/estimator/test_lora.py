@@ -45,10 +45,10 @@ def _peft_trainable(model_type: str, targets: list[str] | str, rank: int) -> int
     return sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
 
 
-# MoE models are left out: peft 0.21 maps 'all-linear' onto transformers v5's fused 3-D expert
-# parameters (and the router) through its weight-conversion tables; estimator.lora keeps to
-# nn.Linear modules and says so.
-@pytest.mark.parametrize("model_type", ["llama", "qwen3", "phi3", "gemma2", "mistral", "qwen2"])
+@pytest.mark.parametrize(
+    "model_type",
+    ["llama", "qwen3", "phi3", "gemma2", "mistral", "qwen2", "qwen3_moe", "mixtral", "qwen3_next"],
+)
 def test_all_linear_matches_peft(model_type: str) -> None:
     import transformers
 
