@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from estimator.errors import EstimatorInputError
 from memtest_schema import MemtestSchemaError
@@ -56,7 +61,40 @@ async def _pydantic(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(status_code=422, content={"detail": detail})
 
 
+# FastAPI answers a JSON body it cannot decode (e.g. invalid UTF-8) with this bare 400; every
+# other malformed body is a 422 naming `body`, so clients and the OpenAPI schema see one shape.
+_BODY_PARSE_ERROR = "There was an error parsing the body"
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and exc.detail == _BODY_PARSE_ERROR:
+        return unprocessable(["body"], "the body is not valid JSON in UTF-8", "json_invalid")
+    return await http_exception_handler(request, exc)
+
+
+def _finite(value: Any) -> Any:
+    """NaN and ±Infinity (accepted by Python's JSON parser) as strings: echoing them back in
+    `input` made the 422 itself fail to serialise (a 500)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+async def _request_validation(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return JSONResponse(
+        status_code=422, content={"detail": _finite(jsonable_encoder(exc.errors()))}
+    )
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
+    app.add_exception_handler(RequestValidationError, _request_validation)
     app.add_exception_handler(EstimatorInputError, _estimator_input)
     app.add_exception_handler(MemtestSchemaError, _memtest_schema)
     app.add_exception_handler(ValidationError, _pydantic)

@@ -14,7 +14,7 @@ from app.api.routes import catalog, estimates, health, memtests, pages, quotes, 
 from app.db.engine import make_engine, make_session_factory
 from app.db.migrate import upgrade_head
 from app.errors import install_error_handlers
-from app.limits import BodySizeLimit
+from app.limits import BodySizeLimit, RejectNul
 from app.settings import Settings
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -61,4 +61,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_upload_bytes)
+    app.add_middleware(RejectNul)
     return app

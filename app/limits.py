@@ -4,6 +4,7 @@ also when a body without (or with a lying) `Content-Length` streams past the lim
 from __future__ import annotations
 
 import json
+from urllib.parse import parse_qsl
 
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -75,3 +76,44 @@ async def _send_json(send: Send, status: int, detail: str) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+class RejectNul:
+    """422 for a NUL character (U+0000) in the path or the query string. Nothing stored can
+    contain one, and PostgreSQL refuses it in any text parameter (a 500 before this)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            loc = _nul_location(scope.get("path", ""), scope.get("query_string", b""))
+            if loc is not None:
+                body = json.dumps(
+                    {"detail": [{"loc": loc, "msg": "NUL character", "type": "value_error"}]}
+                ).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 422,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def _nul_location(path: str, query_string: bytes) -> list[str] | None:
+    if "\x00" in path:  # the server has percent-decoded it already
+        return ["path"]
+    query = query_string.decode("latin-1")
+    if "\x00" in query or "%00" in query:
+        for key, value in parse_qsl(query, keep_blank_values=True):
+            if "\x00" in key or "\x00" in value:
+                return ["query", key.replace("\x00", "")]
+        return ["query"]
+    return None

@@ -12,6 +12,13 @@ from estimator.request import EstimateRequest
 
 QuoteStatus = Literal["draft", "pending", "approved", "rejected"]
 
+# Text without NUL: PostgreSQL text columns cannot hold U+0000 (it was a 500 there, and stored on
+# SQLite), so it is a 422 naming the field on every backend.
+NO_NUL = r"^[^\x00]*$"
+
+# list pagination: beyond this an OFFSET no longer fits a 64-bit SQL integer (was a 500)
+MAX_OFFSET = 10**9
+
 SEED_REQUEST_EXAMPLE: dict[str, Any] = {
     "model": {"preset": "qwen3.5-27b"},
     "setup": {
@@ -152,9 +159,9 @@ class QuoteCreate(BaseModel):
     )
 
     request: EstimateRequest
-    title: str = Field("", max_length=200)
-    created_by: str = Field("anonymous", min_length=1, max_length=100)
-    comment: str | None = Field(None, max_length=10_000)
+    title: str = Field("", max_length=200, pattern=NO_NUL)
+    created_by: str = Field("anonymous", min_length=1, max_length=100, pattern=NO_NUL)
+    comment: str | None = Field(None, max_length=10_000, pattern=NO_NUL)
     submit: bool = Field(True, description="true: pending approval; false: a draft")
 
 
@@ -163,7 +170,7 @@ class DecisionIn(BaseModel):
         extra="forbid", json_schema_extra={"examples": [{"comment": "go, H200 for 3 hours"}]}
     )
 
-    comment: str | None = Field(None, max_length=10_000)
+    comment: str | None = Field(None, max_length=10_000, pattern=NO_NUL)
 
 
 class AuditOut(BaseModel):

@@ -7,7 +7,7 @@ from typing import Any
 
 import gpu_catalog
 from estimator import api
-from estimator.request import CheckRequest, EstimateRequest
+from estimator.request import CheckRequest, EstimateRequest, RecommendRequest
 
 
 def estimate(req: EstimateRequest) -> dict[str, Any]:
@@ -16,6 +16,10 @@ def estimate(req: EstimateRequest) -> dict[str, Any]:
 
 def check(req: CheckRequest) -> dict[str, Any]:
     return api.check_document(req)
+
+
+def recommend(req: RecommendRequest) -> dict[str, Any]:
+    return api.recommend_document(req)
 
 
 def compare_memtest(doc: dict[str, Any], profile: str = "default") -> dict[str, Any]:

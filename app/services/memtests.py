@@ -35,6 +35,13 @@ def parse_upload(raw: bytes) -> ParsedMemtest:
     document = load_memtest(raw)
     env = document["environment"]
     model = document["model"]
+    for field, value in (
+        ("model.name", model.get("name")),
+        ("environment.gpu_name", env.get("gpu_name")),
+        ("environment.device", env.get("device")),
+    ):
+        if isinstance(value, str) and "\x00" in value:  # indexed columns: PostgreSQL refuses NUL
+            raise MemtestSchemaError(field, "NUL character")
     return ParsedMemtest(
         text=text,
         sha256=hashlib.sha256(raw).hexdigest(),

@@ -191,7 +191,7 @@ def _training_for(document: dict[str, Any], gpu: str) -> dict[str, Any]:
     training = document.get("training")
     if not isinstance(training, dict):
         return {}
-    for container in (training.get("gpus"), training.get("per_gpu"), training):
+    for container in (training.get("options"), training.get("gpus"), training):
         if isinstance(container, dict) and isinstance(container.get(gpu), dict):
             return dict(container[gpu])
     if isinstance(training.get("options"), list):
@@ -224,7 +224,7 @@ def options(variants: list[Variant]) -> list[Option]:
                     hours=_number(training, "hours", "time_hours", "wall_hours")
                     or _seconds_to_hours(_number(training, "seconds", "time_seconds")),
                     cost_usd=_number(training, "cost_usd", "usd", "cost"),
-                    price_usd_per_hour=_number(training, "price_usd_per_hour"),
+                    price_usd_per_hour=_number(training, "usd_per_gpu_hour", "price_usd_per_hour"),
                 )
             )
 

@@ -8,11 +8,22 @@ from starlette.datastructures import UploadFile
 from app.api.deps import SessionDep, UploaderDep
 from app.db import repository
 from app.db.models import Memtest
-from app.schemas import MemtestCreated, MemtestDetail, MemtestList, MemtestSummary, MessageOut
+from app.schemas import (
+    MAX_OFFSET,
+    MemtestCreated,
+    MemtestDetail,
+    MemtestList,
+    MemtestSummary,
+    MessageOut,
+)
 from app.services import estimates
 from app.services.memtests import load_stored, parse_upload
 
 router = APIRouter(prefix="/v1/memtests", tags=["memtests"])
+
+_404: dict[int | str, dict[str, Any]] = {
+    404: {"model": MessageOut, "description": "no such memtest"}
+}
 
 _UPLOAD_BODY: dict[str, Any] = {
     "requestBody": {
@@ -113,7 +124,7 @@ def list_memtests(
     device: str | None = None,
     uploaded_by: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> MemtestList:
     rows, total = repository.list_memtests(
         session,
@@ -127,7 +138,12 @@ def list_memtests(
     return MemtestList(total=total, items=[_summary(r) for r in rows])
 
 
-@router.get("/{memtest_id}", response_model=MemtestDetail, summary="One memtest with its document")
+@router.get(
+    "/{memtest_id}",
+    response_model=MemtestDetail,
+    summary="One memtest with its document",
+    responses=_404,
+)
 def get_memtest(session: SessionDep, memtest_id: str) -> MemtestDetail:
     row = _get(session, memtest_id)
     return MemtestDetail(**_summary(row).model_dump(), document=load_stored(row.raw_json))
@@ -137,7 +153,7 @@ def get_memtest(session: SessionDep, memtest_id: str) -> MemtestDetail:
     "/{memtest_id}/raw",
     summary="The file exactly as uploaded (its sha256 is the `sha256` field)",
     response_class=Response,
-    responses={200: {"content": {"application/json": {}}}},
+    responses={200: {"content": {"application/json": {}}}, **_404},
 )
 def get_raw(session: SessionDep, memtest_id: str) -> Response:
     row = _get(session, memtest_id)
@@ -151,6 +167,7 @@ def get_raw(session: SessionDep, memtest_id: str) -> Response:
 @router.get(
     "/{memtest_id}/comparison",
     summary="Estimate vs measured per sequence length: error in bytes and %",
+    responses=_404,
 )
 def comparison(session: SessionDep, memtest_id: str, profile: str = "default") -> dict[str, Any]:
     row = _get(session, memtest_id)

@@ -28,7 +28,7 @@ from app.services.forms import FormError, FormInvalid, FormValues, LengthStats, 
 from app.services.memtests import load_stored
 from app.templating import templates
 from estimator.errors import EstimatorInputError
-from estimator.request import EstimateRequest
+from estimator.request import EstimateRequest, RecommendRequest
 from estimator.setup import TrainingSetup
 
 router = APIRouter(include_in_schema=False)
@@ -131,6 +131,23 @@ def _compute(requests: list[tuple[str, str, EstimateRequest]]) -> list[report.Va
     ]
 
 
+def _recommend(req: EstimateRequest) -> dict[str, Any]:
+    """The best setting per GPU at the longest requested length (estimator.recommend)."""
+    body = RecommendRequest(
+        model=req.model,
+        setup=req.setup,
+        gpus=req.gpus,
+        seq_len=max(req.seq_lens),
+        dataset_lengths=req.dataset_lengths,
+        tokens=req.tokens,
+        epochs=req.epochs,
+        prices=req.prices,
+        usable_fraction=req.usable_fraction,
+        profile=req.profile,
+    )
+    return estimates.recommend(body)
+
+
 @router.post("/estimate", response_class=HTMLResponse)
 async def estimate_page(request: Request) -> HTMLResponse:
     form = await request.form(max_files=4, max_fields=200)
@@ -140,6 +157,7 @@ async def estimate_page(request: Request) -> HTMLResponse:
         lengths_file = await _file(form, "lengths_file")
         requests, stats = build_requests(values, config_file=config_file, lengths_file=lengths_file)
         variants = await run_in_threadpool(_compute, requests)
+        recommendation = await run_in_threadpool(_recommend, requests[0][2])
     except FormInvalid as exc:
         context = await run_in_threadpool(_form_context, values, exc.errors)
         return _render(request, "index.html", context, 422)
@@ -148,7 +166,9 @@ async def estimate_page(request: Request) -> HTMLResponse:
             _form_context, values, [FormError(exc.field, exc.message)]
         )
         return _render(request, "index.html", context, 422)
-    return _render(request, "result.html", _result_context(variants, stats))
+    context = _result_context(variants, stats)
+    context["recommendation"] = recommendation
+    return _render(request, "result.html", context)
 
 
 @router.post("/quotes")
@@ -165,6 +185,8 @@ async def save_quote(request: Request, session: SessionDep) -> Response:
     title = str(form.get("title", ""))[:200]
     created_by = str(form.get("created_by", "")).strip()[:100] or "anonymous"
     comment = str(form.get("comment", "")).strip()[:10_000] or None
+    if "\x00" in f"{title}{created_by}{comment or ''}":
+        return _error_page(request, 422, "Title, name and comment may not contain NUL characters.")
     try:
         quote = await run_in_threadpool(
             quotes.create_quote,
@@ -234,6 +256,8 @@ async def decide_quote(request: Request, session: SessionDep, quote_id: str) -> 
 
     if to_status is None:
         return fail(422, "Choose approve or reject.")
+    if comment and "\x00" in comment:
+        return fail(422, "The comment may not contain NUL characters.")
     try:
         actor = authenticate(token, request.app.state.settings.approver_tokens, "approve quotes")
     except HTTPException as exc:

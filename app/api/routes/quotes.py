@@ -7,7 +7,15 @@ from fastapi import APIRouter, HTTPException, Query
 from app.api.deps import ApproverDep, SessionDep
 from app.db import repository
 from app.db.models import QUOTE_STATUSES
-from app.schemas import DecisionIn, MessageOut, QuoteCreate, QuoteOut, QuoteStatus, QuoteSummary
+from app.schemas import (
+    MAX_OFFSET,
+    DecisionIn,
+    MessageOut,
+    QuoteCreate,
+    QuoteOut,
+    QuoteStatus,
+    QuoteSummary,
+)
 from app.services import quotes
 
 router = APIRouter(prefix="/v1/quotes", tags=["quotes"])
@@ -31,13 +39,18 @@ def list_quotes(
     session: SessionDep,
     status: QuoteStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> list[QuoteSummary]:
     rows = repository.list_quotes(session, status=status, limit=limit, offset=offset)
     return [quotes.to_summary(q) for q in rows]
 
 
-@router.get("/{quote_id}", response_model=QuoteOut, summary="A quote with its audit trail")
+@router.get(
+    "/{quote_id}",
+    response_model=QuoteOut,
+    summary="A quote with its audit trail",
+    responses={404: {"model": MessageOut}},
+)
 def get_quote(session: SessionDep, quote_id: str) -> QuoteOut:
     quote = repository.get_quote(session, quote_id)
     if quote is None:
