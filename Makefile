@@ -24,6 +24,7 @@ lint: setup
 
 test: setup
 	.venv/bin/ruff check .
+	.venv/bin/mypy estimator gpu_catalog
 	.venv/bin/python -m pytest
 
 bench: setup

@@ -39,9 +39,9 @@ def _attention(
     gated: bool = False,
     fused: bool = False,
 ) -> tuple[list[Linear], int, int, int]:
-    heads = c.int("num_attention_heads")
-    kv_heads = c.int("num_key_value_heads", heads)
-    head_dim = c.int("head_dim", hidden // heads) if c.has("head_dim") else hidden // heads
+    heads = c.integer("num_attention_heads")
+    kv_heads = c.integer("num_key_value_heads", heads)
+    head_dim = c.integer("head_dim", hidden // heads) if c.has("head_dim") else hidden // heads
     if head_dim < 1:
         raise EstimatorInputError(c.field("num_attention_heads"), "more heads than hidden size")
     q_out = heads * head_dim * (2 if gated else 1)  # gated attention: q_proj also emits the gate
@@ -91,7 +91,7 @@ def _embeddings(hidden: int, vocab: int, tied: bool) -> tuple[list[ParamGroup], 
 def _moe_layers(c: ConfigReader, layers: int, experts: int) -> list[bool]:
     """Which layers are sparse: Qwen-MoE rule `layer not in mlp_only_layers and
     (layer + 1) % decoder_sparse_step == 0` (modeling_qwen3_moe.Qwen3MoeDecoderLayer)."""
-    step = c.int("decoder_sparse_step", 1)
+    step = c.integer("decoder_sparse_step", 1)
     dense_only = set(c.int_list("mlp_only_layers"))
     return [experts > 0 and i not in dense_only and (i + 1) % step == 0 for i in range(layers)]
 
@@ -122,27 +122,27 @@ def _experts_key(c: ConfigReader, family: str) -> str:
 def _decoder(c: ConfigReader, family: str) -> ModelSpec:
     """Llama-style decoders: llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gemma2,
     gemma3_text, phi3."""
-    hidden = c.int("hidden_size")
-    layers = c.int("num_hidden_layers")
-    vocab = c.int("vocab_size")
-    tied = c.bool("tie_word_embeddings", family in ("gemma2", "gemma3_text"))
-    attn_bias = c.bool("attention_bias", False)
+    hidden = c.integer("hidden_size")
+    layers = c.integer("num_hidden_layers")
+    vocab = c.integer("vocab_size")
+    tied = c.flag("tie_word_embeddings", family in ("gemma2", "gemma3_text"))
+    attn_bias = c.flag("attention_bias", False)
     qkv_bias = True if family == "qwen2" else attn_bias
     o_bias = False if family in ("qwen2", "phi3") else attn_bias
     lins, heads, kv_heads, head_dim = _attention(
         c, hidden, layers, qkv_bias=qkv_bias, o_bias=o_bias, fused=family == "phi3"
     )
-    inter = c.int("intermediate_size")
-    mlp_bias = c.bool("mlp_bias", False)
+    inter = c.integer("intermediate_size")
+    mlp_bias = c.flag("mlp_bias", False)
 
     moe: MoEGeometry | None = None
     sparse = [False] * layers
     if family in ("qwen3_moe", "mixtral"):
-        n_exp = c.int(_experts_key(c, family))
-        top_k = c.int("num_experts_per_tok")
+        n_exp = c.integer(_experts_key(c, family))
+        top_k = c.integer("num_experts_per_tok")
         if top_k > n_exp:
             raise EstimatorInputError(c.field("num_experts_per_tok"), f"{top_k} > {n_exp} experts")
-        e_inter = inter if family == "mixtral" else c.int("moe_intermediate_size")
+        e_inter = inter if family == "mixtral" else c.integer("moe_intermediate_size")
         sparse = [True] * layers if family == "mixtral" else _moe_layers(c, layers, n_exp)
         n_sparse = sum(sparse)
         moe = MoEGeometry(n_exp, top_k, e_inter)
@@ -157,13 +157,13 @@ def _decoder(c: ConfigReader, family: str) -> ModelSpec:
         norm_params += layers * 2 * head_dim
     groups, head = _embeddings(hidden, vocab, tied)
     groups.append(ParamGroup("norms", norm_params))
-    sliding = c.int("sliding_window", 0, minimum=0) if c.has("sliding_window") else None
+    sliding = c.integer("sliding_window", 0, minimum=0) if c.has("sliding_window") else None
     default_type = LAYER_FULL
     types = _layer_types(c, layers, default_type)
     if family == "gemma2" and c.str_list("layer_types") is None:
         types = [LAYER_SLIDING if i % 2 == 0 else LAYER_FULL for i in range(layers)]
     return ModelSpec(
-        name=c.str("_name_or_path") or family,
+        name=c.text("_name_or_path") or family,
         model_type=family,
         hidden=hidden,
         layers=layers,
@@ -185,13 +185,13 @@ def _decoder(c: ConfigReader, family: str) -> ModelSpec:
 
 def _gpt2(c: ConfigReader, family: str) -> ModelSpec:
     """GPT-2: learned positions, LayerNorm with bias, Conv1D projections with bias, 4h MLP."""
-    hidden = c.int("n_embd")
-    layers = c.int("n_layer")
-    heads = c.int("n_head")
-    vocab = c.int("vocab_size")
-    positions = c.int("n_positions")
-    inter = c.int("n_inner", 4 * hidden)
-    tied = c.bool("tie_word_embeddings", True)
+    hidden = c.integer("n_embd")
+    layers = c.integer("n_layer")
+    heads = c.integer("n_head")
+    vocab = c.integer("vocab_size")
+    positions = c.integer("n_positions")
+    inter = c.integer("n_inner", 4 * hidden)
+    tied = c.flag("tie_word_embeddings", True)
     lins = [
         Linear("c_attn", hidden, 3 * hidden, layers, True),
         Linear("attn.c_proj", hidden, hidden, layers, True),
@@ -204,7 +204,7 @@ def _gpt2(c: ConfigReader, family: str) -> ModelSpec:
         ParamGroup("norms", layers * 2 * 2 * hidden + 2 * hidden, "LayerNorm weight + bias"),
     ]
     return ModelSpec(
-        name=c.str("_name_or_path") or "gpt2",
+        name=c.text("_name_or_path") or "gpt2",
         model_type=family,
         hidden=hidden,
         layers=layers,
@@ -226,7 +226,7 @@ def _hybrid_layer_types(c: ConfigReader, layers: int) -> list[str]:
     (Qwen3NextConfig / Qwen3_5TextConfig defaults)."""
     if c.str_list("layer_types") is not None:
         return _layer_types(c, layers)
-    interval = c.int("full_attention_interval", 4)
+    interval = c.integer("full_attention_interval", 4)
     return [LAYER_FULL if (i + 1) % interval == 0 else LAYER_LINEAR for i in range(layers)]
 
 
@@ -237,11 +237,11 @@ def _gated_deltanet(
     Qwen3-Next: fused in_proj_qkvz and in_proj_ba. Both: depthwise conv1d over q,k,v
     (no bias), dt_bias and A_log per value head, a gated RMSNorm of value_head_dim, out_proj."""
     geo = LinearAttentionGeometry(
-        num_key_heads=c.int("linear_num_key_heads"),
-        num_value_heads=c.int("linear_num_value_heads"),
-        key_head_dim=c.int("linear_key_head_dim"),
-        value_head_dim=c.int("linear_value_head_dim"),
-        conv_kernel=c.int("linear_conv_kernel_dim", 4),
+        num_key_heads=c.integer("linear_num_key_heads"),
+        num_value_heads=c.integer("linear_num_value_heads"),
+        key_head_dim=c.integer("linear_key_head_dim"),
+        value_head_dim=c.integer("linear_value_head_dim"),
+        conv_kernel=c.integer("linear_conv_kernel_dim", 4),
     )
     grp = "linear_attention"
     nv = geo.num_value_heads
@@ -267,15 +267,15 @@ def _qwen3_vision_tower(v: ConfigReader) -> int:
     bias, learned positions, `depth` ViT blocks (LayerNorm w+b, fused qkv with bias, proj, GELU
     MLP with biases), and a patch merger (LayerNorm, two Linear with bias) per deepstack index
     + 1."""
-    vh = v.int("hidden_size")
-    vi = v.int("intermediate_size")
-    depth = v.int("depth")
-    patch = v.int("patch_size")
-    temporal = v.int("temporal_patch_size", 2)
-    channels = v.int("in_channels", 3)
-    positions = v.int("num_position_embeddings")
-    out_h = v.int("out_hidden_size")
-    merge = v.int("spatial_merge_size", 2)
+    vh = v.integer("hidden_size")
+    vi = v.integer("intermediate_size")
+    depth = v.integer("depth")
+    patch = v.integer("patch_size")
+    temporal = v.integer("temporal_patch_size", 2)
+    channels = v.integer("in_channels", 3)
+    positions = v.integer("num_position_embeddings")
+    out_h = v.integer("out_hidden_size")
+    merge = v.integer("spatial_merge_size", 2)
     patch_embed = channels * temporal * patch * patch * vh + vh
     block = 4 * vh + (vh * 3 * vh + 3 * vh) + (vh * vh + vh) + (vh * vi + vi) + (vi * vh + vh)
     merged = vh * merge * merge
@@ -288,34 +288,34 @@ def _qwen3_vision_tower(v: ConfigReader) -> int:
 def _hybrid(c: ConfigReader, family: str, root: ConfigReader) -> ModelSpec:
     """Qwen3.5 / Qwen3-Next: Gated DeltaNet `linear_attention` layers interleaved with gated
     full-attention layers (q_proj doubled for the output gate, q_norm/k_norm)."""
-    hidden = c.int("hidden_size")
-    layers = c.int("num_hidden_layers")
-    vocab = c.int("vocab_size")
-    tied = c.bool("tie_word_embeddings", root.bool("tie_word_embeddings", False))
+    hidden = c.integer("hidden_size")
+    layers = c.integer("num_hidden_layers")
+    vocab = c.integer("vocab_size")
+    tied = c.flag("tie_word_embeddings", root.flag("tie_word_embeddings", False))
     types = _hybrid_layer_types(c, layers)
     n_full = types.count(LAYER_FULL)
     n_lin = types.count(LAYER_LINEAR)
-    gated = c.bool("attn_output_gate", True)
+    gated = c.flag("attn_output_gate", True)
     attn, heads, kv_heads, head_dim = _attention(
         c,
         hidden,
         n_full,
-        qkv_bias=c.bool("attention_bias", False),
-        o_bias=c.bool("attention_bias", False),
+        qkv_bias=c.flag("attention_bias", False),
+        o_bias=c.flag("attention_bias", False),
         gated=gated,
     )
     lin_attn, conv_etc, geo = _gated_deltanet(c, hidden, n_lin, fused=family == "qwen3_next")
-    inter = c.int("intermediate_size")
+    inter = c.integer("intermediate_size")
     lins = [lin for lin in attn if lin.count] + [lin for lin in lin_attn if lin.count]
 
     moe = None
     sparse = [False] * layers
     experts_key = _experts_key(c, family)
-    if c.has(experts_key) and c.int(experts_key, 0, minimum=0) > 0:
-        n_exp = c.int(experts_key)
-        top_k = c.int("num_experts_per_tok")
-        e_inter = c.int("moe_intermediate_size")
-        shared = c.int("shared_expert_intermediate_size", 0, minimum=0)
+    if c.has(experts_key) and c.integer(experts_key, 0, minimum=0) > 0:
+        n_exp = c.integer(experts_key)
+        top_k = c.integer("num_experts_per_tok")
+        e_inter = c.integer("moe_intermediate_size")
+        shared = c.integer("shared_expert_intermediate_size", 0, minimum=0)
         sparse = _moe_layers(c, layers, n_exp)
         n_sparse = sum(sparse)
         moe = MoEGeometry(n_exp, top_k, e_inter, shared)
@@ -344,7 +344,7 @@ def _hybrid(c: ConfigReader, family: str, root: ConfigReader) -> ModelSpec:
             )
         )
     mtp_layers = (
-        c.int("mtp_num_hidden_layers", 0, minimum=0) if c.has("mtp_num_hidden_layers") else 0
+        c.integer("mtp_num_hidden_layers", 0, minimum=0) if c.has("mtp_num_hidden_layers") else 0
     )
     if mtp_layers:
         attn_one = sum(lin.params_each for lin in attn)
@@ -360,7 +360,7 @@ def _hybrid(c: ConfigReader, family: str, root: ConfigReader) -> ModelSpec:
             )
         )
     return ModelSpec(
-        name=root.str("_name_or_path") or family,
+        name=root.text("_name_or_path") or family,
         model_type=family,
         hidden=hidden,
         layers=layers,
@@ -405,7 +405,7 @@ SUPPORTED_MODEL_TYPES = tuple(sorted([*_DECODERS, *HYBRID_TYPES, "gemma3"]))
 def spec_from_config(config: Any, name: str | None = None) -> ModelSpec:
     """Build the parameter inventory from a Hugging Face config.json object."""
     root = ConfigReader(config)
-    model_type = root.str("model_type")
+    model_type = root.text("model_type")
     if model_type is None:
         raise EstimatorInputError("config.model_type", "required field is missing")
     if model_type not in SUPPORTED_MODEL_TYPES:
@@ -426,7 +426,7 @@ def spec_from_config(config: Any, name: str | None = None) -> ModelSpec:
         spec = _hybrid(text, family, root)
     else:
         spec = _DECODERS[family](text, family)
-    return _renamed(spec, name or root.str("_name_or_path") or text.str("_name_or_path"))
+    return _renamed(spec, name or root.text("_name_or_path") or text.text("_name_or_path"))
 
 
 def _renamed(spec: ModelSpec, name: str | None) -> ModelSpec:

@@ -38,7 +38,7 @@ class ConfigReader:
     def has(self, key: str) -> bool:
         return self.data.get(key) is not None
 
-    def int(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
+    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
         value = self.data.get(key)
         if value is None:
             if default is _MISSING:
@@ -57,7 +57,7 @@ class ConfigReader:
             raise EstimatorInputError(self.field(key), f"{value} is absurdly large (limit {limit})")
         return value
 
-    def bool(self, key: str, default: bool) -> bool:
+    def flag(self, key: str, default: bool) -> bool:
         value = self.data.get(key)
         if value is None:
             return default
@@ -65,7 +65,7 @@ class ConfigReader:
             raise EstimatorInputError(self.field(key), f"expected true or false, got {value!r:.60}")
         return value
 
-    def str(self, key: str, default: str | None = None) -> str | None:
+    def text(self, key: str, default: str | None = None) -> str | None:
         value = self.data.get(key)
         if value is None:
             return default

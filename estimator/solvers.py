@@ -215,7 +215,7 @@ def fitting_settings(
     """Every setting of the grid (checkpointing x loss, by default) with its peak and margin,
     fitting ones first by margin... the caller ranks by cost/time."""
     grid = grid or SETTING_GRID
-    rows = []
+    rows: list[dict[str, Any]] = []
     keys = list(grid)
     for values in product(*(grid[k] for k in keys)):
         variant = setup.model_copy(update=dict(zip(keys, values, strict=True)))

@@ -186,7 +186,7 @@ def params_only_spec(
         )
         if v is None
     ]
-    notes = ("params-only spec: no config.json",)
+    notes: tuple[str, ...] = ("params-only spec: no config.json",)
     if missing:
         notes = notes + ("not given: " + ", ".join(missing),)
     return ModelSpec(

@@ -211,7 +211,7 @@ def _gpt2_layer(ctx: Context, spec: ModelSpec) -> LayerActivations:
     cb = ctx.compute_bytes
     h, m = spec.hidden or 0, spec.intermediate or 0
     heads = spec.num_heads or 1
-    saved = 2 * (cb * h + 2 * FP32)  # ln_1, ln_2 inputs, mean and rstd
+    saved = 2.0 * (cb * h + 2 * FP32)  # ln_1, ln_2 inputs, mean and rstd
     saved += inputs_saved(ctx, ["c_attn"], h) + cb * 3 * h + cb * h + FP32 * heads
     saved += inputs_saved(ctx, ["attn.c_proj"], h)
     saved += inputs_saved(ctx, ["c_fc"], h) + 4 * cb * m + inputs_saved(ctx, ["mlp.c_proj"], m)
