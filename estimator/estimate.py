@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,9 +35,50 @@ class GpuOption:
     count: int
 
 
+CUSTOM_CAPACITY = re.compile(r"^(?:(\d+)x)?(\d+(?:\.\d+)?)gib$")
+
+
+def custom_gpu(text: str) -> tuple[gpu_catalog.GPU, int] | None:
+    """`16gib` (or `2x16gib`): a card known only by its capacity, for "what fits on a 16 GB
+    card" questions; it has no rates or price, so time and cost stay unknown."""
+    m = CUSTOM_CAPACITY.match(text.strip().lower())
+    if not m:
+        return None
+    gib = float(m.group(2))
+    if not 0 < gib <= 100_000:
+        return None
+    capacity = int(gib * 2**30)
+    gpu = gpu_catalog.GPU.model_construct(
+        id=f"{m.group(2)}gib",
+        name=f"{m.group(2)} GiB card",
+        vendor="generic",
+        memory_marketed_gb=gib,
+        capacity_bytes=capacity,
+        bf16_dense_tflops=None,
+        fp8_dense_tflops=None,
+        fp32_tflops=None,
+        mamf_bf16_tflops_measured=None,
+        memory_bandwidth_bytes_per_s=None,
+        interconnect=None,
+        interconnect_bytes_per_s=None,
+        host_link=None,
+        host_link_bytes_per_s=None,
+        price_usd_per_hour=None,
+        price_source=None,
+        tdp_w=None,
+        sources={"capacity_bytes": "given on the command line"},
+        notes=None,
+    )
+    return gpu, int(m.group(1) or 1)
+
+
 def parse_gpu_options(options: list[str]) -> list[GpuOption]:
     parsed = []
     for i, option in enumerate(options):
+        custom = custom_gpu(option)
+        if custom is not None:
+            parsed.append(GpuOption(option.strip().lower(), custom[0], custom[1]))
+            continue
         try:
             gpu, count = gpu_catalog.parse_gpu_option(option)
         except ValueError as err:
@@ -165,6 +207,7 @@ def add_time_and_cost(
     rows: list[dict[str, Any]],
     setups: dict[tuple[str, str], TrainingSetup],
     profile: Profile,
+    options: dict[str, GpuOption],
 ) -> Calibration | None:
     """FLOPs per row; `time` and `cost` per row and GPU option (estimator.pricing)."""
     cal = None
@@ -203,6 +246,8 @@ def add_time_and_cost(
                 fits=fit["verdict"] == "fits",
                 efficiency=efficiency,
                 efficiency_source=source,
+                gpu=options[option].gpu,
+                count=fit["devices"],
             )
             fit["time"], fit["cost"] = cell["time"], cell["cost"]
             if cal is not None:
@@ -233,7 +278,7 @@ def estimate(
         rows += setup_rows
     assert mem is not None
     rows.sort(key=lambda r: r["seq_len"])
-    cal = add_time_and_cost(spec, request, rows, by_key, profile)
+    cal = add_time_and_cost(spec, request, rows, by_key, profile, {o.option: o for o in options})
     longest = max(request.seq_lens)
     base = setups[0]
     base_row = next(

@@ -53,6 +53,8 @@ def _priced(
         prices=prices,
         host_bytes=int(host),
         fits=fits,
+        gpu=option.gpu,
+        count=n,
     )
 
 

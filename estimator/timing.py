@@ -35,11 +35,16 @@ DATA_PARALLEL = ("fsdp", "zero1", "zero2", "zero3")
 class GPULike(Protocol):
     """The catalog fields timing reads (`gpu_catalog.GPU` has them)."""
 
-    id: str
-    bf16_dense_tflops: float | None
-    memory_bandwidth_bytes_per_s: int | None
-    interconnect_bytes_per_s: int | None
-    host_link_bytes_per_s: int | None
+    @property
+    def id(self) -> str: ...
+    @property
+    def bf16_dense_tflops(self) -> float | None: ...
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> int | None: ...
+    @property
+    def interconnect_bytes_per_s(self) -> int | None: ...
+    @property
+    def host_link_bytes_per_s(self) -> int | None: ...
 
 
 def effective_sharding(setup: TrainingSetup, count: int) -> str:

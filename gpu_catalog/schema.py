@@ -41,7 +41,7 @@ class GPU(BaseModel):
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     name: str = Field(min_length=1)
-    vendor: Literal["NVIDIA", "AMD"]
+    vendor: Literal["NVIDIA", "AMD", "generic"]  # generic: a capacity given by the user
     memory_marketed_gb: float = Field(gt=0)  # the label ("80 GB"), never a capacity
     memory_reported_mib: int | None = Field(default=None, gt=0)  # nvidia-smi memory.total
     capacity_bytes: int = Field(gt=0)  # what the driver reports, in bytes

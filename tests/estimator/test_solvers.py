@@ -109,3 +109,28 @@ def test_cli_solvers_exit_codes(capsys) -> None:
         == 0
     )
     assert main(["max-batch", *base, "--seq", "1024", "--gpu", "nope"]) == 2
+
+
+def test_a_card_given_by_capacity_alone_answers_memory_questions(capsys) -> None:
+    assert (
+        main(
+            [
+                "max-seq",
+                "--model",
+                "llama-3.1-8b",
+                "--method",
+                "qlora",
+                "--lora-rank",
+                "32",
+                "--gpu",
+                "24gib",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
+    import json
+
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["capacity_bytes"] == 24 * 2**30 and answer["seq_len"] > 0
