@@ -154,8 +154,19 @@ def memory_breakdown(
         "overhead": overhead,
     }
     grads, step = _sharded_grads_and_step(states, sharding, n)
-    peak = _peak(components, profile, grads, step)
+    embed = _embedding_grad_bytes(spec, setup, states) * (
+        grads / states.grads if states.grads else 0
+    )
+    peak = _peak(components, profile, grads, step, embed)
     return MemoryBreakdown(components, host, peak, n, sharding, states, missing)
+
+
+def _embedding_grad_bytes(spec: ModelSpec, setup: TrainingSetup, states: StateBytes) -> float:
+    """Gradient bytes of an untied, trained input embedding (full fine-tuning)."""
+    if setup.is_adapter or spec.tied_embeddings or not states.trainable_params:
+        return 0.0
+    embed = sum(g.params for g in spec.others if g.name == "embed_tokens")
+    return states.grads * embed / states.trainable_params
 
 
 def _sharded_grads_and_step(states: StateBytes, sharding: str, n: int) -> tuple[float, float]:
@@ -201,13 +212,20 @@ def _recompute_peak(
     return worst
 
 
-def _peak(components: dict[str, Any], profile: Profile, grads: float, step: float) -> Any:
+def _peak(
+    components: dict[str, Any],
+    profile: Profile,
+    grads: float,
+    step: float,
+    embed_grads: float = 0.0,
+) -> Any:
     """`sum` (seed 000's rule): every component at once.
     `phases`: the largest of three moments of a step (optimizer.zero_grad(set_to_none=True), so
     gradients exist only from their layer's backward on):
       loss      weights + states without grads + checkpoints + logits peak
-      backward  weights + states without grads + max(checkpoints, grads) + recompute peak
-                (checkpoints are freed as the gradients of their layers are made)
+      backward  weights + states without grads + max(checkpoints, grads but the input
+                embedding's) + recompute peak (checkpoints are freed as the gradients of
+                their layers are made; the embedding's gradient comes after the last layer)
       step      weights + all states + the optimizer's temporaries
     plus the overhead. Gradient accumulation (grads kept across micro-batches) is not modelled."""
 
@@ -223,7 +241,8 @@ def _peak(components: dict[str, Any], profile: Profile, grads: float, step: floa
     if rule == "phases":
         no_grads = weights + states - grads
         loss = no_grads + checkpoints + value("logits")
-        backward = no_grads + np.maximum(checkpoints, grads) + value("recompute_peak")
+        # the embedding's gradient is made last, after every layer's backward
+        backward = no_grads + np.maximum(checkpoints, grads - embed_grads) + value("recompute_peak")
         optimizer = weights + states + step
         return np.maximum(np.maximum(loss, backward), optimizer) + overhead
     raise EstimatorInputError("profile", f"unknown peak_rule {rule!r}")
