@@ -125,7 +125,9 @@ def _gated_deltanet(ctx: Context, spec: ModelSpec) -> float:
         ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "in_proj_qkvz", "in_proj_ba"],
         spec.hidden,
     )
-    saved += 2 * cb * geo.conv_dim  # conv input and silu(conv) (q, k, v are views of it)
+    saved += 2 * cb * geo.conv_dim  # conv output (silu's input) and silu(conv): q, k, v views
+    if ctx.full:
+        saved += cb * geo.conv_dim  # conv1d's input, kept for its weight gradient
     if nv > geo.num_key_heads:
         saved += 2 * cb * nv * geo.key_head_dim  # repeat_interleave copies of q and k
     saved += 3 * FP32 * nv + cb * nv  # softplus input, g, g cumsum (fp32); beta
@@ -168,8 +170,9 @@ def layer_activations(
     """Saved bytes per token of one layer of the given kind, and its backward transient:
     the incoming gradient and the residual gradient (2 x hidden) plus the SwiGLU backward's
     MLP-wide gradients: d(down input), d(silu out) and d(up out) are alive together, but by then
-    autograd has freed down_proj's saved input (or its adapter copy), so the net is two
-    MLP-wide tensors (calibrated against the storage tracker in bench/accuracy.py)."""
+    autograd has freed down_proj's saved input, so the net is two MLP-wide tensors; an fp32
+    adapter on down_proj adds the gradient of its fp32 input copy (calibrated against the
+    storage tracker in bench/accuracy.py)."""
     cb = ctx.compute_bytes
     h = spec.hidden or 0
     if spec.model_type == "gpt2":
@@ -186,6 +189,8 @@ def layer_activations(
     mlp_saved, width = _mlp(ctx, spec, mlp_type == MLP_MOE)
     saved += mlp_saved
     transient = 2 * cb * h + 2 * cb * width
+    if not ctx.full and "down_proj" in ctx.targets and ctx.adapter_bytes != cb:
+        transient += ctx.adapter_bytes * width  # d(fp32 copy of down's input), then cast
     per_layer = transient_layer = 0.0
     if mlp_type == MLP_MOE and ctx.expert_lora:
         per_layer, transient_layer = _merged_expert_weights(ctx, spec)
