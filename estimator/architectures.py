@@ -10,6 +10,7 @@ Counts are checked against transformers itself in tests/estimator/test_architect
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,16 @@ def _attention(
     head_dim = c.integer("head_dim", hidden // heads) if c.has("head_dim") else hidden // heads
     if head_dim < 1:
         raise EstimatorInputError(c.field("num_attention_heads"), "more heads than hidden size")
+    if not c.has("head_dim") and hidden % heads:
+        raise EstimatorInputError(
+            c.field("num_attention_heads"),
+            f"{heads} heads do not divide hidden_size {hidden} (and no head_dim is given)",
+        )
+    if kv_heads > heads or heads % kv_heads:
+        raise EstimatorInputError(
+            c.field("num_key_value_heads"),
+            f"{kv_heads} key/value heads must divide the {heads} attention heads (GQA)",
+        )
     q_out = heads * head_dim * (2 if gated else 1)  # gated attention: q_proj also emits the gate
     kv_out = kv_heads * head_dim
     if fused:
@@ -402,9 +413,25 @@ HYBRID_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_next")
 SUPPORTED_MODEL_TYPES = tuple(sorted([*_DECODERS, *HYBRID_TYPES, "gemma3"]))
 
 
+def _reject_non_finite(value: Any, path: str, depth: int = 0) -> None:
+    """NaN or Infinity anywhere in a config is an error naming the field (even in fields the
+    estimator does not read: the file is broken)."""
+    if depth > 64:
+        raise EstimatorInputError(path, "nested too deeply")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise EstimatorInputError(path, f"{value} is not a finite number")
+    if isinstance(value, dict):
+        for key, child in value.items():
+            _reject_non_finite(child, f"{path}.{key}", depth + 1)
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            _reject_non_finite(child, f"{path}[{i}]", depth + 1)
+
+
 def spec_from_config(config: Any, name: str | None = None) -> ModelSpec:
     """Build the parameter inventory from a Hugging Face config.json object."""
     root = ConfigReader(config)
+    _reject_non_finite(config, "config")
     model_type = root.text("model_type")
     if model_type is None:
         raise EstimatorInputError("config.model_type", "required field is missing")

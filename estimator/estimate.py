@@ -87,6 +87,20 @@ def parse_gpu_options(options: list[str]) -> list[GpuOption]:
     return parsed
 
 
+def check_devices(spec: ModelSpec, setup: TrainingSetup, options: list[GpuOption]) -> None:
+    """Layer splitting (device_map) over more cards than the model has layers puts no layer
+    on some cards: an error naming the option, not a silent estimate."""
+    for i, option in enumerate(options):
+        n = devices_for(option, setup)
+        sharding = setup.sharding if setup.sharding != "none" else "device_map"
+        if n > 1 and sharding == "device_map" and spec.layers and n > spec.layers:
+            raise EstimatorInputError(
+                f"gpus[{i}]",
+                f"{n} cards split layer by layer but {spec.name} has {spec.layers} layers; "
+                "use fewer cards or --sharding fsdp",
+            )
+
+
 def devices_for(option: GpuOption, setup: TrainingSetup) -> int:
     """`2xh200` means 2 cards; a single-card id with `num_gpus` N means N of that card."""
     return option.count if option.count > 1 else setup.num_gpus
@@ -263,6 +277,7 @@ def estimate(
     profile = load_profile(request.profile)
     spec = resolve_model(request.model)
     options = parse_gpu_options(request.gpus)
+    check_devices(spec, request.setup, options)
     setups = (
         [request.setup] if not variants else [request.setup.model_copy(update=v) for v in variants]
     )

@@ -82,13 +82,39 @@ class MemtestSchemaError(ValueError):
 # parsing
 
 
+class _Duplicated(dict):  # type: ignore[type-arg]
+    """An object in which a key occurs twice; `key` names it (the path is found afterwards)."""
+
+    key: str = ""
+
+
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise MemtestSchemaError(key, "duplicated key")
+            marked = _Duplicated(out)
+            marked.key = key
+            return marked
         out[key] = value
     return out
+
+
+def _find_duplicate(value: Any, path: str) -> str | None:
+    """The dotted path of the first duplicated key in the parsed document, if any."""
+    if isinstance(value, _Duplicated):
+        return _join(path, value.key)
+    if isinstance(value, dict):
+        children: Any = value.items()
+    elif isinstance(value, list):
+        children = ((f"[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for key, child in children:
+        child_path = f"{path}{key}" if key.startswith("[") else _join(path, key)
+        found = _find_duplicate(child, child_path)
+        if found:
+            return found
+    return None
 
 
 def _reject_constant(name: str) -> float:
@@ -122,6 +148,9 @@ def load_memtest(data: str | bytes) -> dict[str, Any]:
         ) from None
     except RecursionError:
         raise MemtestSchemaError("", "JSON nested too deeply") from None
+    duplicate = _find_duplicate(doc, "")
+    if duplicate:
+        raise MemtestSchemaError(duplicate, "duplicated key")
     if not isinstance(doc, dict):
         raise MemtestSchemaError("", "top level must be a JSON object")
     return validate_memtest(doc)
@@ -329,6 +358,10 @@ def _check_result(value: object, path: str, max_steps: int) -> None:
             )
         if res["steps"] < 1:
             raise MemtestSchemaError(_join(path, "steps"), "must be >= 1 when status is ok")
+    if res["steps"] != len(seconds):
+        raise MemtestSchemaError(
+            _join(path, "steps"), f"{res['steps']} steps but {len(seconds)} step_seconds"
+        )
     if (
         res["peak_reserved_bytes"] is not None
         and res["peak_allocated_bytes"] is not None
@@ -398,6 +431,12 @@ def validate_memtest(doc: dict[str, Any]) -> dict[str, Any]:
         if position[seq] <= last:
             raise MemtestSchemaError(f"{path}.seq_len", f"{seq} repeated or out of sweep order")
         last = position[seq]
+    if len(results) != len(sweep):
+        raise MemtestSchemaError(
+            "results",
+            f"{len(results)} results for {len(sweep)} sweep lengths: every length needs a result "
+            "(lengths not reached are recorded as skipped)",
+        )
 
     if "ranks" in doc and doc["ranks"] is not None:
         ranks = doc["ranks"]

@@ -85,6 +85,18 @@ def _doc() -> dict[str, Any]:
                 "error": "OutOfMemoryError: CUDA out of memory",
                 "components": None,
             },
+            {
+                "seq_len": 4096,
+                "batch": 1,
+                "status": "skipped",
+                "steps": 0,
+                "peak_allocated_bytes": None,
+                "peak_reserved_bytes": None,
+                "step_seconds": [],
+                "tokens_per_second": None,
+                "error": None,
+                "components": None,
+            },
         ],
     }
 
@@ -218,3 +230,26 @@ def test_ranks_must_name_lengths_of_the_sweep():
         {"rank": 1, "seq_len": 999, "peak_allocated_bytes": 5, "peak_reserved_bytes": None},
     ]
     _raises(doc, "ranks[1].seq_len")
+
+
+def test_every_sweep_length_needs_a_result():
+    doc = _doc()
+    doc["results"].pop()
+    _raises(doc, "results")
+    doc["results"] = []
+    _raises(doc, "results")
+
+
+def test_steps_must_agree_with_step_seconds():
+    doc = _doc()
+    doc["results"][0]["steps"] = 2
+    _raises(doc, "results[0].steps")
+
+
+def test_a_duplicated_key_is_named_with_its_path():
+    import json
+
+    text = json.dumps(_doc()).replace('"seq_len": 2048,', '"seq_len": 2048, "seq_len": 2048,')
+    with pytest.raises(MemtestSchemaError) as info:
+        load_memtest(text)
+    assert info.value.field == "results[1].seq_len"
