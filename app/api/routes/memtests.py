@@ -89,6 +89,7 @@ def _get(session: SessionDep, memtest_id: str) -> Memtest:
     openapi_extra=_UPLOAD_BODY,
     responses={
         200: {"model": MemtestCreated, "description": "this exact file was already stored"},
+        400: {"description": "a multipart body that cannot be parsed"},
         401: {"model": MessageOut},
         403: {"model": MessageOut},
         413: {"model": MessageOut},
