@@ -467,6 +467,29 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_db(args: argparse.Namespace) -> int:
+    """`trainfit db backup FILE` / `trainfit db restore FILE [--replace]` (app.backup)."""
+    import os
+
+    try:
+        from app.backup import BackupError, backup, restore
+    except ImportError as err:
+        raise InputError(
+            f"db: the service is not installed ({err}); pip install '.[service]'"
+        ) from None
+    url = args.database_url or os.environ.get("TRAINFIT_DATABASE_URL") or "sqlite:///trainfit.db"
+    try:
+        if args.action == "backup":
+            summary = backup(url, args.file)
+        else:
+            summary = restore(url, args.file, replace=args.replace)
+    except BackupError as err:
+        raise InputError(f"db {args.action}: {err}") from None
+    counts = ", ".join(f"{k} {v}" for k, v in summary.counts.items())
+    sys.stdout.write(f"{args.action}: {summary.path} ({counts})\n")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainfit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -518,6 +541,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     pre = sub.add_parser("presets", help="list the model presets")
     pre.set_defaults(func=cmd_presets)
+
+    db = sub.add_parser("db", help="back up or restore the service's database")
+    db.add_argument("action", choices=["backup", "restore"])
+    db.add_argument("file", help="backup file (gzip'd JSON lines)")
+    db.add_argument("--database-url", default=None, help="default $TRAINFIT_DATABASE_URL")
+    db.add_argument("--replace", action="store_true", help="restore: empty the tables first")
+    db.set_defaults(func=cmd_db)
 
     srv = sub.add_parser("serve", help="run the web service")
     srv.add_argument("--host", default="127.0.0.1")
