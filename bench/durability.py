@@ -260,8 +260,10 @@ async def _load(
 
         async def killer() -> None:
             loop = asyncio.get_running_loop()
-            while time.monotonic() + kill_every < deadline:
-                await asyncio.sleep(kill_every * random.uniform(0.6, 1.4))
+            while True:
+                await asyncio.sleep(kill_every * random.uniform(0.8, 1.2))
+                if time.monotonic() + 0.5 > deadline:
+                    return
                 server.kill(signal.SIGKILL)
                 outcome.kills += 1
                 await loop.run_in_executor(None, server.start)

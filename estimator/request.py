@@ -20,7 +20,7 @@ class ModelInput(BaseModel):
 
     config: dict[str, Any] | None = None
     preset: str | None = None
-    params: float | None = Field(None, gt=0, le=1e15)
+    params: float | None = Field(None, ge=1, le=1e15)
     hidden: int | None = Field(None, ge=1, le=10**7)
     layers: int | None = Field(None, ge=1, le=10**6)
     vocab: int | None = Field(None, ge=1, le=10**9)

@@ -27,7 +27,7 @@ def test_kill_test_loses_nothing(database: str, pg_skip_reason: str | None, tmp_
     outcome = durability.run(
         database, clients=40, seconds=8, kill_every=2.0, quotes=300, log_dir=tmp_path
     )
-    assert outcome.kills >= 2
+    assert outcome.kills >= 2, outcome
     assert outcome.uploads_acknowledged > 0 and outcome.approvals_acknowledged > 0
     assert outcome.lost == [] and outcome.audit_problems == []
     assert outcome.server_errors == 0, outcome.other_statuses

@@ -1,0 +1,240 @@
+"""Security checks: tokens (401/403, constant-time compare), CSRF on forms, size limits, XSS
+payloads in every free-text field inert in a real browser, and no secrets in the server log."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from service_support import (
+    APPROVER_TOKEN,
+    UPLOAD_TOKEN,
+    approver_headers,
+    make_settings,
+    memtest_bytes,
+    memtest_doc,
+    upload_headers,
+)
+
+from app import security
+from app.factory import create_app
+from bench import durability
+
+REQUEST = {"model": {"preset": "qwen3.5-27b"}, "seq_lens": [4096], "gpus": ["h200"]}
+XSS = [
+    "<script>window.__xss=1</script>",
+    '"><img src=x onerror="window.__xss=1">',
+    "'><svg onload=window.__xss=1>",
+    "javascript:window.__xss=1",
+    "</textarea><script>window.__xss=1</script>",
+]
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(make_settings(f"sqlite:///{tmp_path / 'db.sqlite'}"))) as c:
+        yield c
+
+
+def _quote(client: TestClient, **fields: object) -> str:
+    r = client.post("/v1/quotes", json={"request": REQUEST, **fields})
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+@pytest.mark.parametrize("action", ["approve", "reject"])
+def test_decisions_need_an_approver_token(client: TestClient, action: str) -> None:
+    quote_id = _quote(client)
+    assert client.post(f"/v1/quotes/{quote_id}/{action}").status_code == 401
+    for token in ("wrong-token-123", UPLOAD_TOKEN, APPROVER_TOKEN + "x", APPROVER_TOKEN[:-1]):
+        r = client.post(
+            f"/v1/quotes/{quote_id}/{action}", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert r.status_code == 403
+    assert client.get(f"/v1/quotes/{quote_id}").json()["status"] == "pending"
+    assert (
+        client.post(f"/v1/quotes/{quote_id}/{action}", headers=approver_headers()).status_code
+        == 200
+    )
+
+
+def test_upload_needs_an_upload_token(client: TestClient) -> None:
+    assert client.post("/v1/memtests", content=memtest_bytes()).status_code == 401
+    bad = {"Authorization": f"Bearer {APPROVER_TOKEN}", "Content-Type": "application/json"}
+    assert client.post("/v1/memtests", content=memtest_bytes(), headers=bad).status_code == 403
+    assert client.get("/v1/memtests").json()["total"] == 0
+
+
+def test_token_comparison_is_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every accepted hash is compared, each with hmac.compare_digest, whether or not (and
+    wherever) the presented token matches: the time does not depend on the token."""
+    calls: list[tuple[str, str]] = []
+    real = security.hmac.compare_digest
+
+    def spy(a: str, b: str) -> bool:
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(security.hmac, "compare_digest", spy)
+    settings = make_settings(
+        "sqlite://", upload_tokens="a=token-aaaaaaaa,b=token-bbbbbbbb,c=token-cccccccc"
+    )
+    for presented in ("token-aaaaaaaa", "token-cccccccc", "nope-nope-nope"):
+        calls.clear()
+        security.match_token(presented, settings.upload_tokens)
+        assert len(calls) == 3  # no early exit
+        assert all(len(a) == len(b) == 64 for a, b in calls)  # fixed-length digests
+
+
+def test_csrf_is_rejected(client: TestClient) -> None:
+    quote_id = _quote(client)
+    page = client.get(f"/quotes/{quote_id}")
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+    form = {"decision": "approve", "token": APPROVER_TOKEN}
+    fresh = TestClient(client.app)  # no cookie: a cross-site post
+    assert (
+        fresh.post(f"/quotes/{quote_id}/decision", data={**form, "csrf_token": token}).status_code
+        == 403
+    )
+    assert client.post(f"/quotes/{quote_id}/decision", data=form).status_code == 403
+    forged = token.split(".")[0] + "." + "0" * 64
+    client.cookies.set("trainfit_csrf", forged)
+    assert (
+        client.post(f"/quotes/{quote_id}/decision", data={**form, "csrf_token": forged}).status_code
+        == 403
+    )
+    assert client.get(f"/v1/quotes/{quote_id}").json()["status"] == "pending"
+    assert (
+        client.post("/quotes", data={"request_json": "{}", "csrf_token": "x.y"}).status_code == 403
+    )
+    assert "set-cookie" in page.headers and "samesite=strict" in page.headers["set-cookie"].lower()
+
+
+def test_request_size_limits(tmp_path: Path) -> None:
+    settings = make_settings(f"sqlite:///{tmp_path / 'db.sqlite'}", max_upload_bytes=4096)
+    with TestClient(create_app(settings)) as c:
+        big = b'{"x": "' + b"a" * 5000 + b'"}'
+        assert (
+            c.post(
+                "/v1/estimate", content=big, headers={"content-type": "application/json"}
+            ).status_code
+            == 413
+        )
+        assert c.post("/v1/memtests", content=big, headers=upload_headers()).status_code == 413
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: the stream is counted
+            for _ in range(10):
+                yield b"a" * 1000
+
+        r = c.post("/v1/memtests", content=chunks(), headers=upload_headers())
+        assert r.status_code == 413
+        assert c.get("/healthz").status_code == 200
+
+
+def test_no_secrets_in_logs(tmp_path: Path) -> None:
+    """The server log (access log at info, tracebacks) never shows a token."""
+    log = tmp_path / "server.log"
+    server = durability.Server(
+        f"sqlite:///{tmp_path / 'db.sqlite'}", durability.free_port(), log=log
+    )
+    server.start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as http:
+            up = {
+                "Authorization": f"Bearer {durability.UPLOAD_TOKEN}",
+                "Content-Type": "application/json",
+            }
+            assert http.post("/v1/memtests", content=memtest_bytes(), headers=up).status_code == 201
+            assert http.post("/v1/memtests", content=b"{", headers=up).status_code == 422
+            http.post(
+                "/v1/memtests", content=b"{}", headers={"Authorization": "Bearer guessed-secret-1"}
+            )
+            quote = http.post("/v1/quotes", json={"request": REQUEST}).json()["id"]
+            ap = {"Authorization": f"Bearer {durability.APPROVER_TOKEN}"}
+            assert http.post(f"/v1/quotes/{quote}/approve", headers=ap).status_code == 200
+            http.post(f"/quotes/{quote}/decision", data={"token": durability.APPROVER_TOKEN})
+    finally:
+        server.stop()
+    text = log.read_text(errors="replace")
+    for secret in (
+        durability.UPLOAD_TOKEN,
+        durability.APPROVER_TOKEN,
+        "guessed-secret-1",
+        "durability-secret",
+    ):
+        assert secret not in text
+
+
+CHROMIUM = os.environ.get("TRAINFIT_CHROMIUM", "/usr/bin/chromium")
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} missing (apt-get install chromium)"
+)
+def test_xss_payloads_are_inert_in_the_browser(tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    server = durability.Server(url, durability.free_port())
+    server.start()
+    pages: list[str] = []
+    shown: dict[str, str] = {}  # page -> the payload that must appear there as plain text
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            up = {
+                "Authorization": f"Bearer {durability.UPLOAD_TOKEN}",
+                "Content-Type": "application/json",
+            }
+            ap = {"Authorization": f"Bearer {durability.APPROVER_TOKEN}"}
+            for n, payload in enumerate(XSS):
+                body = {
+                    "request": {**REQUEST, "model": {"preset": "qwen3.5-27b"}},
+                    "title": payload,
+                    "created_by": payload[:100],
+                    "comment": payload,
+                }
+                quote = http.post("/v1/quotes", json=body)
+                assert quote.status_code == 201, quote.text
+                qid = quote.json()["id"]
+                assert (
+                    http.post(
+                        f"/v1/quotes/{qid}/approve", json={"comment": payload}, headers=ap
+                    ).status_code
+                    == 200
+                )
+                doc = memtest_doc(created_at=f"2026-10-0{n + 1}T09:30:00Z")
+                doc["model"]["name"] = payload
+                doc["environment"]["gpu_name"] = payload
+                doc["tool"]["command"] = payload
+                doc["results"][2]["error"] = payload
+                import json as _json
+
+                m = http.post("/v1/memtests", content=_json.dumps(doc).encode(), headers=up)
+                assert m.status_code == 201, m.text
+                pages += [f"/quotes/{qid}", f"/memtests/{m.json()['id']}"]
+                shown[f"/quotes/{qid}"] = shown[f"/memtests/{m.json()['id']}"] = payload
+            pages += ["/quotes", "/memtests", f"/?preset={XSS[0]}"]
+        with sync_playwright() as p:
+            browser = p.chromium.launch(
+                executable_path=CHROMIUM,
+                args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+            )
+            page = browser.new_page()
+            dialogs: list[str] = []
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            for path in pages:
+                page.goto(server.url + path)
+                assert page.evaluate("typeof window.__xss") == "undefined", path
+                assert page.locator("script:not([src])").count() == 0 or path.startswith("/?")
+                if path in shown:  # rendered as text, not markup
+                    assert shown[path] in page.inner_text("body"), path
+            browser.close()
+        assert dialogs == []
+    finally:
+        server.stop()
