@@ -19,20 +19,10 @@ from estimator.errors import EstimatorInputError
 from estimator.pricing import row_time_and_cost
 from estimator.profile import load_profile
 from estimator.setup import TrainingSetup
+from tests.estimator.seed_case import SEED_TARGETS
 
 CONFIGS = Path(__file__).parents[1] / "data" / "configs"
-TARGETS = [
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-    "in_proj_qkv",
-    "in_proj_z",
-    "out_proj",
-]
+TARGETS = SEED_TARGETS
 DEFAULT = load_profile("default")
 SEED = load_profile("seed-000")
 

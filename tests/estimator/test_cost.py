@@ -20,21 +20,11 @@ from estimator.pricing import (
 )
 from estimator.profile import load_profile
 from estimator.setup import TrainingSetup
+from tests.estimator.seed_case import SEED_TARGETS
 
 CONFIGS = Path(__file__).parents[1] / "data" / "configs"
 SEED_PRICES = {"a100-80gb": 2.50, "rtx-pro-6000": 2.75, "h200": 5.0}  # seed 000's USD/hour
-TARGETS = [
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-    "in_proj_qkv",
-    "in_proj_z",
-    "out_proj",
-]
+TARGETS = SEED_TARGETS
 
 
 def _seed000():

@@ -11,21 +11,10 @@ from estimator.architectures import spec_from_config
 from estimator.errors import EstimatorInputError
 from estimator.lora import lora_params
 from estimator.setup import TrainingSetup
+from tests.estimator.seed_case import SEED_TARGETS
 from tests.estimator.test_architectures import TINY
 
 CONFIGS = Path(__file__).parents[1] / "data" / "reference_configs"
-SEED_TARGETS = [
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-    "in_proj_qkv",
-    "in_proj_z",
-    "out_proj",
-]
 
 
 def test_seed_model_r16_trainables_match_peft_count() -> None:

@@ -9,20 +9,10 @@ from estimator.api import recommend_document
 from estimator.request import RecommendRequest
 from estimator.solvers import Budget, peak_bytes
 from estimator.tokens import read_lengths
+from tests.estimator.seed_case import SEED_TARGETS
 
 LENGTHS = read_lengths(Path(__file__).parents[1] / "data" / "lengths" / "seed000_lengths.csv")
-TARGETS = [
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-    "in_proj_qkv",
-    "in_proj_z",
-    "out_proj",
-]
+TARGETS = SEED_TARGETS
 PRICES = {"a100-80gb": 2.5, "rtx-pro-6000": 2.75, "h200": 5.0}
 
 

@@ -10,21 +10,11 @@ import pytest
 
 from estimator.api import estimate_document
 from estimator.request import EstimateRequest
+from tests.estimator.seed_case import SEED_TARGETS
 
 SEED = Path(__file__).parents[1] / "data" / "seeds" / "000_e5ae281323c78e0d.txt"
 GIB = 2**30
-TARGETS = [
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-    "in_proj_qkv",
-    "in_proj_z",
-    "out_proj",
-]
+TARGETS = SEED_TARGETS
 GPU_COLUMNS = ["a100-80gb", "rtx-pro-6000", "h200", "2xh200"]
 
 
