@@ -8,6 +8,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY trainfit/ trainfit/
+COPY templates/ templates/
 COPY estimator/ estimator/
 COPY gpu_catalog/ gpu_catalog/
 COPY memtest_schema/ memtest_schema/

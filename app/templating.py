@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
 
 import jinja2
@@ -9,7 +10,7 @@ from fastapi.templating import Jinja2Templates
 
 from app.services.report import CHECKPOINTING_LABELS, LOSS_LABELS, gib
 
-TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+TEMPLATES_DIR = Path(str(files("templates")))  # the top-level `templates` package
 
 _env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES_DIR), autoescape=True)
 templates = Jinja2Templates(env=_env)

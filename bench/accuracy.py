@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from estimator.api import compare_memtest  # noqa: E402
+from estimator.document import compare_memtest  # noqa: E402
 from probe import run_probe  # noqa: E402
 
 CONFIGS = ["small-llama", "small-qwen3", "small-qwen3-moe", "small-gpt2", "small-qwen3.5"]

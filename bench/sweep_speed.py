@@ -11,8 +11,8 @@ import time
 import numpy as np
 
 import gpu_catalog
-from estimator.api import estimate_document
 from estimator.architectures import spec_from_config
+from estimator.document import estimate_document
 from estimator.presets import preset_config, preset_ids
 from estimator.profile import load_profile
 from estimator.request import EstimateRequest

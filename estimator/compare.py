@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from estimator.errors import EstimatorInputError
-from estimator.estimate import model_summary
 from estimator.memory import memory_breakdown
 from estimator.memory.model import COMPONENTS
-from estimator.models import resolve_model
+from estimator.model_source import resolve_model
 from estimator.profile import load_profile
 from estimator.request import ModelInput
+from estimator.rows import model_summary
 from estimator.setup import TrainingSetup
 
 

@@ -121,8 +121,8 @@ def _notes(doc: dict[str, Any]) -> list[str]:
 
 
 def _time_cost(doc: dict[str, Any], fmt: str) -> list[str]:
-    """Hours and dollars per GPU option (estimator.pricing), when the run's tokens are known."""
-    from estimator.pricing import format_time_cost_table
+    """Hours and dollars per GPU option (estimator.time.plan), when the run's tokens are known."""
+    from estimator.time.plan import format_time_cost_table
 
     training = doc.get("training")
     if not training or training.get("tokens") is None:

@@ -4,75 +4,43 @@ time and cost, cheapest first (seed 000's "Reading" paragraph, computed)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from itertools import product
 from typing import Any
 
-from estimator.estimate import GpuOption, devices_for
-from estimator.pricing import row_time_and_cost
-from estimator.profile import Profile
-from estimator.setup import TrainingSetup
+from estimator.gpu_options import GpuOption, devices_for
+from estimator.scenario import Scenario
 from estimator.solvers import Budget, max_seq, peak_bytes
-from estimator.spec import ModelSpec
-from estimator.tokens import fit_seq_len
+from estimator.time.plan import row_time_and_cost
+from estimator.time.tokens import RunTokens
 
 GRID = {"checkpointing": ("none", "gpu", "offload"), "loss": ("full", "chunked")}
 
 
-def _tokens(
-    lengths: Sequence[int] | None, tokens: float | None, seq: int, epochs: float, overflow: str
-) -> tuple[float | None, dict[str, Any] | None]:
-    if lengths is None:
-        return (None if tokens is None else tokens * epochs), None
-    fit = fit_seq_len(lengths, seq, overflow)  # type: ignore[arg-type]
-    return fit.tokens_kept * epochs, fit.as_dict()
-
-
-def _priced(
-    spec: ModelSpec,
-    setup: TrainingSetup,
-    seq: int,
-    option: GpuOption,
-    profile: Profile,
-    tokens: float | None,
-    prices: dict[str, float],
-    fits: bool,
-) -> dict[str, Any]:
+def _priced(sc: Scenario, option: GpuOption, tokens: float | None) -> dict[str, Any]:
+    """Time and cost of a fitting setting: the scenario's setup at its `seq_len` on `option`."""
     from estimator.memory import memory_breakdown
 
+    setup, seq = sc.setup, sc.seq_len
     n = devices_for(option, setup)
-    host = float(memory_breakdown(spec, setup, [seq], setup.batch, profile, devices=n).host[0])
-    return row_time_and_cost(
-        spec,
-        setup,
-        seq,
-        setup.batch,
-        option.option,
-        profile,
-        tokens=tokens,
-        prices=prices,
-        host_bytes=int(host),
-        fits=fits,
-        gpu=option.gpu,
-        count=n,
+    host = float(
+        memory_breakdown(sc.spec, setup, [seq], setup.batch, sc.profile, devices=n).host[0]
     )
+    on = sc.at(batch=setup.batch, gpu=option.gpu, count=n, option=option.option)
+    return row_time_and_cost(on, tokens=tokens, host_bytes=int(host), fits=True)
 
 
 def recommend_option(
-    spec: ModelSpec,
-    base: TrainingSetup,
+    sc: Scenario,
     option: GpuOption,
-    profile: Profile,
     usable_fraction: float,
     required_seq: int,
     *,
-    lengths: Sequence[int] | None,
-    tokens: float | None,
-    epochs: float,
-    prices: dict[str, float],
-    overflow: str = "drop",
+    run: RunTokens,
     granularity: int = 256,
 ) -> dict[str, Any]:
+    """The best setting for `option`: the fastest of the grid that takes `required_seq`, or the
+    one that reaches the longest sequence when none does. `sc.setup` is the base setting."""
+    spec, base, profile = sc.spec, sc.setup, sc.profile
     budget = Budget(option.gpu.capacity_bytes, usable_fraction)
     n = devices_for(option, base)
     candidates = []
@@ -82,9 +50,9 @@ def recommend_option(
         candidates.append((setup, peak))
     fitting = [(s, p) for s, p in candidates if p <= budget.usable_bytes]
     if fitting:
-        run_tokens, data = _tokens(lengths, tokens, required_seq, epochs, overflow)
+        run_tokens, data = run.at(required_seq)
         priced = [
-            (s, p, _priced(spec, s, required_seq, option, profile, run_tokens, prices, True))
+            (s, p, _priced(sc.at(setup=s, seq_len=required_seq), option, run_tokens))
             for s, p in fitting
         ]
         priced.sort(key=lambda x: (x[2]["time"]["step_seconds"] or float("inf"), -x[1]))
@@ -105,8 +73,8 @@ def recommend_option(
             }
         setup, seq = best
         peak = peak_bytes(spec, setup, seq, setup.batch, profile, n)
-        run_tokens, data = _tokens(lengths, tokens, seq, epochs, overflow)
-        cell = _priced(spec, setup, seq, option, profile, run_tokens, prices, True)
+        run_tokens, data = run.at(seq)
+        cell = _priced(sc.at(setup=setup, seq_len=seq), option, run_tokens)
         status = "shorter"
     return {
         "gpu": option.option,
@@ -126,43 +94,24 @@ def recommend_option(
 
 
 def recommend(
-    spec: ModelSpec,
-    base: TrainingSetup,
+    sc: Scenario,
     options: list[GpuOption],
-    profile: Profile,
     usable_fraction: float,
     *,
     required_seq: int | None = None,
-    lengths: Sequence[int] | None = None,
-    tokens: float | None = None,
-    epochs: float = 1.0,
-    prices: dict[str, float] | None = None,
-    overflow: str = "drop",
+    run: RunTokens | None = None,
 ) -> dict[str, Any]:
     """One row per GPU option: options that take the required length first, cheapest first
-    (then fastest); then those that need a shorter length, cheapest first."""
+    (then fastest); then those that need a shorter length, cheapest first. `sc` holds the model,
+    the base setup, the profile and the prices; `run` the tokens or the dataset's lengths."""
     from estimator.errors import EstimatorInputError
 
+    run = run or RunTokens()
     if required_seq is None:
-        if not lengths:
+        if not run.lengths:
             raise EstimatorInputError("seq_lens", "give a sequence length or a dataset")
-        required_seq = max(lengths)
-    rows = [
-        recommend_option(
-            spec,
-            base,
-            o,
-            profile,
-            usable_fraction,
-            required_seq,
-            lengths=lengths,
-            tokens=tokens,
-            epochs=epochs,
-            prices=prices or {},
-            overflow=overflow,
-        )
-        for o in options
-    ]
+        required_seq = max(run.lengths)
+    rows = [recommend_option(sc, o, usable_fraction, required_seq, run=run) for o in options]
 
     def key(r: dict[str, Any]) -> tuple[int, float, float]:
         rank = {"fits": 0, "shorter": 1, "no": 2}[r["status"]]
@@ -172,10 +121,10 @@ def recommend(
 
     rows.sort(key=key)
     return {
-        "model": spec.name,
-        "method": base.method,
+        "model": sc.spec.name,
+        "method": sc.setup.method,
         "required_seq_len": required_seq,
-        "profile": profile.name,
+        "profile": sc.profile.name,
         "usable_fraction": usable_fraction,
         "rows": rows,
     }

@@ -15,6 +15,7 @@ from typing import Any
 
 from estimator.memory import memory_breakdown
 from estimator.profile import Profile
+from estimator.scenario import Scenario
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 
@@ -101,16 +102,9 @@ def max_seq(
         )
 
     k = largest_fitting(fits, max(upper // granularity, 1))
+    sc = Scenario(spec, setup, profile, count=devices)
     return _answer(
-        "seq_len",
-        None if k is None else k * granularity,
-        granularity,
-        spec,
-        setup,
-        budget,
-        profile,
-        devices,
-        limit=upper,
+        "seq_len", None if k is None else k * granularity, granularity, sc, budget, upper
     )
 
 
@@ -130,8 +124,8 @@ def max_batch(
 
     b = largest_fitting(fits, upper)
     fixed = setup.model_copy(update={"batch": b or 1})
-    result = _answer("batch", b, 1, spec, fixed, budget, profile, devices, seq=seq, limit=upper)
-    return result
+    sc = Scenario(spec, fixed, profile, seq_len=seq, count=devices)
+    return _answer("batch", b, 1, sc, budget, upper)
 
 
 def min_gpus(
@@ -166,17 +160,12 @@ def min_gpus(
 
 
 def _answer(
-    what: str,
-    value: int | None,
-    step: int,
-    spec: ModelSpec,
-    setup: TrainingSetup,
-    budget: Budget,
-    profile: Profile,
-    devices: int | None,
-    seq: int | None = None,
-    limit: int | None = None,
+    what: str, value: int | None, step: int, sc: Scenario, budget: Budget, limit: int | None
 ) -> dict[str, Any]:
+    """A solver's answer `what` = `value` (searched in steps of `step`) with the peak there and
+    one step further; `sc` holds the model, setup, profile, card count and (for `batch`) the
+    sequence length."""
+    spec, setup, profile, devices = sc.spec, sc.setup, sc.profile, sc.count
     out: dict[str, Any] = {
         what: value,
         "granularity": step,
@@ -186,7 +175,7 @@ def _answer(
     if value is None:
         out["reason"] = f"even {what} = {step} does not fit"
         return out
-    s = value if what == "seq_len" else (seq or 0)
+    s = value if what == "seq_len" else sc.seq_len
     b = setup.batch
     nxt_s, nxt_b = (s + step, b) if what == "seq_len" else (s, b + step)
     out["peak_bytes"] = int(peak_bytes(spec, setup, s, b, profile, devices))

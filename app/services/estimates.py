@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import gpu_catalog
-from estimator import api
+from estimator import document as api
 from estimator.request import CheckRequest, EstimateRequest, RecommendRequest
 
 

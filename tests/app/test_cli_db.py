@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 
 from app.factory import create_app
 from app.settings import Settings
-from estimator.cli import main
+from trainfit.cli import main
 
 
 def test_db_backup_and_restore_round_trip(tmp_path: Path, capsys) -> None:

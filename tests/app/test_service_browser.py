@@ -21,7 +21,6 @@ pytestmark = [
     ),
 ]
 pytest.importorskip("playwright.sync_api", reason="playwright (Python package) not installed")
-pytest.importorskip("estimator.api", reason="estimator.api (the lead's library) not there yet")
 
 
 def test_seed_case_in_the_browser(live_server: str) -> None:

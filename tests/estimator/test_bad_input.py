@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator.cli import main
+from trainfit.cli import main
 
 LLAMA = json.loads(
     (

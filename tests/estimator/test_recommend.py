@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from estimator.api import recommend_document
+from estimator.document import recommend_document
 from estimator.request import RecommendRequest
 from estimator.solvers import Budget, peak_bytes
-from estimator.tokens import read_lengths
+from estimator.time.tokens import read_lengths
 from tests.estimator.seed_case import SEED_TARGETS
 
 LENGTHS = read_lengths(Path(__file__).parents[1] / "data" / "lengths" / "seed000_lengths.csv")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator.api import estimate_document
+from estimator.document import estimate_document
 from estimator.request import EstimateRequest
 from tests.estimator.seed_case import SEED_TARGETS
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator.api import estimate_document
+from estimator.document import estimate_document
 from estimator.request import EstimateRequest
 
 SEED = Path(__file__).parents[1] / "data" / "seeds" / "003_70c71c319d70b112.txt"

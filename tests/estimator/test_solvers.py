@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from estimator.architectures import spec_from_config
-from estimator.cli import main
 from estimator.presets import preset_config
 from estimator.profile import load_profile
 from estimator.setup import TrainingSetup
 from estimator.solvers import Budget, max_batch, max_seq, min_gpus, peak_bytes
 from gpu_catalog import get_gpu
+from trainfit.cli import main
 
 LLAMA = spec_from_config(preset_config("llama-3.1-8b"))
 QWEN35 = spec_from_config(preset_config("qwen3.5-27b"))

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from app.schemas import ValidationErrorOut
-from estimator import api
+from estimator import document as api
 from estimator.request import RecommendRequest, SolverRequest
 
 router = APIRouter(prefix="/v1", tags=["solvers"])

@@ -11,7 +11,7 @@ import csv
 import io
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -308,3 +308,87 @@ def run_tokens(
 def chinchilla_for(spec: ModelSpec) -> float:
     """Chinchilla tokens for a spec: 20 x params_total (MoE: total, not active, parameters)."""
     return chinchilla_tokens(spec.params_total)
+
+
+TARGETS = ("chinchilla",)
+
+
+def resolve_tokens(
+    spec: ModelSpec,
+    *,
+    tokens: float | None,
+    target_tokens: str | None,
+    dataset_lengths: Sequence[int] | None,
+    epochs: float = 1.0,
+    max_seq: int | None = None,
+    overflow: Overflow = "drop",
+) -> float | None:
+    """The run's tokens from exactly one of: `tokens` (--tokens), `target_tokens="chinchilla"`
+    (20 per parameter, Hoffmann et al. 2022), or a dataset's sample lengths (--dataset) kept at
+    `max_seq` (longer samples dropped or truncated) times `epochs`. None when none is given."""
+    given = [
+        n
+        for n, v in (
+            ("tokens", tokens),
+            ("target_tokens", target_tokens),
+            ("dataset", dataset_lengths),
+        )
+        if v is not None
+    ]
+    if len(given) > 1:
+        raise EstimatorInputError(
+            given[1], f"give one of tokens, target_tokens, dataset; got {given}"
+        )
+    if not 0 < epochs <= 1e6:
+        raise EstimatorInputError("epochs", f"{epochs} is not in (0, 1e6]")
+    if tokens is not None:
+        if not 0 < tokens <= 1e16:
+            raise EstimatorInputError("tokens", f"{tokens} is not in (0, 1e16]")
+        return float(tokens) * epochs
+    if target_tokens is not None:
+        if target_tokens.lower() not in TARGETS:
+            raise EstimatorInputError("target_tokens", f"{target_tokens!r}; known: {TARGETS}")
+        return chinchilla_for(spec) * epochs
+    if dataset_lengths is not None:
+        seq = max_seq if max_seq is not None else max(dataset_lengths)
+        return float(fit_seq_len(dataset_lengths, seq, overflow).tokens_kept) * epochs
+    return None
+
+
+def resolve_stages(
+    stages: Sequence[Mapping[str, Any]], max_seq: int | None, overflow: Overflow = "drop"
+) -> dict[str, Any]:
+    """A multi-stage run: each stage {"name", "epochs", and "tokens" or "lengths"}.
+    Returns {"tokens": total, "stages": [...per stage tokens and fit...]}."""
+    parsed = []
+    for i, raw in enumerate(stages):
+        name = str(raw.get("name") or f"stage{i + 1}")
+        lengths = raw.get("lengths")
+        parsed.append(
+            Stage(
+                name=name,
+                epochs=float(raw.get("epochs", 1.0)),
+                tokens=None if raw.get("tokens") is None else float(raw["tokens"]),
+                lengths=None if lengths is None else tuple(int(n) for n in lengths),
+            )
+        )
+    return run_tokens(parsed, max_seq, overflow)
+
+
+@dataclass(frozen=True)
+class RunTokens:
+    """What the run trains on, for the recommendation: a token count (times `epochs`), or a
+    dataset's sample `lengths` of which those longer than the sequence length are dropped or
+    truncated (`overflow`)."""
+
+    tokens: float | None = None
+    lengths: Sequence[int] | None = None
+    epochs: float = 1.0
+    overflow: Overflow = "drop"
+
+    def at(self, seq: int) -> tuple[float | None, dict[str, Any] | None]:
+        """Tokens at maximum length `seq`, and the dataset's fit report (None without one)."""
+        if self.lengths is None:
+            return (None if self.tokens is None else self.tokens * self.epochs), None
+        fit = fit_seq_len(self.lengths, seq, self.overflow)
+        return fit.tokens_kept * self.epochs, fit.as_dict()

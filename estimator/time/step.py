@@ -1,7 +1,7 @@
 """Step time, throughput and run hours on a GPU option (one card or `N x card`).
 
 step_seconds = max(compute, memory) + exposed offload transfer + exposed communication, where
-- compute = executed FLOPs (forward + backward + recompute, `estimator.flops`) / (dense peak
+- compute = executed FLOPs (forward + backward + recompute, `estimator.time.flops`) / (dense peak
   x efficiency). The peak is the catalog's dense bf16 rate (fp32 rate for `precision=fp32`);
   efficiency is the fraction of it achieved on executed FLOPs (it equals MFU when nothing is
   recomputed) and comes from the profile (`time.json`) or from a calibration;
@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from estimator.errors import EstimatorInputError
-from estimator.flops import CHECKPOINTED, StepFlops, step_flops
 from estimator.lora import lora_params
 from estimator.profile import Profile
+from estimator.scenario import Scenario
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
+from estimator.time.flops import CHECKPOINTED, StepFlops, step_flops
 
 DATA_PARALLEL = ("fsdp", "zero1", "zero2", "zero3")
 
@@ -229,13 +230,7 @@ def _rate(value: float | int | None, name: str, gpu_id: str, unknown: list[str])
 
 
 def step_time(
-    spec: ModelSpec,
-    setup: TrainingSetup,
-    seq_len: int,
-    batch: int,
-    gpu: GPULike,
-    count: int,
-    profile: Profile,
+    sc: Scenario,
     *,
     host_bytes: int = 0,
     efficiency: float | None = None,
@@ -247,6 +242,8 @@ def step_time(
     seq_len. device_map: one card computes at a time, so the step is one card's compute over the
     whole model and the other cards idle (they are still rented). `efficiency` overrides the
     profile (a calibration)."""
+    spec, setup, profile, seq_len, batch = sc.spec, sc.setup, sc.profile, sc.seq_len, sc.batch
+    gpu, count = sc.require_gpu(), sc.cards
     if seq_len < 1 or batch < 1:
         raise EstimatorInputError("seq_len", "sequence length and batch must be positive")
     sharding = effective_sharding(setup, count)

@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 
 from estimator.architectures import spec_from_config
-from estimator.calibration import efficiency_from_throughput
-from estimator.flops import step_flops
-from estimator.pricing import row_time_and_cost
 from estimator.profile import load_profile
+from estimator.scenario import Scenario
 from estimator.setup import TrainingSetup
 from estimator.spec import params_only_spec
-from estimator.timing import comm_bytes, gpu_days, step_time, weight_bytes
+from estimator.time.calibration import efficiency_from_throughput
+from estimator.time.flops import step_flops
+from estimator.time.plan import row_time_and_cost
+from estimator.time.step import comm_bytes, gpu_days, step_time, weight_bytes
 
-CONFIGS = Path(__file__).parents[1] / "data" / "configs"
+CONFIGS = Path(__file__).parents[2] / "data" / "configs"
 PROFILE = load_profile("default")
 
 
@@ -41,7 +42,7 @@ def _llama8b():
 
 def test_compute_bound_step_is_flops_over_peak_times_efficiency() -> None:
     spec, setup = _llama8b(), TrainingSetup(checkpointing="gpu")
-    st = step_time(spec, setup, 4096, 1, StandIn(), 1, PROFILE, efficiency=0.4)
+    st = step_time(Scenario(spec, setup, PROFILE, 4096, 1, StandIn(), 1), efficiency=0.4)
     flops = step_flops(spec, setup, 4096, 1).total
     assert st.compute_seconds == pytest.approx(flops / (100e12 * 0.4))
     assert st.step_seconds == st.compute_seconds > st.memory_seconds
@@ -51,7 +52,7 @@ def test_compute_bound_step_is_flops_over_peak_times_efficiency() -> None:
 
 def test_a_tiny_step_is_held_up_by_memory_bandwidth() -> None:
     spec, setup = _llama8b(), TrainingSetup(checkpointing="none")
-    st = step_time(spec, setup, 1, 1, StandIn(), 1, PROFILE, efficiency=0.4)
+    st = step_time(Scenario(spec, setup, PROFILE, 1, 1, StandIn(), 1), efficiency=0.4)
     assert st.step_seconds == st.memory_seconds > st.compute_seconds
     assert st.memory_seconds >= 2 * weight_bytes(spec, setup, PROFILE) / 1e12
 
@@ -60,7 +61,7 @@ def test_offloaded_checkpoints_add_the_unhidden_part_of_the_copy() -> None:
     spec = _llama8b()
     setup = TrainingSetup(method="lora", checkpointing="offload")
     host = 32 * 8192 * 4096 * 2
-    st = step_time(spec, setup, 8192, 1, StandIn(), 1, PROFILE, host_bytes=host)
+    st = step_time(Scenario(spec, setup, PROFILE, 8192, 1, StandIn(), 1), host_bytes=host)
     hidden = PROFILE.number("time", "offload_overlap_fraction")
     assert st.offload_transfer_seconds == pytest.approx(2 * host / 25e9)
     assert st.offload_seconds == pytest.approx((1 - hidden) * 2 * host / 25e9)
@@ -79,7 +80,7 @@ def test_fsdp_moves_3x_and_zero2_2x_the_parameters_with_ring_factor() -> None:
     assert comm_bytes(spec, z2, PROFILE, "zero2", 8, 4096, 1) == pytest.approx(
         ring * 8e9 * (grad + 2)
     )
-    st = step_time(spec, fsdp, 4096, 1, StandIn(), 8, PROFILE, efficiency=0.4)
+    st = step_time(Scenario(spec, fsdp, PROFILE, 4096, 1, StandIn(), 8), efficiency=0.4)
     assert st.tokens_per_step == 8 * 4096
     assert st.comm_seconds == pytest.approx(ring * 8e9 * (4 + grad) / 100e9)
 
@@ -87,8 +88,8 @@ def test_fsdp_moves_3x_and_zero2_2x_the_parameters_with_ring_factor() -> None:
 def test_device_map_computes_on_one_card_at_a_time_and_rents_all() -> None:
     spec = _llama8b()
     setup = TrainingSetup(method="lora", checkpointing="gpu")
-    one = step_time(spec, setup, 4096, 1, StandIn(), 1, PROFILE)
-    two = step_time(spec, setup, 4096, 1, StandIn(), 2, PROFILE)
+    one = step_time(Scenario(spec, setup, PROFILE, 4096, 1, StandIn(), 1))
+    two = step_time(Scenario(spec, setup, PROFILE, 4096, 1, StandIn(), 2))
     assert two.sharding == "device_map"
     assert two.tokens_per_step == one.tokens_per_step
     assert two.compute_seconds == one.compute_seconds
@@ -97,19 +98,12 @@ def test_device_map_computes_on_one_card_at_a_time_and_rents_all() -> None:
 
 
 def test_an_unknown_rate_gives_no_time_and_says_so() -> None:
+    sc = Scenario(_llama8b(), TrainingSetup(), PROFILE, 4096, 1, StandIn(bf16_dense_tflops=None), 1)
     row = row_time_and_cost(
-        _llama8b(),
-        TrainingSetup(),
-        4096,
-        1,
-        "stand-in",
-        PROFILE,
+        sc,
         tokens=1e9,
-        prices={},
         host_bytes=0,
         fits=True,
-        gpu=StandIn(bf16_dense_tflops=None),
-        count=1,
     )
     assert row["time"]["step_seconds"] is None and row["time"]["wall_hours"] is None
     assert "unknown rate: bf16_dense_tflops" in row["time"]["unknown"][0]
@@ -119,14 +113,8 @@ def test_an_unknown_rate_gives_no_time_and_says_so() -> None:
 def test_default_full_efficiency_reproduces_torchtitan_llama3_8b_on_h100() -> None:
     setup = TrainingSetup(checkpointing="none", sharding="fsdp", num_gpus=8, batch=2)
     row = row_time_and_cost(
-        _llama8b(),
-        setup,
-        8192,
-        2,
-        "8xh100-80gb",
-        PROFILE,
+        Scenario(_llama8b(), setup, PROFILE, 8192, 2, option="8xh100-80gb"),
         tokens=None,
-        prices={},
         host_bytes=0,
         fits=True,
     )
@@ -155,9 +143,15 @@ def test_default_lora_efficiencies_follow_torchtune_ratios() -> None:
     )
     qlora = lora.model_copy(update={"method": "qlora"})
     # torchtune README, Llama 3.2 3B on one A100, seq 4096 packed: tokens/s per row
-    e_full = efficiency_from_throughput(llama3b, full, "a100-80gb", 4096, 2, 7210, PROFILE)
-    e_lora = efficiency_from_throughput(llama3b, lora, "a100-80gb", 4096, 2, 8210, PROFILE)
-    e_qlora = efficiency_from_throughput(llama3b, qlora, "a100-80gb", 4096, 2, 8035, PROFILE)
+    e_full = efficiency_from_throughput(
+        Scenario(llama3b, full, PROFILE, 4096, 2, option="a100-80gb"), 7210
+    )
+    e_lora = efficiency_from_throughput(
+        Scenario(llama3b, lora, PROFILE, 4096, 2, option="a100-80gb"), 8210
+    )
+    e_qlora = efficiency_from_throughput(
+        Scenario(llama3b, qlora, PROFILE, 4096, 2, option="a100-80gb"), 8035
+    )
     base = PROFILE.number("time", "efficiency.full")
     assert PROFILE.number("time", "efficiency.lora") == pytest.approx(
         base * e_lora / e_full, rel=0.01
@@ -178,14 +172,8 @@ def test_seed_003_budget_flops_and_gpu_days() -> None:
     assert gpu_days(total, 1.8e12) == pytest.approx(619_630, rel=0.001)
     assert gpu_days(total, 1.8e15) == pytest.approx(620, rel=0.01)
     row = row_time_and_cost(
-        spec,
-        setup,
-        4096,
-        1,
-        "h100-80gb",
-        PROFILE,
+        Scenario(spec, setup, PROFILE, 4096, 1, option="h100-80gb"),
         tokens=tokens,
-        prices={},
         host_bytes=0,
         fits=True,
     )

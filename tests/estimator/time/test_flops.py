@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 
 from estimator.architectures import spec_from_config
-from estimator.flops import (
+from estimator.setup import TrainingSetup
+from estimator.spec import params_only_spec
+from estimator.time.flops import (
     attention_core_forward,
     attention_pairs,
     gated_deltanet_forward,
     gated_deltanet_matmul_forward,
     step_flops,
 )
-from estimator.setup import TrainingSetup
-from estimator.spec import params_only_spec
 
-CONFIGS = Path(__file__).parents[1] / "data" / "configs"
+CONFIGS = Path(__file__).parents[2] / "data" / "configs"
 
 
 def _config(name: str) -> dict:

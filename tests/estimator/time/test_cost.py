@@ -8,21 +8,17 @@ from pathlib import Path
 import pytest
 
 from estimator.architectures import spec_from_config
-from estimator.cost import rank_options
 from estimator.errors import EstimatorInputError
-from estimator.pricing import (
-    format_time_cost_table,
-    parse_calibrate_option,
-    parse_price_option,
-    resolve_stages,
-    row_time_and_cost,
-    training_summary,
-)
 from estimator.profile import load_profile
+from estimator.scenario import Scenario
 from estimator.setup import TrainingSetup
+from estimator.time.calibration import parse_calibrate_option
+from estimator.time.cost import parse_price_option, rank_options
+from estimator.time.plan import format_time_cost_table, row_time_and_cost, training_summary
+from estimator.time.tokens import resolve_stages
 from tests.estimator.seed_case import SEED_TARGETS
 
-CONFIGS = Path(__file__).parents[1] / "data" / "configs"
+CONFIGS = Path(__file__).parents[2] / "data" / "configs"
 SEED_PRICES = {"a100-80gb": 2.50, "rtx-pro-6000": 2.75, "h200": 5.0}  # seed 000's USD/hour
 TARGETS = SEED_TARGETS
 
@@ -44,14 +40,8 @@ def _rows(spec, setup, seq, tokens, profile, options, prices, fits=None):
     host = spec.layers * seq * spec.hidden * 2  # offloaded layer inputs, bf16
     return {
         g: row_time_and_cost(
-            spec,
-            setup,
-            seq,
-            1,
-            g,
-            profile,
+            Scenario(spec, setup, profile, seq, 1, option=g, prices=prices),
             tokens=tokens,
-            prices=prices,
             host_bytes=host,
             fits=(fits or {}).get(g, True),
         )
@@ -69,7 +59,9 @@ def test_seed_000_run_priced_end_to_end_matches_the_seed() -> None:
     rows = _rows(
         spec, setup, 6750, tokens, load_profile("seed-000"), ["a100-80gb", "h200"], SEED_PRICES
     )
-    summary = training_summary(spec, setup, rows, tokens, seq_len=6750, batch=1, stages=stages)
+    summary = training_summary(
+        Scenario(spec, setup, load_profile("seed-000"), 6750, 1), rows, tokens, stages=stages
+    )
     a100, h200 = summary["options"]["a100-80gb"], summary["options"]["h200"]
     # seed 000: "A100 about 5.9 h (about 15 USD), H200 about 2.7 h (about 14 USD)"
     assert a100["wall_hours"] == pytest.approx(5.9, abs=0.1)
@@ -136,7 +128,9 @@ def test_two_h200s_with_device_map_cost_twice_the_gpu_hours() -> None:
         SEED_PRICES,
         fits={"h200": False},
     )
-    summary = training_summary(spec, setup, rows, 6.4e6, seq_len=48000, batch=1)
+    summary = training_summary(
+        Scenario(spec, setup, load_profile("default"), 48000, 1), rows, 6.4e6
+    )
     one, two = rows["h200"]["time"], rows["2xh200"]["time"]
     assert two["gpu_hours"] == pytest.approx(2 * two["wall_hours"])
     assert two["wall_hours"] >= one["wall_hours"]

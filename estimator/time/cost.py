@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from estimator.errors import EstimatorInputError
+
 NO_PRICE = "no price; pass --price {id}=USD"
 
 
@@ -69,3 +71,43 @@ def _or(value: float | None, default: float) -> float:
 
 def cheapest(ranked: Sequence[str]) -> str | None:
     return ranked[0] if ranked else None
+
+
+def normalise_prices(prices: Mapping[str, float]) -> dict[str, float]:
+    """Price overrides keyed by catalog id (aliases resolved; `2xh200` means the h200's price
+    per GPU-hour). Negative or absurd prices -> EstimatorInputError naming the key."""
+    from gpu_catalog import get_gpu
+
+    out: dict[str, float] = {}
+    for key, value in prices.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e4:
+            raise EstimatorInputError(f"prices.{key}", f"{value!r} USD/h is outside 0..10000")
+        try:
+            gpu_id = get_gpu(key).id
+        except ValueError:
+            try:
+                from estimator.gpu_options import resolve_gpu_option
+
+                gpu_id = resolve_gpu_option(key)[0].id
+            except EstimatorInputError:
+                raise EstimatorInputError(f"prices.{key}", f"unknown GPU {key!r}") from None
+        out[gpu_id] = float(value)
+    return out
+
+
+def parse_price_option(values: Sequence[str]) -> dict[str, float]:
+    """`--price h200=5.0` (repeatable, or comma-separated `a100=2.5,h200=5`) -> {id: USD/h}."""
+    out: dict[str, float] = {}
+    for value in values:
+        for item in value.split(","):
+            if not item.strip():
+                continue
+            key, sep, number = item.partition("=")
+            try:
+                price = float(number)
+            except ValueError:
+                price = float("nan")
+            if not sep or not key.strip() or price != price:
+                raise EstimatorInputError("price", f"{item!r}: expected ID=USD, e.g. h200=5.0")
+            out[key.strip().lower()] = price
+    return normalise_prices(out)

@@ -8,20 +8,21 @@ from pathlib import Path
 import pytest
 
 from estimator.architectures import spec_from_config
-from estimator.calibration import (
+from estimator.errors import EstimatorInputError
+from estimator.profile import load_profile
+from estimator.scenario import Scenario
+from estimator.setup import TrainingSetup
+from estimator.time.calibration import (
     calibrate,
     calibrate_from_memtest,
     efficiency_from_throughput,
     gpu_from_name,
     recalibrated_rows,
 )
-from estimator.errors import EstimatorInputError
-from estimator.pricing import row_time_and_cost
-from estimator.profile import load_profile
-from estimator.setup import TrainingSetup
+from estimator.time.plan import row_time_and_cost
 from tests.estimator.seed_case import SEED_TARGETS
 
-CONFIGS = Path(__file__).parents[1] / "data" / "configs"
+CONFIGS = Path(__file__).parents[2] / "data" / "configs"
 TARGETS = SEED_TARGETS
 DEFAULT = load_profile("default")
 SEED = load_profile("seed-000")
@@ -43,11 +44,14 @@ def _seed000(method: str = "lora"):
 def test_efficiency_reproducing_seed_000s_221_tokens_per_second_on_an_a100() -> None:
     spec, setup, host = _seed000("qlora")
     eff = efficiency_from_throughput(
-        spec, setup, "a100-80gb", 6750, 1, 221.0, DEFAULT, host_bytes=host
+        Scenario(spec, setup, DEFAULT, 6750, 1, option="a100-80gb"), 221.0, host_bytes=host
     )
     assert SEED.number("time", "efficiency.qlora") == pytest.approx(eff, rel=0.005)
     row = row_time_and_cost(
-        spec, setup, 6750, 1, "a100-80gb", SEED, tokens=None, prices={}, host_bytes=host, fits=True
+        Scenario(spec, setup, SEED, 6750, 1, option="a100-80gb"),
+        tokens=None,
+        host_bytes=host,
+        fits=True,
     )
     assert row["time"]["tokens_per_second"] == pytest.approx(221.0, rel=0.005)
 
@@ -55,10 +59,14 @@ def test_efficiency_reproducing_seed_000s_221_tokens_per_second_on_an_a100() -> 
 def test_seed_000_profile_encodes_its_bf16_and_h200_assumptions() -> None:
     spec, setup, host = _seed000("lora")
     a100 = efficiency_from_throughput(
-        spec, setup, "a100-80gb", 6750, 1, 6.4e6 / (5.9 * 3600), DEFAULT, host_bytes=host
+        Scenario(spec, setup, DEFAULT, 6750, 1, option="a100-80gb"),
+        6.4e6 / (5.9 * 3600),
+        host_bytes=host,
     )
     h200 = efficiency_from_throughput(
-        spec, setup, "h200", 6750, 1, 6.4e6 / (2.7 * 3600), DEFAULT, host_bytes=host
+        Scenario(spec, setup, DEFAULT, 6750, 1, option="h200"),
+        6.4e6 / (2.7 * 3600),
+        host_bytes=host,
     )
     assert SEED.number("time", "efficiency.lora") == pytest.approx(a100, rel=0.005)
     scale = SEED.get("time", "efficiency_scale_by_gpu")["h200"]
@@ -70,15 +78,13 @@ def test_seed_000_profile_encodes_its_bf16_and_h200_assumptions() -> None:
 def test_calibrating_from_a_step_time_round_trips() -> None:
     spec, setup, host = _seed000()
     row = row_time_and_cost(
-        spec, setup, 6750, 1, "h200", DEFAULT, tokens=None, prices={}, host_bytes=host, fits=True
+        Scenario(spec, setup, DEFAULT, 6750, 1, option="h200"),
+        tokens=None,
+        host_bytes=host,
+        fits=True,
     )
     cal = calibrate(
-        spec,
-        setup,
-        "h200",
-        6750,
-        1,
-        DEFAULT,
+        Scenario(spec, setup, DEFAULT, 6750, 1, option="h200"),
         step_seconds=row["time"]["step_seconds"],
         host_bytes=host,
     )
@@ -87,19 +93,14 @@ def test_calibrating_from_a_step_time_round_trips() -> None:
 
 def test_one_measurement_reprices_every_option_marking_measured_and_extrapolated() -> None:
     spec, setup, host = _seed000("qlora")
-    cal = calibrate(
-        spec, setup, "a100-80gb", 6750, 1, DEFAULT, tokens_per_second=221.0, host_bytes=host
-    )
+    measured = Scenario(spec, setup, DEFAULT, 6750, 1, option="a100-80gb")
+    cal = calibrate(measured, tokens_per_second=221.0, host_bytes=host)
+    priced = measured.at(prices={"a100-80gb": 2.5, "h200": 5.0}, calibration=cal)
     rows = recalibrated_rows(
-        cal,
-        spec,
-        setup,
+        priced,
         ["a100-80gb", "h200"],
         [6750, 32000],
-        1,
-        DEFAULT,
         tokens=6.4e6,
-        prices={"a100-80gb": 2.5, "h200": 5.0},
         host_bytes_by_seq={6750: host},
     )
     basis = {(r["gpu"], r["seq_len"]): r["basis"] for r in rows}
@@ -120,7 +121,9 @@ def test_one_measurement_reprices_every_option_marking_measured_and_extrapolated
 def test_a_measurement_faster_than_the_peak_is_rejected() -> None:
     spec, setup, host = _seed000()
     with pytest.raises(EstimatorInputError) as err:
-        calibrate(spec, setup, "a100-80gb", 6750, 1, DEFAULT, tokens_per_second=1e7)
+        calibrate(
+            Scenario(spec, setup, DEFAULT, 6750, 1, option="a100-80gb"), tokens_per_second=1e7
+        )
     assert err.value.field == "calibrate.step_seconds"
 
 
@@ -149,9 +152,8 @@ def test_calibrate_from_a_memtest_uses_the_median_after_warm_up() -> None:
     cals = calibrate_from_memtest(doc, DEFAULT, spec=spec)
     assert len(cals) == 1 and cals[0].gpu_id == "h200"
     assert cals[0].step_seconds == pytest.approx(0.41)
-    direct = calibrate(
-        spec, TrainingSetup(checkpointing="none"), "h200", 2048, 1, DEFAULT, step_seconds=0.41
-    )
+    measured = Scenario(spec, TrainingSetup(checkpointing="none"), DEFAULT, 2048, 1, option="h200")
+    direct = calibrate(measured, step_seconds=0.41)
     assert cals[0].efficiency == pytest.approx(direct.efficiency)
 
 

@@ -1,7 +1,7 @@
 """Calibration: turn one measured step time (or tokens/s) into an achieved efficiency, then
 re-price every other option from it.
 
-The measured step is taken apart with the same model `estimator.timing` uses to put it
+The measured step is taken apart with the same model `estimator.time.step` uses to put it
 together: step = max(compute, memory) + exposed offload + exposed communication, so
 compute = step - offload - communication, and efficiency = executed FLOPs / (compute x peak).
 The efficiency is then divided by the profile's per-GPU scale of the measured card and
@@ -19,9 +19,10 @@ from typing import Any
 
 from estimator.errors import EstimatorInputError
 from estimator.profile import Profile
+from estimator.scenario import Scenario
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
-from estimator.timing import step_time
+from estimator.time.step import step_time
 
 
 @dataclass(frozen=True)
@@ -74,19 +75,14 @@ def _scale(profile: Profile, gpu_id: str) -> float:
 
 
 def _normal_option(option: str) -> str:
-    from estimator.pricing import resolve_gpu_option
+    from estimator.gpu_options import resolve_gpu_option
 
     gpu, count = resolve_gpu_option(option)
     return f"{count}x{gpu.id}"
 
 
 def calibrate(
-    spec: ModelSpec,
-    setup: TrainingSetup,
-    gpu_option: str,
-    seq_len: int,
-    batch: int,
-    profile: Profile,
+    sc: Scenario,
     *,
     step_seconds: float | None = None,
     tokens_per_second: float | None = None,
@@ -94,27 +90,18 @@ def calibrate(
     source: str = "measured",
 ) -> Calibration:
     """Efficiency that reproduces a measured step time (or tokens/s, all cards together) for
-    one configuration. Raises EstimatorInputError when the measurement is faster than the
-    model's memory/offload/communication floor (nothing left to attribute to compute) or when
-    a rate the inversion needs is unknown."""
-    from estimator.pricing import resolve_gpu_option
+    one configuration: the scenario's `seq_len` x `batch` on its GPU `option`. Raises
+    EstimatorInputError when the measurement is faster than the model's memory/offload/
+    communication floor (nothing left to attribute to compute) or when a rate the inversion
+    needs is unknown."""
+    from estimator.gpu_options import resolve_gpu_option
 
     if (step_seconds is None) == (tokens_per_second is None):
         raise EstimatorInputError("calibrate", "give step_seconds or tokens_per_second")
-    gpu, count = resolve_gpu_option(gpu_option)
+    gpu, count = resolve_gpu_option(sc.option)
+    sc = sc.at(gpu=gpu, count=count)
     # any efficiency gives the non-compute terms; they do not depend on it
-    probe = step_time(
-        spec,
-        setup,
-        seq_len,
-        batch,
-        gpu,
-        count,
-        profile,
-        host_bytes=host_bytes,
-        efficiency=1.0,
-        efficiency_source="probe",
-    )
+    probe = step_time(sc, host_bytes=host_bytes, efficiency=1.0, efficiency_source="probe")
     if step_seconds is None:
         assert tokens_per_second is not None
         if tokens_per_second <= 0:
@@ -140,43 +127,26 @@ def calibrate(
             "configuration (seq_len, batch, method, GPU) of the measurement",
         )
     return Calibration(
-        gpu_option=gpu_option,
+        gpu_option=sc.option,
         gpu_id=gpu.id,
         count=count,
-        seq_len=seq_len,
-        batch=batch,
-        method=setup.method,
+        seq_len=sc.seq_len,
+        batch=sc.batch,
+        method=sc.setup.method,
         step_seconds=step_seconds,
         tokens_per_second=probe.tokens_per_step / step_seconds,
         efficiency=efficiency,
-        base_efficiency=efficiency / _scale(profile, gpu.id),
+        base_efficiency=efficiency / _scale(sc.profile, gpu.id),
         source=source,
     )
 
 
 def efficiency_from_throughput(
-    spec: ModelSpec,
-    setup: TrainingSetup,
-    gpu_option: str,
-    seq_len: int,
-    batch: int,
-    tokens_per_second: float,
-    profile: Profile,
-    *,
-    host_bytes: int = 0,
+    sc: Scenario, tokens_per_second: float, *, host_bytes: int = 0
 ) -> float:
-    """The efficiency on `gpu_option` that reproduces a published tokens/s (all cards)."""
-    cal = calibrate(
-        spec,
-        setup,
-        gpu_option,
-        seq_len,
-        batch,
-        profile,
-        tokens_per_second=tokens_per_second,
-        host_bytes=host_bytes,
-    )
-    return cal.efficiency
+    """The efficiency on the scenario's GPU option that reproduces a published tokens/s (all
+    cards)."""
+    return calibrate(sc, tokens_per_second=tokens_per_second, host_bytes=host_bytes).efficiency
 
 
 def _measured_step(steps: Sequence[Any], field: str) -> float:
@@ -267,12 +237,7 @@ def calibrate_from_memtest(
         host = (host_bytes_by_seq or {}).get(seq, 0)
         out.append(
             calibrate(
-                spec,
-                setup,
-                gpu_option,
-                seq,
-                batch,
-                profile,
+                Scenario(spec, setup, profile, seq_len=seq, batch=batch, option=gpu_option),
                 step_seconds=step,
                 host_bytes=host,
                 source=f"memtest results[{i}]",
@@ -284,37 +249,29 @@ def calibrate_from_memtest(
 
 
 def recalibrated_rows(
-    calibration: Calibration,
-    spec: ModelSpec,
-    setup: TrainingSetup,
+    sc: Scenario,
     options: Sequence[str],
     seq_lens: Sequence[int],
-    batch: int,
-    profile: Profile,
     *,
     tokens: float | None = None,
-    prices: Mapping[str, float] | None = None,
     host_bytes_by_seq: Mapping[int, int] | None = None,
     fits: Mapping[tuple[str, int], bool] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every (option, seq_len) re-priced with the calibrated efficiency, each row marked
-    `measured` (the calibrated configuration) or `extrapolated`."""
-    from estimator.pricing import resolve_gpu_option, row_time_and_cost
+    """Every (option, seq_len) re-priced with the scenario's calibrated efficiency, each row
+    marked `measured` (the calibrated configuration) or `extrapolated`."""
+    from estimator.time.plan import row_time_and_cost
 
+    calibration = sc.calibration
+    if calibration is None:
+        raise EstimatorInputError("calibration", "recalibrated rows need a calibration")
     rows = []
     for option in options:
-        gpu, _ = resolve_gpu_option(option)
-        eff = calibration.efficiency_on(gpu.id, profile)
+        on = sc.on(option)
+        eff = calibration.efficiency_on(on.require_gpu().id, sc.profile)
         for seq in seq_lens:
             row = row_time_and_cost(
-                spec,
-                setup,
-                seq,
-                batch,
-                option,
-                profile,
+                on.at(seq_len=seq),
                 tokens=tokens,
-                prices=dict(prices or {}),
                 host_bytes=(host_bytes_by_seq or {}).get(seq, 0),
                 fits=(fits or {}).get((option, seq), True),
                 efficiency=eff,
@@ -323,12 +280,52 @@ def recalibrated_rows(
                     f"{calibration.seq_len} ({calibration.tokens_per_second:.4g} tokens/s)"
                 ),
             )
-            measured = calibration.is_measured(option, seq, batch)
+            measured = calibration.is_measured(option, seq, sc.batch)
             row.update(
                 {"gpu": option, "seq_len": seq, "basis": "measured" if measured else "extrapolated"}
             )
             rows.append(row)
     return rows
+
+
+def parse_calibrate_option(value: str) -> dict[str, Any]:
+    """`--calibrate gpu=a100-80gb,seq=6750,batch=1,tokens_per_second=221` (or
+    `step_seconds=30.5`) -> keyword arguments of `estimator.time.calibration.calibrate`; a path
+    ending in .json means a memtest document (`{"memtest": path}`)."""
+    if value.strip().lower().endswith(".json"):
+        return {"memtest": value.strip()}
+    fields: dict[str, Any] = {}
+    aliases = {"seq": "seq_len", "tps": "tokens_per_second", "step": "step_seconds"}
+    for item in value.split(","):
+        key, sep, raw = item.partition("=")
+        key = aliases.get(key.strip(), key.strip())
+        if not sep or key not in ("gpu", "seq_len", "batch", "tokens_per_second", "step_seconds"):
+            raise EstimatorInputError(
+                "calibrate",
+                f"{item!r}: expected gpu=ID,seq=N,batch=N,tokens_per_second=X "
+                "(or step_seconds=X), or a memtest .json",
+            )
+        fields[key] = raw.strip()
+    for k, kind in (
+        ("seq_len", int),
+        ("batch", int),
+        ("tokens_per_second", float),
+        ("step_seconds", float),
+    ):
+        if k in fields:
+            try:
+                fields[k] = kind(fields[k])
+            except ValueError:
+                raise EstimatorInputError(
+                    f"calibrate.{k}", f"{fields[k]!r} is not a number"
+                ) from None
+    missing = [k for k in ("gpu", "seq_len") if k not in fields]
+    if missing or ("tokens_per_second" in fields) == ("step_seconds" in fields):
+        raise EstimatorInputError(
+            "calibrate", "needs gpu, seq and one of tokens_per_second / step_seconds"
+        )
+    fields.setdefault("batch", 1)
+    return fields
 
 
 __all__ = [

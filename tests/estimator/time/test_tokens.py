@@ -7,17 +7,18 @@ from pathlib import Path
 import pytest
 
 from estimator.errors import EstimatorInputError
-from estimator.pricing import resolve_stages, resolve_tokens
 from estimator.spec import params_only_spec
-from estimator.tokens import (
+from estimator.time.tokens import (
     chinchilla_tokens,
     fit_seq_len,
     length_stats,
     read_lengths,
+    resolve_stages,
+    resolve_tokens,
     seq_len_report,
 )
 
-LENGTHS = Path(__file__).parents[1] / "data" / "lengths"
+LENGTHS = Path(__file__).parents[2] / "data" / "lengths"
 
 
 def test_seed_000_lengths_drop_15_of_52_at_32k() -> None:

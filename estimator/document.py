@@ -1,0 +1,277 @@
+"""Where a request becomes a document: the one module front ends call (CLI, REST service,
+notebooks). `estimate()` composes the memory rows (`estimator.rows`) with the time wing
+(`estimator.time.plan`) into the estimate document of design.md; the check, solver and
+recommendation documents are built on the same parts.
+
+    request (estimator.request) -> Scenario -> memory rows + time/cost -> verdicts -> document
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from estimator.errors import EstimatorInputError
+from estimator.gpu_options import GpuOption, check_devices, parse_gpu_options
+from estimator.model_source import resolve_model
+from estimator.presets import PRESET_SOURCES, preset_config, preset_ids
+from estimator.profile import Profile, load_profile
+from estimator.profile import list_profiles as _list_profiles
+from estimator.request import CheckRequest, EstimateRequest, RecommendRequest, SolverRequest
+from estimator.rows import estimate_rows, model_summary
+from estimator.scenario import Scenario
+from estimator.setup import TrainingSetup
+from estimator.spec import ModelSpec
+from estimator.time.calibration import Calibration, calibrate
+from estimator.time.flops import step_flops
+from estimator.time.plan import row_time_and_cost, training_summary
+from estimator.time.tokens import RunTokens, resolve_tokens, seq_len_report
+
+SCHEMA = "trainfit.estimate/1"
+
+
+def _tokens_for(spec: ModelSpec, request: EstimateRequest, seq: int) -> float | None:
+    """The run's tokens at this maximum sequence length (a dataset loses samples at shorter
+    lengths; explicit or Chinchilla budgets do not depend on it)."""
+    return resolve_tokens(
+        spec,
+        tokens=request.tokens,
+        target_tokens=request.target_tokens,
+        dataset_lengths=request.dataset_lengths,
+        epochs=request.epochs,
+        max_seq=seq,
+        overflow=request.overflow,
+    )
+
+
+def add_time_and_cost(
+    spec: ModelSpec,
+    request: EstimateRequest,
+    rows: list[dict[str, Any]],
+    setups: dict[tuple[str, str], TrainingSetup],
+    profile: Profile,
+    options: dict[str, GpuOption],
+) -> Calibration | None:
+    """FLOPs per row; `time` and `cost` per row and GPU option (`estimator.time.plan`)."""
+    cal = None
+    if request.calibration is not None:
+        c = request.calibration
+        measured = Scenario(
+            spec, next(iter(setups.values())), profile, c.seq_len, c.batch, option=c.gpu
+        )
+        cal = calibrate(
+            measured,
+            step_seconds=c.step_seconds,
+            tokens_per_second=c.tokens_per_second,
+            source="calibration in the request",
+        )
+    for row in rows:
+        setup = setups[(row["checkpointing"], row["loss"])]
+        row["flops_per_step"] = step_flops(spec, setup, row["seq_len"], row["batch"]).total
+        tokens = _tokens_for(spec, request, row["seq_len"])
+        for option, fit in row["fit"].items():
+            efficiency = source = None
+            if cal is not None:
+                efficiency = cal.efficiency_on(fit["gpu"], profile)
+                source = f"calibrated: {cal.tokens_per_second:.4g} tokens/s on {cal.gpu_option}"
+            sc = Scenario(
+                spec,
+                setup,
+                profile,
+                row["seq_len"],
+                row["batch"],
+                gpu=options[option].gpu,
+                count=fit["devices"],
+                option=option,
+                prices=request.prices,
+            )
+            cell = row_time_and_cost(
+                sc,
+                tokens=tokens,
+                host_bytes=row["host_bytes"] or 0,
+                fits=fit["verdict"] == "fits",
+                efficiency=efficiency,
+                efficiency_source=source,
+            )
+            fit["time"], fit["cost"] = cell["time"], cell["cost"]
+            if cal is not None:
+                fit["time"]["measured"] = cal.is_measured(option, row["seq_len"], row["batch"])
+    return cal
+
+
+def estimate(
+    request: EstimateRequest, variants: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The estimate document. `variants`: setup overrides (e.g. checkpointing x loss) that add
+    rows for the same model and GPUs, as seed 000's fit table does."""
+    profile = load_profile(request.profile)
+    spec = resolve_model(request.model)
+    options = parse_gpu_options(request.gpus)
+    check_devices(spec, request.setup, options)
+    setups = (
+        [request.setup] if not variants else [request.setup.model_copy(update=v) for v in variants]
+    )
+    rows: list[dict[str, Any]] = []
+    mem = None
+    by_key: dict[tuple[str, str], TrainingSetup] = {}
+    for setup in setups:
+        TrainingSetup.model_validate(setup.model_dump())  # overrides re-validated
+        by_key[(setup.checkpointing, setup.loss)] = setup
+        setup_rows, mem = estimate_rows(
+            spec, setup, request.seq_lens, options, request.usable_fraction, profile
+        )
+        rows += setup_rows
+    assert mem is not None
+    rows.sort(key=lambda r: r["seq_len"])
+    cal = add_time_and_cost(spec, request, rows, by_key, profile, {o.option: o for o in options})
+    longest = max(request.seq_lens)
+    base = setups[0]
+    base_row = next(
+        r
+        for r in rows
+        if r["seq_len"] == longest
+        and (r["checkpointing"], r["loss"]) == (base.checkpointing, base.loss)
+    )
+    training = training_summary(
+        Scenario(spec, base, profile, longest, base.batch),
+        {o: {**f, "fits": f["verdict"] == "fits"} for o, f in base_row["fit"].items()},
+        _tokens_for(spec, request, longest),
+        verdicts={o: f["verdict"] for o, f in base_row["fit"].items()},
+    )
+    extra: dict[str, Any] = {"training": training}
+    if cal is not None:
+        extra["calibration"] = cal.as_dict()
+    if request.dataset_lengths is not None:
+        extra["dataset"] = seq_len_report(
+            request.dataset_lengths, request.seq_lens, request.overflow
+        )
+    return {
+        "schema": SCHEMA,
+        "model": model_summary(spec, request.setup, mem, profile),
+        "setup": request.setup.model_dump(),
+        "profile": profile.name,
+        "usable_fraction": request.usable_fraction,
+        "gpus": {
+            o.option: {
+                "id": o.gpu.id,
+                "name": o.gpu.name,
+                "count": o.count,
+                "capacity_bytes": o.gpu.capacity_bytes,
+                "capacity_source": o.gpu.sources.get("capacity_bytes", ""),
+            }
+            for o in options
+        },
+        "rows": rows,
+        **extra,
+        "assumptions": profile.as_dict(),
+    }
+
+
+def estimate_document(
+    req: EstimateRequest, variants: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    return estimate(req, variants)
+
+
+def check_document(req: CheckRequest) -> dict[str, Any]:
+    """Does the setup fit the one GPU at every requested length? Reports the worst row."""
+    doc = estimate(req.as_estimate_request())
+    option = next(iter(doc["gpus"]))
+    worst = max(doc["rows"], key=lambda r: r["fit"][option]["peak_bytes"] or 0)
+    fit = worst["fit"][option]
+    return {
+        "fits": fit["verdict"] == "fits",
+        "verdict": fit["verdict"],
+        "gpu": option,
+        "seq_len": worst["seq_len"],
+        "peak_bytes": fit["peak_bytes"],
+        "usable_bytes": fit["usable_bytes"],
+        "capacity_bytes": fit["capacity_bytes"],
+        "margin_bytes": fit["margin_bytes"],
+        "usable_fraction": req.usable_fraction,
+        "peak_is_lower_bound": fit["peak_is_lower_bound"],
+        "profile": doc["profile"],
+        "rows": [
+            {
+                "seq_len": r["seq_len"],
+                **{k: r["fit"][option][k] for k in ("verdict", "peak_bytes", "margin_bytes")},
+            }
+            for r in doc["rows"]
+        ],
+    }
+
+
+def list_presets() -> list[dict[str, Any]]:
+    from estimator.architectures import spec_from_config
+
+    out = []
+    for pid in preset_ids():
+        spec = spec_from_config(preset_config(pid), name=pid)
+        out.append(
+            {
+                "id": pid,
+                "name": pid,
+                "model_type": spec.model_type,
+                "params_total": spec.params_total,
+                "source": PRESET_SOURCES[pid],
+            }
+        )
+    return out
+
+
+def list_profiles() -> list[str]:
+    return _list_profiles()
+
+
+def compare_memtest(doc: dict[str, Any], profile: str = "default") -> dict[str, Any]:
+    from estimator.compare import compare
+
+    return compare(doc, profile)
+
+
+def _solver_inputs(req: SolverRequest) -> tuple[Any, Any, Any, Any, int]:
+    from estimator.gpu_options import devices_for
+    from estimator.solvers import Budget
+
+    spec = resolve_model(req.model)
+    option = parse_gpu_options([req.gpu])[0]
+    budget = Budget(option.gpu.capacity_bytes, req.usable_fraction)
+    return spec, req.setup, budget, load_profile(req.profile), devices_for(option, req.setup)
+
+
+def _needs_seq(req: SolverRequest) -> int:
+    if req.seq_len is None:
+        raise EstimatorInputError("seq_len", "required for this question")
+    return req.seq_len
+
+
+def max_seq_document(req: SolverRequest) -> dict[str, Any]:
+    from estimator.solvers import max_seq
+
+    spec, setup, budget, profile, devices = _solver_inputs(req)
+    return {"gpu": req.gpu, **max_seq(spec, setup, budget, profile, req.granularity, devices)}
+
+
+def max_batch_document(req: SolverRequest) -> dict[str, Any]:
+    from estimator.solvers import max_batch
+
+    spec, setup, budget, profile, devices = _solver_inputs(req)
+    return {"gpu": req.gpu, **max_batch(spec, setup, _needs_seq(req), budget, profile, devices)}
+
+
+def min_gpus_document(req: SolverRequest) -> dict[str, Any]:
+    from estimator.solvers import min_gpus
+
+    spec, setup, budget, profile, _ = _solver_inputs(req)
+    return {"gpu": req.gpu, **min_gpus(spec, setup, _needs_seq(req), budget, profile)}
+
+
+def recommend_document(req: RecommendRequest) -> dict[str, Any]:
+    from estimator.recommend import recommend
+    from estimator.time.cost import normalise_prices
+
+    prices = normalise_prices(req.prices) if req.prices else {}
+    sc = Scenario(resolve_model(req.model), req.setup, load_profile(req.profile), prices=prices)
+    run = RunTokens(req.tokens, req.dataset_lengths, req.epochs, req.overflow)
+    return recommend(
+        sc, parse_gpu_options(req.gpus), req.usable_fraction, required_seq=req.seq_len, run=run
+    )

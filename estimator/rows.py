@@ -1,0 +1,111 @@
+"""Memory rows of the estimate document: per sequence length, the components (bytes, per
+device) and a verdict per GPU option; and the model summary at its head."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from estimator.fit import VERDICTS, verdict_codes
+from estimator.gpu_options import GpuOption, devices_for
+from estimator.memory import memory_breakdown
+from estimator.memory.model import COMPONENTS, MemoryBreakdown
+from estimator.profile import Profile
+from estimator.setup import TrainingSetup
+from estimator.spec import ModelSpec
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(np.ceil(float(value)))
+
+
+def _components_at(mem: MemoryBreakdown, i: int) -> dict[str, int | None]:
+    return {
+        name: _int(None if mem.components[name] is None else mem.components[name][i])
+        for name in COMPONENTS
+    }
+
+
+def model_summary(
+    spec: ModelSpec, setup: TrainingSetup, mem: MemoryBreakdown, profile: Profile
+) -> dict[str, Any]:
+    from estimator.memory.weights import counted_params
+
+    trainable = mem.states.trainable_params if mem.states else 0
+    return {
+        "name": spec.name,
+        "model_type": spec.model_type,
+        "params_total": spec.params_total,
+        "params_active": spec.params_active,
+        "params_trainable": trainable,
+        "params_in_weights": counted_params(spec, profile),
+        "params_extras": {g.name: g.params for g in spec.extras},
+        "geometry_known": spec.geometry_known,
+        "layers": spec.layers,
+        "hidden": spec.hidden,
+        "vocab": spec.vocab,
+        "layer_types": {t: spec.count_layers(t) for t in sorted(set(spec.layer_types))},
+        "notes": list(spec.notes),
+    }
+
+
+def estimate_rows(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    seq_lens: list[int],
+    options: list[GpuOption],
+    usable_fraction: float,
+    profile: Profile,
+) -> tuple[list[dict[str, Any]], MemoryBreakdown]:
+    seqs = np.asarray(seq_lens, dtype=np.float64)
+    mem = memory_breakdown(spec, setup, seqs, setup.batch, profile)
+    per_option: dict[str, MemoryBreakdown] = {}
+    for opt in options:
+        n = devices_for(opt, setup)
+        per_option[opt.option] = (
+            mem
+            if n == mem.devices
+            else memory_breakdown(spec, setup, seqs, setup.batch, profile, devices=n)
+        )
+    rows = []
+    for i, seq in enumerate(seq_lens):
+        fit = {}
+        for opt in options:
+            m = per_option[opt.option]
+            peak = float(m.peak[i])
+            cap = opt.gpu.capacity_bytes
+            code = int(verdict_codes(peak, cap, usable_fraction))
+            usable = int(cap * usable_fraction)
+            fit[opt.option] = {
+                "verdict": VERDICTS[code],
+                "gpu": opt.gpu.id,
+                "devices": m.devices,
+                "sharding": m.sharding,
+                "capacity_bytes": cap,
+                "usable_bytes": usable,
+                "peak_bytes": _int(peak),
+                "margin_bytes": usable - int(np.ceil(peak)),
+                "peak_is_lower_bound": m.peak_is_lower_bound,
+            }
+            if m is not mem:
+                fit[opt.option]["components"] = _components_at(m, i)
+        rows.append(
+            {
+                "seq_len": int(seq),
+                "batch": setup.batch,
+                "tokens": int(seq) * setup.batch,
+                "checkpointing": setup.checkpointing,
+                "loss": setup.loss,
+                "components": _components_at(mem, i),
+                "host_bytes": _int(mem.host[i]),
+                "peak_bytes": _int(mem.peak[i]),
+                "peak_is_lower_bound": mem.peak_is_lower_bound,
+                "not_computable": dict(mem.not_computable),
+                "devices": mem.devices,
+                "sharding": mem.sharding,
+                "flops_per_step": None,
+                "fit": fit,
+            }
+        )
+    return rows, mem

@@ -1,0 +1,191 @@
+"""The time-and-cost plan: the one place that composes the time wing's parts (FLOPs and step
+time from `step`, prices from `cost`, tokens from `tokens`) for the estimate document. Pure
+functions over plain JSON types (seconds and USD as floats).
+
+- `row_time_and_cost` — one (seq_len, GPU option) cell: step time, tokens/s, hours, USD.
+- `training_summary` — per option GPU hours, wall hours, USD; ranked by cost and by time.
+- `format_time_cost_table` — the table of seed 000's "Time and cost" section.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from estimator.errors import EstimatorInputError
+from estimator.scenario import Scenario
+from estimator.time.cost import gpu_price, normalise_prices, rank_options, run_cost
+from estimator.time.step import step_time
+
+
+def row_time_and_cost(
+    sc: Scenario,
+    *,
+    tokens: float | None,
+    host_bytes: int,
+    fits: bool,
+    efficiency: float | None = None,
+    efficiency_source: str | None = None,
+) -> dict[str, Any]:
+    """Time and cost of one (seq_len, GPU option) cell of the estimate: the scenario's
+    `seq_len` x `batch` on its GPU option, priced with its `prices`.
+
+    `tokens`: the run's tokens (None: no hours, no cost). `host_bytes`: the memory model's host
+    bytes for this row (offloaded checkpoints), moved out and back once per step. `fits`: the
+    memory verdict, carried so rankings can leave non-fitting options out. A scenario whose
+    `gpu` is set skips the catalog lookup (tests, stand-in GPUs)."""
+    if sc.gpu is None:
+        sc = sc.on(sc.option)
+    gpu = sc.require_gpu()
+    st = step_time(
+        sc, host_bytes=host_bytes, efficiency=efficiency, efficiency_source=efficiency_source
+    )
+    wall, gpu_hours = st.hours(tokens)
+    time: dict[str, Any] = {
+        "step_seconds": st.step_seconds,
+        "tokens_per_second": st.tokens_per_second,
+        "tokens_per_step": st.tokens_per_step,
+        "compute_seconds": st.compute_seconds,
+        "memory_seconds": st.memory_seconds,
+        "offload_seconds": st.offload_seconds,
+        "comm_seconds": st.comm_seconds,
+        "mfu": st.mfu,
+        "efficiency": st.efficiency,
+        "efficiency_source": st.efficiency_source,
+        "flops_per_step": st.flops.total,
+        "model_flops_per_step": st.flops.model_flops,
+        "gpus": sc.cards,
+        "sharding": st.sharding,
+        "wall_hours": wall,
+        "gpu_hours": gpu_hours,
+    }
+    if st.unknown:
+        time["unknown"] = list(st.unknown)
+    price = gpu_price(gpu, normalise_prices(sc.prices) if sc.prices else {})
+    cost = run_cost(gpu_hours, price, gpu.id)
+    if st.step_seconds is None and price.usd_per_gpu_hour is not None:
+        cost["reason"] = "; ".join(st.unknown)
+    return {"time": time, "cost": cost, "fits": fits}
+
+
+def training_summary(
+    sc: Scenario,
+    rows_by_gpu: Mapping[str, Mapping[str, Any]],
+    tokens: float | None,
+    *,
+    verdicts: Mapping[str, str] | None = None,
+    stages: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The run as a whole, at the scenario's sequence length: per GPU option (rows from
+    `row_time_and_cost`) GPU hours, wall hours and USD, ranked by cost and by wall time among
+    the options that fit, and the options that do not. `flops_total` = executed FLOPs per step
+    x steps (tokens / tokens per step); `model_flops_total` the same without recompute (6*N*D
+    for a dense model trained in full)."""
+    options: dict[str, dict[str, Any]] = {}
+    flops_total = model_flops_total = None
+    for option, row in rows_by_gpu.items():
+        t, c = row["time"], row["cost"]
+        verdict = (verdicts or {}).get(option, "fits" if row.get("fits") else "no")
+        options[option] = {
+            "fits": bool(row.get("fits")),
+            "verdict": verdict,
+            "gpus": t.get("gpus"),
+            "tokens_per_second": t.get("tokens_per_second"),
+            "step_seconds": t.get("step_seconds"),
+            "mfu": t.get("mfu"),
+            "efficiency": t.get("efficiency"),
+            "wall_hours": t.get("wall_hours"),
+            "gpu_hours": t.get("gpu_hours"),
+            "usd_per_gpu_hour": c.get("usd_per_gpu_hour"),
+            "cost_usd": c.get("usd"),
+            "price_source": c.get("price_source"),
+            "reason": c.get("reason"),
+        }
+        if tokens is not None and flops_total is None and t.get("tokens_per_step"):
+            per_gpu_steps = tokens / float(t["tokens_per_step"]) * _ranks(t)
+            flops_total = float(t["flops_per_step"]) * per_gpu_steps
+            model_flops_total = float(t["model_flops_per_step"]) * per_gpu_steps
+    ranked = rank_options(options)
+    return {
+        "model": sc.spec.name,
+        "method": sc.setup.method,
+        "seq_len": sc.seq_len,
+        "batch": sc.batch,
+        "tokens": tokens,
+        "stages": None if stages is None else stages.get("stages"),
+        "flops_total": flops_total,
+        "model_flops_total": model_flops_total,
+        "options": options,
+        **ranked,
+    }
+
+
+def _ranks(time: Mapping[str, Any]) -> int:
+    """Data-parallel ranks that each ran `flops_per_step` (device_map: one pipeline)."""
+    return (
+        int(time.get("gpus") or 1)
+        if time.get("sharding") in ("fsdp", "zero1", "zero2", "zero3")
+        else 1
+    )
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def format_time_cost_table(summary: Mapping[str, Any], fmt: str = "table") -> str:
+    """Hours and dollars per GPU option, cheapest fitting option first, then the others:
+    `table` (aligned text) or `markdown`."""
+    if fmt not in ("table", "markdown"):
+        raise EstimatorInputError("format", f"{fmt!r}: use table or markdown")
+    tokens = summary.get("tokens")
+    head = ["GPU", "fits", "tokens/s", "wall h", "GPU h", "USD/GPU-h", "USD", "note"]
+    order = list(summary.get("by_cost", []))
+    order += [k for k in summary["options"] if k not in order]
+    body = []
+    for k in order:
+        o = summary["options"][k]
+        note = o.get("reason") or ""
+        body.append(
+            [
+                k,
+                o["verdict"],
+                _num(o["tokens_per_second"], ",.0f"),
+                _num(o["wall_hours"], ".1f"),
+                _num(o["gpu_hours"], ".1f"),
+                _num(o["usd_per_gpu_hour"], ".2f"),
+                _num(o["cost_usd"], ",.0f"),
+                note,
+            ]
+        )
+    title = (
+        f"Time and cost: {_tokens_label(tokens)} tokens, {summary.get('method')} "
+        f"{summary.get('model')}, seq {summary.get('seq_len')} x batch {summary.get('batch')}"
+    )
+    if summary.get("flops_total"):
+        title += f", {summary['flops_total']:.3g} FLOPs"
+    lines = [title, ""]
+    if fmt == "markdown":
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "|".join("---" for _ in head) + "|")
+        lines += ["| " + " | ".join(r) + " |" for r in body]
+    else:
+        widths = [max(len(str(x)) for x in col) for col in zip(head, *body, strict=False)]
+        lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip())
+        lines += [
+            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in body
+        ]
+    if summary.get("by_cost"):
+        lines += ["", f"cheapest: {summary['by_cost'][0]}; fastest: {summary['by_time'][0]}"]
+    if summary.get("not_fitting"):
+        lines.append("does not fit: " + ", ".join(n["gpu"] for n in summary["not_fitting"]))
+    return "\n".join(lines) + "\n"
+
+
+def _tokens_label(tokens: float | None) -> str:
+    if tokens is None:
+        return "unknown"
+    for scale, suffix in ((1e12, " T"), (1e9, " B"), (1e6, " M"), (1e3, " k")):
+        if tokens >= scale:
+            return f"{tokens / scale:.3g}{suffix}"
+    return f"{tokens:.0f}"

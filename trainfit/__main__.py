@@ -1,0 +1,7 @@
+"""`python -m trainfit` = the `trainfit` command."""
+
+import sys
+
+from trainfit.cli import main
+
+sys.exit(main())

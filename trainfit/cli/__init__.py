@@ -1,0 +1,55 @@
+"""`trainfit` command line: the front door of the product.
+
+One module per command group, each with a `register(subparsers)`:
+- `estimate` — `trainfit estimate`, `trainfit check`
+- `solvers` — `trainfit max-seq`, `max-batch`, `min-gpus`, `recommend`
+- `compare` — `trainfit compare memtest.json`
+- `catalog` — `trainfit presets`
+- `service` — `trainfit serve`, `trainfit db backup|restore`
+
+Exit codes: 0 success (check: fits), 1 check: tight or no, 2 bad input (message names the field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trainfit.cli import catalog, compare, estimate, service, solvers
+from trainfit.cli.common import EXIT_BAD_INPUT, InputError, validation_message
+
+COMMAND_GROUPS = (estimate, solvers, compare, catalog, service)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trainfit", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in COMMAND_GROUPS:
+        group.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pydantic import ValidationError
+
+    from estimator.errors import EstimatorInputError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except InputError as err:
+        message = str(err)
+    except EstimatorInputError as err:
+        message = f"{err.field}: {err.message}"
+    except ValidationError as err:
+        message = validation_message(err)
+    except Exception as err:  # the service client's errors (connection, 4xx) carry their text
+        if type(err).__module__.startswith(("app", "httpx")):
+            message = str(err)
+        else:
+            raise
+    sys.stderr.write(f"trainfit: error: {message}\n")
+    return EXIT_BAD_INPUT
+
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,24 @@
+"""`trainfit presets`: the model presets shipped with the estimator."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from trainfit.cli.common import EXIT_OK
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from estimator.document import list_presets
+
+    for p in list_presets():
+        sys.stdout.write(
+            f"{p['id']:<16} {p['model_type']:<12} {p['params_total']:>16,}  {p['source']}\n"
+        )
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    pre = sub.add_parser("presets", help="list the model presets")
+    pre.set_defaults(func=cmd_presets)

@@ -1,0 +1,234 @@
+"""What the `trainfit` commands share: exit codes, the model / setup / run options and how
+they become request fields, JSON files read with a size cap, errors printed without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+EXIT_OK, EXIT_NO_FIT, EXIT_BAD_INPUT = 0, 1, 2
+MAX_CONFIG_BYTES = 5 * 2**20
+
+
+class InputError(Exception):
+    """Bad command-line input; printed without a traceback, exit code 2."""
+
+
+def csv_list(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def int_list(text: str, field: str) -> list[int]:
+    try:
+        values = [int(float(t)) for t in csv_list(text)]
+    except ValueError:
+        raise InputError(f"{field}: expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise InputError(f"{field}: give at least one value")
+    return values
+
+
+def read_json_file(path: str, field: str) -> Any:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{field}: no such file {path!r}")
+    if p.stat().st_size > MAX_CONFIG_BYTES:
+        raise InputError(f"{field}: {path} is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"{field}: {path} is not valid JSON ({err})") from None
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model (one of --model or --params)")
+    g.add_argument("--model", help="path to a config.json, or a preset id (see `trainfit presets`)")
+    g.add_argument("--params", type=float, help="params-only spec, e.g. 8.08e9")
+    g.add_argument("--hidden", type=int)
+    g.add_argument("--layers", type=int)
+    g.add_argument("--vocab", type=int)
+    g.add_argument("--intermediate", type=int)
+    g.add_argument("--name", help="model name shown in outputs")
+
+
+def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
+    g = p.add_argument_group("training setup")
+    g.add_argument("--method", default="full", choices=["full", "lora", "qlora"])
+    g.add_argument("--lora-rank", type=int, default=16)
+    g.add_argument("--lora-alpha", type=float)
+    g.add_argument("--lora-targets", default="all-linear", help="comma list or all-linear")
+    g.add_argument("--adapter-config", help="a PEFT adapter_config.json (sets rank, targets)")
+    g.add_argument("--adapter-dtype", default="fp32", choices=["fp32", "bf16"])
+    g.add_argument(
+        "--optimizer",
+        default="adamw",
+        choices=["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"],
+    )
+    g.add_argument("--precision", default="mixed", choices=["mixed", "bf16", "fp32"])
+    g.add_argument(
+        "--checkpointing",
+        default="gpu",
+        help="none|gpu|offload; a comma list adds rows" if lists else "none|gpu|offload",
+    )
+    g.add_argument(
+        "--loss",
+        default="full",
+        help="full|chunked; a comma list adds rows" if lists else "full|chunked",
+    )
+    g.add_argument("--loss-chunk", type=int, default=4096)
+    g.add_argument("--seq", default="4096", help="sequence lengths, e.g. 16000,32000,48000")
+    g.add_argument("--batch", type=int, default=1, help="micro-batch per device")
+    g.add_argument("--gpus", type=int, default=1, help="number of GPUs the run shards over")
+    g.add_argument(
+        "--sharding",
+        default="none",
+        choices=["none", "fsdp", "zero1", "zero2", "zero3", "device_map"],
+    )
+    g.add_argument("--attention", default="sdpa", choices=["sdpa", "flash", "eager"])
+    g.add_argument("--usable", type=float, default=0.92, help="usable fraction of each card")
+    g.add_argument("--profile", default="default", help="assumption profile (default, seed-000)")
+
+
+def model_input(args: argparse.Namespace) -> dict[str, Any]:
+    if (args.model is None) == (args.params is None):
+        raise InputError("model: give exactly one of --model (config.json or preset) or --params")
+    if args.params is not None:
+        out: dict[str, Any] = {"params": args.params}
+        for k in ("hidden", "layers", "vocab", "intermediate"):
+            if getattr(args, k) is not None:
+                out[k] = getattr(args, k)
+    elif Path(args.model).suffix == ".json" or Path(args.model).is_file():
+        out = {"config": read_json_file(args.model, "--model")}
+    else:
+        out = {"preset": args.model}
+    if args.name:
+        out["name"] = args.name
+    return out
+
+
+def setup_input(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    setup: dict[str, Any] = {
+        "method": args.method,
+        "lora_rank": args.lora_rank,
+        "lora_targets": csv_list(args.lora_targets),
+        "adapter_dtype": args.adapter_dtype,
+        "optimizer": args.optimizer,
+        "precision": args.precision,
+        "loss_chunk": args.loss_chunk,
+        "batch": args.batch,
+        "num_gpus": args.gpus,
+        "sharding": args.sharding,
+        "attention": args.attention,
+    }
+    if args.lora_alpha is not None:
+        setup["lora_alpha"] = args.lora_alpha
+    if args.adapter_config:
+        adapter = read_json_file(args.adapter_config, "--adapter-config")
+        if not isinstance(adapter, dict):
+            raise InputError("--adapter-config: expected a JSON object")
+        if "r" in adapter:
+            setup["lora_rank"] = adapter["r"]
+        targets = adapter.get("target_modules")
+        if targets is not None:
+            setup["lora_targets"] = [targets] if isinstance(targets, str) else targets
+        if setup["method"] == "full":
+            setup["method"] = "lora"
+    checkpointing, losses = csv_list(args.checkpointing), csv_list(args.loss)
+    for name, values, allowed in (
+        ("--checkpointing", checkpointing, ("none", "gpu", "offload")),
+        ("--loss", losses, ("full", "chunked")),
+    ):
+        bad = [v for v in values if v not in allowed]
+        if bad or not values:
+            raise InputError(f"{name}: {', '.join(bad) or 'empty'} not one of {', '.join(allowed)}")
+    setup["checkpointing"], setup["loss"] = checkpointing[0], losses[0]
+    variants = [{"checkpointing": c, "loss": lo} for c in checkpointing for lo in losses]
+    return setup, variants if len(variants) > 1 else []
+
+
+def validation_message(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "request"
+    return f"{loc}: {first['msg']}"
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("tokens, time and cost")
+    g.add_argument("--tokens", type=float, help="tokens of the run, e.g. 6.4e6 or 2e12")
+    g.add_argument("--target-tokens", choices=["chinchilla"], help="20 tokens per parameter")
+    g.add_argument("--dataset", help="sample lengths: .csv, .jsonl or one number per line")
+    g.add_argument("--epochs", type=float, default=1.0)
+    g.add_argument("--truncate", action="store_true", help="truncate long samples, not drop")
+    g.add_argument("--price", action="append", default=[], help="ID=USD per GPU-hour")
+    g.add_argument("--calibrate", help="gpu=ID,seq=N,batch=N,tps=X (or step=X), or memtest.json")
+
+
+def run_fields(args: argparse.Namespace) -> dict[str, Any]:
+    from estimator.time.calibration import parse_calibrate_option
+    from estimator.time.cost import parse_price_option
+    from estimator.time.tokens import read_lengths
+
+    fields: dict[str, Any] = {
+        "epochs": args.epochs,
+        "overflow": "truncate" if args.truncate else "drop",
+    }
+    if args.tokens is not None:
+        fields["tokens"] = args.tokens
+    if args.target_tokens:
+        fields["target_tokens"] = args.target_tokens
+    if args.dataset:
+        if not Path(args.dataset).is_file():
+            raise InputError(f"--dataset: no such file {args.dataset!r}")
+        fields["dataset_lengths"] = read_lengths(args.dataset, field="--dataset")
+    if args.price:
+        fields["prices"] = parse_price_option(args.price)
+    if args.calibrate:
+        fields["calibration"] = _calibration_fields(parse_calibrate_option(args.calibrate), args)
+    return fields
+
+
+def _calibration_fields(parsed: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """A memtest file becomes its first `ok` result with step times (median of the steps)."""
+    if "memtest" not in parsed:
+        return parsed
+    from estimator.profile import load_profile
+    from estimator.time.calibration import calibrate_from_memtest
+
+    doc = read_memtest(parsed["memtest"], "--calibrate")
+    first = calibrate_from_memtest(doc, load_profile(args.profile))[0]
+    return {
+        "gpu": first.gpu_option,
+        "seq_len": first.seq_len,
+        "batch": first.batch,
+        "step_seconds": first.step_seconds,
+    }
+
+
+def gib_text(value: int) -> str:
+    return f"{value / 2**30:.1f}"
+
+
+def write_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+def read_memtest(path_text: str, field: str) -> dict[str, Any]:
+    """A memtest file, validated. A missing file names `field`; a schema error names the
+    memtest's own field (`memtest.results[0].seq_len`), after `field` when that is an option."""
+    from memtest_schema import MemtestSchemaError, load_memtest, validate_memtest
+
+    path = Path(path_text)
+    if not path.is_file():
+        raise InputError(f"{field}: no such file {path_text!r}")
+    try:
+        return dict(validate_memtest(load_memtest(path.read_bytes())))
+    except MemtestSchemaError as err:
+        prefix = "" if field == "memtest" else f"{field}: "
+        raise InputError(f"{prefix}memtest.{err.field}: {err.message}") from None

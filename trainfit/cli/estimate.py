@@ -1,0 +1,111 @@
+"""`trainfit estimate` (memory, time and cost per GPU option) and `trainfit check` (exit 0 when
+the setup fits the one GPU, 1 when it does not)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from trainfit.cli.common import (
+    EXIT_NO_FIT,
+    EXIT_OK,
+    InputError,
+    add_model_options,
+    add_run_options,
+    add_setup_options,
+    csv_list,
+    gib_text,
+    int_list,
+    model_input,
+    run_fields,
+    setup_input,
+    write_json,
+)
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from estimator.document import estimate_document
+    from estimator.formats import render_csv, render_markdown, render_table
+    from estimator.request import EstimateRequest
+
+    setup, variants = setup_input(args)
+    req = EstimateRequest.model_validate(
+        {
+            "model": model_input(args),
+            "setup": setup,
+            "seq_lens": int_list(args.seq, "--seq"),
+            "gpus": csv_list(args.gpu),
+            "usable_fraction": args.usable,
+            "profile": args.profile,
+            **run_fields(args),
+        }
+    )
+    doc = estimate_document(req, variants)
+    if args.format == "json":
+        write_json(doc)
+    elif args.format == "csv":
+        sys.stdout.write(render_csv(doc))
+    elif args.format == "markdown":
+        sys.stdout.write(render_markdown(doc))
+    else:
+        sys.stdout.write(render_table(doc, colour=sys.stdout.isatty()))
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    setup, variants = setup_input(args)
+    if variants:
+        raise InputError("check: give one --checkpointing and one --loss")
+    body = {
+        "model": model_input(args),
+        "setup": setup,
+        "seq_lens": int_list(args.seq, "--seq"),
+        "gpu": args.gpu,
+        "usable_fraction": args.usable,
+        "profile": args.profile,
+    }
+    result = _check_remote(args, body) if args.server else _check_local(body)
+    if args.format == "json":
+        write_json(result)
+    else:
+        sys.stdout.write(
+            f"{result['verdict']}: peak {gib_text(result['peak_bytes'])} GiB at seq "
+            f"{result['seq_len']} on {result['gpu']}, usable {gib_text(result['usable_bytes'])} "
+            f"GiB ({result['usable_fraction']:.0%}), "
+            f"margin {gib_text(result['margin_bytes'])} GiB\n"
+        )
+    return EXIT_OK if result["fits"] else EXIT_NO_FIT
+
+
+def _check_local(body: dict[str, Any]) -> dict[str, Any]:
+    from estimator.document import check_document
+    from estimator.request import CheckRequest
+
+    return check_document(CheckRequest.model_validate(body))
+
+
+def _check_remote(args: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
+    from app.client import check_remote  # the service's client (httpx)
+
+    result: dict[str, Any] = check_remote(args.server, body, timeout=args.timeout)
+    return result
+
+
+def register(sub: Any) -> None:
+    est = sub.add_parser("estimate", help="memory per component and fit per GPU")
+    add_model_options(est)
+    add_setup_options(est)
+    add_run_options(est)
+    est.add_argument("--gpu", default="a100-80gb,h100-80gb,h200", help="GPU ids, e.g. h200,2xh200")
+    est.add_argument("--format", default="table", choices=["table", "json", "csv", "markdown"])
+    est.set_defaults(func=cmd_estimate)
+
+    chk = sub.add_parser("check", help="exit 0 if the setup fits the GPU, 1 if not, 2 bad input")
+    add_model_options(chk)
+    add_setup_options(chk, lists=False)
+    chk.add_argument("--gpu", required=True)
+    chk.add_argument("--server", help="ask a trainfit server instead of computing locally")
+    chk.add_argument("--timeout", type=float, default=30.0)
+    chk.add_argument("--format", default="table", choices=["table", "json"])
+    chk.set_defaults(func=cmd_check)

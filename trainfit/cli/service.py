@@ -1,0 +1,57 @@
+"""`trainfit serve` (the web service) and `trainfit db backup|restore` (its database)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from trainfit.cli.common import EXIT_OK, InputError
+
+
+def _service_missing(command: str, err: ImportError) -> InputError:
+    return InputError(f"{command}: the service is not installed ({err}); pip install '.[service]'")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from app.server import serve
+    except ImportError as err:
+        raise _service_missing("serve", err) from None
+    serve(host=args.host, port=args.port, database_url=args.database_url)
+    return EXIT_OK
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    """`trainfit db backup FILE` / `trainfit db restore FILE [--replace]` (app.backup)."""
+    try:
+        from app.backup import BackupError, backup, restore
+    except ImportError as err:
+        raise _service_missing("db", err) from None
+    url = args.database_url or os.environ.get("TRAINFIT_DATABASE_URL") or "sqlite:///trainfit.db"
+    try:
+        if args.action == "backup":
+            summary = backup(url, args.file)
+        else:
+            summary = restore(url, args.file, replace=args.replace)
+    except BackupError as err:
+        raise InputError(f"db {args.action}: {err}") from None
+    counts = ", ".join(f"{k} {v}" for k, v in summary.counts.items())
+    sys.stdout.write(f"{args.action}: {summary.path} ({counts})\n")
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    db = sub.add_parser("db", help="back up or restore the service's database")
+    db.add_argument("action", choices=["backup", "restore"])
+    db.add_argument("file", help="backup file (gzip'd JSON lines)")
+    db.add_argument("--database-url", default=None, help="default $TRAINFIT_DATABASE_URL")
+    db.add_argument("--replace", action="store_true", help="restore: empty the tables first")
+    db.set_defaults(func=cmd_db)
+
+    srv = sub.add_parser("serve", help="run the web service")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--database-url", default=None, help="default sqlite:///trainfit.db")
+    srv.set_defaults(func=cmd_serve)

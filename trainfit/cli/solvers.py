@@ -1,0 +1,183 @@
+"""The planner's questions: `trainfit max-seq`, `max-batch`, `min-gpus` (one shape, a table of
+three rows) and `trainfit recommend` (the best setting per GPU, cheapest first)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from trainfit.cli.common import (
+    EXIT_NO_FIT,
+    EXIT_OK,
+    InputError,
+    add_model_options,
+    add_run_options,
+    add_setup_options,
+    csv_list,
+    gib_text,
+    int_list,
+    model_input,
+    run_fields,
+    setup_input,
+    write_json,
+)
+
+
+@dataclass(frozen=True)
+class Question:
+    """One solver command: its name, what it answers, the document function that answers it
+    (by name in `estimator.document`), the answer's key and how the headline reads."""
+
+    name: str
+    help: str
+    document: str
+    answer_key: str
+    needs_seq: bool
+    headline: Callable[[argparse.Namespace, Any, dict[str, Any]], str]
+
+
+QUESTIONS = (
+    Question(
+        "max-seq",
+        "longest sequence that fits a GPU",
+        "max_seq_document",
+        "seq_len",
+        False,
+        lambda a, req, ans: (
+            f"longest sequence on {a.gpu}: {ans['seq_len']} tokens (granularity {a.granularity})"
+        ),
+    ),
+    Question(
+        "max-batch",
+        "largest micro-batch that fits a GPU at --seq",
+        "max_batch_document",
+        "batch",
+        True,
+        lambda a, req, ans: (
+            f"largest micro-batch at {req.seq_len} tokens on {a.gpu}: {ans['batch']}"
+        ),
+    ),
+    Question(
+        "min-gpus",
+        "fewest GPUs of a kind that fit, with --sharding",
+        "min_gpus_document",
+        "gpus",
+        True,
+        lambda a, req, ans: (
+            f"fewest {a.gpu} cards ({ans['sharding']}) at {req.seq_len} tokens: {ans['gpus']}"
+        ),
+    ),
+)
+
+
+def _solver_request(args: argparse.Namespace, needs_seq: bool) -> Any:
+    from estimator.request import SolverRequest
+
+    setup_dict, variants = setup_input(args)
+    if variants:
+        raise InputError("give one --checkpointing and one --loss (or use `trainfit recommend`)")
+    return SolverRequest.model_validate(
+        {
+            "model": model_input(args),
+            "setup": setup_dict,
+            "gpu": args.gpu,
+            "seq_len": int_list(args.seq, "--seq")[0] if needs_seq else None,
+            "granularity": args.granularity,
+            "usable_fraction": args.usable,
+            "profile": args.profile,
+        }
+    )
+
+
+def _print_answer(args: argparse.Namespace, answer: dict[str, Any], headline: str) -> None:
+    if args.format == "json":
+        write_json(answer)
+        return
+    lines = [headline]
+    for key in (
+        "peak_bytes",
+        "next_peak_bytes",
+        "peak_bytes_one_fewer",
+        "usable_bytes",
+        "margin_bytes",
+    ):
+        if answer.get(key) is not None:
+            lines.append(f"  {key.replace('_bytes', '')}: {gib_text(answer[key])} GiB")
+    if answer.get("reason"):
+        lines.append(f"  note: {answer['reason']}")
+    text = "\n".join(lines)
+    if args.format == "markdown":
+        rows = ["| quantity | value |", "|---|---|"] + [
+            "| " + " | ".join(part.strip() for part in line.split(":", 1)) + " |"
+            for line in lines[1:]
+        ]
+        text = "\n".join(rows) + f"\n\n{headline}"
+    sys.stdout.write(text + "\n")
+
+
+def answer_question(question: Question, args: argparse.Namespace) -> int:
+    from estimator import document
+
+    req = _solver_request(args, needs_seq=question.needs_seq)
+    answer = getattr(document, question.document)(req)
+    value = answer[question.answer_key]
+    if value:
+        head = question.headline(args, req, answer)
+    elif question.name == "min-gpus":
+        head = f"no number of {args.gpu} cards fits"
+    else:
+        head = f"nothing fits on {args.gpu}: {answer.get('reason')}"
+    _print_answer(args, answer, head)
+    return EXIT_OK if value else EXIT_NO_FIT
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    from estimator.document import recommend_document
+    from estimator.recommend import render_recommendation
+    from estimator.request import RecommendRequest
+
+    setup_dict, _ = setup_input(args)
+    fields = run_fields(args)
+    fields.pop("calibration", None)
+    fields.pop("target_tokens", None)
+    doc = recommend_document(
+        RecommendRequest.model_validate(
+            {
+                "model": model_input(args),
+                "setup": setup_dict,
+                "gpus": csv_list(args.gpu),
+                "seq_len": int_list(args.seq, "--seq")[0] if args.seq else None,
+                "usable_fraction": args.usable,
+                "profile": args.profile,
+                **fields,
+            }
+        )
+    )
+    if args.format == "json":
+        write_json(doc)
+    else:
+        sys.stdout.write(render_recommendation(doc, args.format))
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    for question in QUESTIONS:
+        solver = sub.add_parser(question.name, help=question.help)
+        add_model_options(solver)
+        add_setup_options(solver, lists=False)
+        solver.add_argument("--gpu", required=True)
+        solver.add_argument("--granularity", type=int, default=256)
+        solver.add_argument("--format", default="table", choices=["table", "json", "markdown"])
+        solver.set_defaults(func=lambda a, q=question: answer_question(q, a))
+
+    rec = sub.add_parser("recommend", help="best fitting setting per GPU, cheapest first")
+    add_model_options(rec)
+    add_setup_options(rec, lists=False)
+    add_run_options(rec)
+    rec.set_defaults(seq=None)
+    rec.add_argument("--gpu", default="a100-80gb,rtx-pro-6000,h200")
+    rec.add_argument("--format", default="table", choices=["table", "json", "markdown"])
+    rec.set_defaults(func=cmd_recommend)
