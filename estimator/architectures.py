@@ -74,11 +74,14 @@ def _swiglu(
     inter: int,
     count: int,
     group: str = "mlp",
+    *,
     bias: bool = False,
     fused: bool = False,
-    experts: int = 1,
-    active: int = 1,
+    moe: tuple[int, int] = (1, 1),
 ) -> list[Linear]:
+    """Gated MLP (gate/up/down, or fused gate_up) on `count` layers; `moe` = (experts in the
+    bank, experts active per token), (1, 1) for a dense MLP."""
+    experts, active = moe
     if count == 0:
         return []
     if fused:
@@ -158,7 +161,7 @@ def _decoder(c: ConfigReader, family: str) -> ModelSpec:
         n_sparse = sum(sparse)
         moe = MoEGeometry(n_exp, top_k, e_inter)
         lins += [Linear("gate", hidden, n_exp, n_sparse, group="router")]
-        lins += _swiglu(hidden, e_inter, n_sparse, "experts", experts=n_exp, active=top_k)
+        lins += _swiglu(hidden, e_inter, n_sparse, "experts", moe=(n_exp, top_k))
     lins += _swiglu(hidden, inter, layers - sum(sparse), bias=mlp_bias, fused=family == "phi3")
 
     norms_per_layer = 4 if family in ("gemma2", "gemma3_text") else 2
@@ -331,7 +334,7 @@ def _hybrid(c: ConfigReader, family: str, root: ConfigReader) -> ModelSpec:
         n_sparse = sum(sparse)
         moe = MoEGeometry(n_exp, top_k, e_inter, shared)
         lins += [Linear("gate", hidden, n_exp, n_sparse, group="router")]
-        lins += _swiglu(hidden, e_inter, n_sparse, "experts", experts=n_exp, active=top_k)
+        lins += _swiglu(hidden, e_inter, n_sparse, "experts", moe=(n_exp, top_k))
         if shared:
             lins += _swiglu(hidden, shared, n_sparse, "shared_expert")
             lins += [Linear("shared_expert_gate", hidden, 1, n_sparse, group="router")]

@@ -61,27 +61,25 @@ def largest_fitting(fits: Callable[[int], bool], upper: int) -> int | None:
             bad = probe
             break
         good, step = probe, step * 2
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if fits(mid):
-            good = mid
-        else:
-            bad = mid
-    return good
+    return _boundary(fits, good, bad)[0]
 
 
 def smallest_fitting(fits: Callable[[int], bool], upper: int) -> int | None:
     """Smallest k in 1..upper with fits(k), given fits is True on a suffix."""
     if not fits(upper):
         return None
-    lo, hi = 0, upper  # fits(hi) True, lo treated as failing
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            hi = mid
+    return _boundary(lambda k: not fits(k), 0, upper)[1]  # 0 treated as failing
+
+
+def _boundary(holds: Callable[[int], bool], yes: int, no: int) -> tuple[int, int]:
+    """Bisection between `yes` (holds) and `no` (does not): the adjacent pair (yes, no)."""
+    while abs(no - yes) > 1:
+        mid = (yes + no) // 2
+        if holds(mid):
+            yes = mid
         else:
-            lo = mid
-    return hi
+            no = mid
+    return yes, no
 
 
 def max_seq(
