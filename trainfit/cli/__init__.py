@@ -13,7 +13,9 @@ Exit codes: 0 success (check: fits), 1 check: tight or no, 2 bad input (message 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from typing import Any
 
 from trainfit.cli import catalog, compare, estimate, service, solvers
 from trainfit.cli.common import EXIT_BAD_INPUT, InputError, validation_message
@@ -21,8 +23,22 @@ from trainfit.cli.common import EXIT_BAD_INPUT, InputError, validation_message
 COMMAND_GROUPS = (estimate, solvers, compare, catalog, service)
 
 
+class _VersionAction(argparse.Action):
+    """`--version`: the installed distribution's version, looked up only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        import trainfit
+
+        sys.stdout.write(f"trainfit {trainfit.__version__}\n")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainfit", description=__doc__)
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
     for group in COMMAND_GROUPS:
         group.register(sub)
@@ -30,11 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # one BLAS thread: the estimator's numpy does no BLAS work, and OpenBLAS's thread pool
+    # otherwise costs CPU time at start-up (set before numpy is first imported)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    args = build_parser().parse_args(argv)
     from pydantic import ValidationError
 
     from estimator.errors import EstimatorInputError
 
-    args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except InputError as err:
