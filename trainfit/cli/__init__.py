@@ -7,7 +7,8 @@ One module per command group, each with a `register(subparsers)`:
 - `catalog` — `trainfit presets`
 - `service` — `trainfit serve`, `trainfit db backup|restore`
 
-Exit codes: 0 success (check: fits), 1 check: tight or no, 2 bad input (message names the field).
+Exit codes: 0 success (check: fits), 1 check: tight or no, 2 bad input (message names the
+field), 3 `--server` unreachable, timed out or failing (5xx).
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import sys
 from typing import Any
 
 from trainfit.cli import catalog, compare, estimate, service, solvers
-from trainfit.cli.common import EXIT_BAD_INPUT, InputError, validation_message
+from trainfit.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_UNREACHABLE,
+    InputError,
+    ServerUnavailable,
+    validation_message,
+)
 
 COMMAND_GROUPS = (estimate, solvers, compare, catalog, service)
 
@@ -56,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return int(args.func(args))
+    except ServerUnavailable as err:
+        sys.stderr.write(f"trainfit: server unavailable: {err}\n")
+        return EXIT_UNREACHABLE
     except InputError as err:
         message = str(err)
     except EstimatorInputError as err:

@@ -13,12 +13,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-EXIT_OK, EXIT_NO_FIT, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_NO_FIT, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 0, 1, 2, 3
 MAX_CONFIG_BYTES = 5 * 2**20
 
 
 class InputError(Exception):
     """Bad command-line input; printed without a traceback, exit code 2."""
+
+
+class ServerUnavailable(Exception):
+    """`--server` could not be reached, timed out, or failed (5xx): exit code 3, so that a CI
+    job never reads an outage as "does not fit" (1) or as its own bad input (2)."""
 
 
 def csv_list(text: str) -> list[str]:

@@ -11,6 +11,7 @@ from trainfit.cli.common import (
     EXIT_NO_FIT,
     EXIT_OK,
     InputError,
+    ServerUnavailable,
     add_model_options,
     add_run_options,
     add_setup_options,
@@ -86,9 +87,12 @@ def _check_local(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_remote(args: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
-    from app.client import check_remote  # the service's client (httpx)
+    from app.client import RemoteUnavailableError, check_remote  # the service's client (httpx)
 
-    result: dict[str, Any] = check_remote(args.server, body, timeout=args.timeout)
+    try:
+        result: dict[str, Any] = check_remote(args.server, body, timeout=args.timeout)
+    except RemoteUnavailableError as err:
+        raise ServerUnavailable(str(err)) from None
     return result
 
 
@@ -101,7 +105,10 @@ def register(sub: Any) -> None:
     est.add_argument("--format", default="table", choices=["table", "json", "csv", "markdown"])
     est.set_defaults(func=cmd_estimate)
 
-    chk = sub.add_parser("check", help="exit 0 if the setup fits the GPU, 1 if not, 2 bad input")
+    chk = sub.add_parser(
+        "check",
+        help="exit 0 if the setup fits the GPU, 1 if not, 2 bad input, 3 server unreachable",
+    )
     add_model_options(chk)
     add_setup_options(chk, lists=False)
     chk.add_argument("--gpu", required=True)
