@@ -1,14 +1,16 @@
 """Allocated vs simulated reserved peak of real CPU training steps, expandable_segments off/on.
 
-For each sequence length: one probe run (`probe.runner.run_probe`, device `cpu`: the model is
-built, then `--steps` training steps) is recorded with `probe.allocator_trace`, and the trace is
+For each sequence length: one probe run (`probe.runner.run_probe`, device `cpu`, or `fake` for
+models too large for this machine: the model is built, then `--steps` training steps) is
+recorded with `probe.allocator_trace`, and the trace is
 replayed through `probe.allocator` twice, with `expandable_segments` off and on. The table shows
 the allocated peak (the probe's own storage tracker, and the replay's, which also covers model
 building), the simulated `max_memory_reserved`, and the slack ratio reserved / allocated that
 the estimator's `reserved_bytes` can cite.
 
     PYTHONPATH=. python -m bench.allocator_replay --config bench/configs/small-llama.json \\
-        --seq 512,2048,8192 --steps 2 [--setup '{"checkpointing": "none"}'] [--json out.json]
+        --seq 512,2048,8192 --steps 2 [--device fake] [--setup '{"checkpointing": "none"}']
+        [--json out.json]
         [--traces DIR]
 
 Caveat: a CPU trace has the ops of CPU kernels; CUDA kernels (cuBLAS workspaces, flash
@@ -32,14 +34,23 @@ __all__ = ["record_run", "compare", "main"]
 
 
 def record_run(
-    config: dict[str, Any], setup: dict[str, Any] | None, seq: int, steps: int
+    config: dict[str, Any],
+    setup: dict[str, Any] | None,
+    seq: int,
+    steps: int,
+    device: str = "cpu",
 ) -> tuple[list[Event], int]:
-    """Trace one probe run of one length on the CPU; returns the events and the tracker's peak."""
-    from probe.allocator_trace import record_allocations
-    from probe.runner import run_probe
+    """Trace one probe run of one length; returns the events and the probe tracker's peak.
 
-    with record_allocations(device="cpu") as trace:
-        doc = run_probe(config, setup, [seq], steps=steps, device="cpu")
+    `cpu`: real tensors, recorded by the recorder's own dispatch mode around the run;
+    `fake`: FakeTensorMode, recorded through the probe's tracker (`record_probe_tracker`).
+    """
+    from probe import runner
+    from probe.allocator_trace import record_allocations, record_probe_tracker
+
+    recorder = record_probe_tracker() if device == "fake" else record_allocations(device="cpu")
+    with recorder as trace:
+        doc = runner.run_probe(config, setup, [seq], steps=steps, device=device)
     result = doc["results"][0]
     if result["status"] != "ok":
         raise RuntimeError(f"seq {seq}: probe run {result['status']}: {result.get('error')}")
@@ -65,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default="bench/configs/small-llama.json")
     ap.add_argument("--seq", default="512,2048,8192", help="comma-separated sequence lengths")
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--device", choices=("cpu", "fake"), default="cpu")
     ap.add_argument("--setup", default=None, help="probe setup as JSON (default: probe defaults)")
     ap.add_argument("--json", default=None, help="write the figures (bytes) to this file")
     ap.add_argument("--traces", default=None, help="write each trace as JSONL into this folder")
@@ -81,11 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{'seq':>6} {'events':>7} {'tracker':>8} {'alloc':>8} {'res off':>8} {'x off':>6} "
         f"{'seg':>4} {'res on':>8} {'x on':>6} {'s':>5}"
     )
-    print(f"{args.config}  (GiB; x = simulated reserved peak / allocated peak)")
+    print(f"{args.config} on {args.device}  (GiB; x = simulated reserved peak / allocated peak)")
     print(head)
     for seq in lengths:
         start = time.perf_counter()
-        events, tracker_peak = record_run(config, setup, seq, args.steps)
+        events, tracker_peak = record_run(config, setup, seq, args.steps, args.device)
         res = compare(events)
         took = time.perf_counter() - start
         off, on = res["off"], res["on"]
@@ -108,7 +120,13 @@ def main(argv: list[str] | None = None) -> int:
             out_dir.mkdir(parents=True, exist_ok=True)
             dump_jsonl(events, out_dir / f"{Path(args.config).stem}_seq{seq}.jsonl")
     if args.json:
-        doc = {"config": args.config, "setup": setup, "steps": args.steps, "rows": rows}
+        doc = {
+            "config": args.config,
+            "device": args.device,
+            "setup": setup,
+            "steps": args.steps,
+            "rows": rows,
+        }
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 

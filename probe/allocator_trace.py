@@ -1,17 +1,22 @@
 """Record the allocation/free sequence of torch code as a trace for `probe.allocator`.
 
-`record_allocations()` is a context manager around any torch code (a probe run, one training
-step): a `TorchDispatchMode` looks at every tensor an op returns, logs `alloc <id> <nbytes>` the
-first time it sees a storage, and `free <id>` when a weakref finaliser on the storage fires (the
-storage's memory is released). Same counting as `probe.tracker.StorageTracker` (one event per
-untyped storage; views share it), but unrounded sizes and the full event order instead of a
-running sum, and independent of it, so the two can run together. As an outer mode it also sees
-the ops the tracker forwards (the tracker must then be the inner mode, as in `run_probe`).
+Two ways in, both logging `alloc <id> <nbytes>` the first time a tensor's untyped storage is
+seen (views share it) and `free <id>` when a weakref finaliser on the storage fires (its memory
+is released) - the counting of `probe.tracker.StorageTracker`, but with unrounded sizes and the
+full event order instead of a running sum:
 
-What the trace cannot show: storages created outside the dispatcher (none in a plain training
+- `record_allocations()`: a context manager with its own `TorchDispatchMode`, around any torch
+  code on real tensors (a CPU probe run, one training step). As an outer mode it also sees the
+  ops an inner mode such as the probe's tracker forwards.
+- `record_probe_tracker()`: for `FakeTensorMode` runs, where an outer mode sees nothing (the
+  fake mode answers the ops itself; see probe-notes): while active, `probe.runner` builds its
+  `StorageTracker` as a subclass that also logs every storage it counts, so a fake trace of a
+  70 B model costs what the fake probe run costs. Offloaded copies (`mark_host`) leave the
+  device, so they are logged as freed.
+
+What a trace cannot show: storages created outside the dispatcher (none in a plain training
 step), memory that CUDA kernels would allocate but CPU kernels do not (cuBLAS workspaces,
-fused-kernel temporaries) and vice versa, and cross-stream reuse delays. Under `FakeTensorMode`
-entered *inside* the recorder nothing is seen (the fake mode answers the ops itself).
+fused-kernel temporaries) and vice versa, and cross-stream reuse delays.
 
 torch is imported only when recording starts, so `probe.allocator` stays stdlib-only.
 """
@@ -26,7 +31,7 @@ from typing import Any
 
 from probe.allocator_events import Event, alloc, free
 
-__all__ = ["AllocationTrace", "record_allocations"]
+__all__ = ["AllocationTrace", "record_allocations", "record_probe_tracker"]
 
 
 class AllocationTrace:
@@ -49,21 +54,61 @@ class AllocationTrace:
         self.append(Event("reset_peak"))
 
 
+class _StorageLog:
+    """Storage identity -> event id, with the finalisers that log the frees."""
+
+    def __init__(self, trace: AllocationTrace, device: str | None) -> None:
+        self.trace = trace
+        self.device = device
+        self._live: dict[int, int] = {}  # storage _cdata -> event id
+        self._next_id = 0
+
+    def track(self, tensor: Any) -> None:
+        kind = tensor.device.type
+        if kind == "meta" or (self.device is not None and kind != self.device):
+            return
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return  # sparse or other storage-less tensors
+        key = storage._cdata
+        if key in self._live:
+            return
+        uid = self._next_id
+        self._next_id += 1
+        self._live[key] = uid
+        weakref.finalize(storage, self.release, key, uid)
+        self.trace.append(alloc(uid, int(storage.nbytes())))
+
+    def release(self, key: int, uid: int | None = None) -> None:
+        if key not in self._live or (uid is not None and self._live[key] != uid):
+            return
+        self.trace.append(free(self._live.pop(key)))
+
+    def leave_device(self, tensor: Any) -> None:
+        """The storage now counts as host memory (an offloaded copy): log it as freed."""
+        self.track(tensor)
+        self.release(tensor.untyped_storage()._cdata)
+
+    def track_outputs(self, out: Any) -> None:
+        import torch
+        from torch.utils._pytree import tree_leaves
+
+        for leaf in tree_leaves(out):
+            if isinstance(leaf, torch.Tensor):
+                self.track(leaf)
+
+
 @functools.cache
 def _recorder_class() -> type[Any]:
-    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
 
     class AllocationRecorder(TorchDispatchMode):  # type: ignore[misc]
-        """Log storage creation and release (see the module docstring)."""
+        """Log storage creation and release of every op's outputs."""
 
-        def __init__(self, trace: AllocationTrace, device: str | None) -> None:
+        def __init__(self, log: _StorageLog) -> None:
             super().__init__()
-            self.trace = trace
-            self.device = device
-            self._live: dict[int, int] = {}  # storage _cdata -> event id
-            self._next_id = 0
+            self.log = log
 
         def __torch_dispatch__(
             self,
@@ -73,33 +118,8 @@ def _recorder_class() -> type[Any]:
             kwargs: dict[str, Any] | None = None,
         ) -> Any:
             out = func(*args, **(kwargs or {}))
-            for leaf in tree_leaves(out):
-                if isinstance(leaf, torch.Tensor):
-                    self.track(leaf)
+            self.log.track_outputs(out)
             return out
-
-        def track(self, tensor: torch.Tensor) -> None:
-            kind = tensor.device.type
-            if kind == "meta" or (self.device is not None and kind != self.device):
-                return
-            try:
-                storage = tensor.untyped_storage()
-            except (RuntimeError, NotImplementedError):
-                return  # sparse or other storage-less tensors
-            key = storage._cdata
-            if key in self._live:
-                return
-            uid = self._next_id
-            self._next_id += 1
-            self._live[key] = uid
-            weakref.finalize(storage, self._release, key, uid)
-            self.trace.append(alloc(uid, int(storage.nbytes())))
-
-        def _release(self, key: int, uid: int) -> None:
-            if self._live.get(key) != uid:
-                return
-            del self._live[key]
-            self.trace.append(free(uid))
 
     return AllocationRecorder
 
@@ -115,12 +135,62 @@ def record_allocations(
     but meta. Events after the block ends are not recorded.
     """
     trace = AllocationTrace()
-    recorder = _recorder_class()(trace, device)
+    log = _StorageLog(trace, device)
     for t in adopt:
         if t is not None:
-            recorder.track(t)
+            log.track(t)
     try:
-        with recorder:
+        with _recorder_class()(log):
             yield trace
     finally:
+        trace.closed = True
+
+
+def _recording_tracker_class(base: type[Any], log: _StorageLog) -> type[Any]:
+    class RecordingTracker(base):  # type: ignore[misc, valid-type]
+        """The probe's tracker, also logging each storage it counts (see the module docstring)."""
+
+        def __torch_dispatch__(
+            self,
+            func: Any,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            log.track_outputs(out)
+            return out
+
+        def adopt(self, tensors: Iterable[Any]) -> None:
+            tensors = [t for t in tensors if t is not None]
+            super().adopt(tensors)
+            for t in tensors:
+                log.track(t)
+
+        def mark_host(self, tensor: Any) -> None:
+            super().mark_host(tensor)
+            log.leave_device(tensor)
+
+    return RecordingTracker
+
+
+@contextlib.contextmanager
+def record_probe_tracker() -> Iterator[AllocationTrace]:
+    """Record what the probe's `StorageTracker` counts during `probe.runner.run_probe` calls.
+
+    Works for the `cpu` and `fake` devices (the tracker runs inside the fake mode). The patch of
+    `probe.runner.StorageTracker` is undone when the block ends.
+    """
+    import probe.runner as runner
+
+    base = getattr(runner, "StorageTracker", None)
+    if base is None:
+        raise RuntimeError("probe.runner has no StorageTracker to record from")
+    trace = AllocationTrace()
+    log = _StorageLog(trace, device=None)
+    runner.StorageTracker = _recording_tracker_class(base, log)  # type: ignore[attr-defined]
+    try:
+        yield trace
+    finally:
+        runner.StorageTracker = base  # type: ignore[attr-defined]
         trace.closed = True

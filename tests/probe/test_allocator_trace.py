@@ -55,3 +55,22 @@ def test_replayed_cpu_step_has_the_tracker_peak(tiny_llama: dict[str, Any]) -> N
     assert res["off"].peak_reserved >= tracker_peak
     assert res["off"].peak_reserved % (2 << 20) == 0  # whole 2 MiB / 2 MiB-rounded segments
     assert res["off"].final_allocated < res["off"].peak_allocated
+
+
+def test_fake_trace_replays_like_the_cpu_trace(tiny_llama: dict[str, Any]) -> None:
+    # The fake run is recorded through the probe's tracker (record_probe_tracker). For the setup
+    # of tests/probe/test_fake_run.py, where fake and CPU peaks are equal, the replays of the
+    # two traces give the same allocated and the same simulated reserved peaks.
+    import probe.runner
+    from bench.allocator_replay import compare, record_run
+
+    setup = {"precision": "bf16", "optimizer": "lion", "checkpointing": "none"}
+    before = probe.runner.StorageTracker
+    cpu_events, cpu_peak = record_run(tiny_llama, setup, 256, steps=2, device="cpu")
+    fake_events, fake_peak = record_run(tiny_llama, setup, 256, steps=2, device="fake")
+    assert probe.runner.StorageTracker is before  # the patch is undone
+    assert fake_peak == cpu_peak
+    cpu, fake = compare(cpu_events), compare(fake_events)
+    for mode in ("off", "on"):
+        assert fake[mode].peak_allocated == cpu[mode].peak_allocated == cpu_peak
+        assert fake[mode].peak_reserved == cpu[mode].peak_reserved
