@@ -49,8 +49,10 @@ a free block (`unmap_block`).
 
 Not modelled (all absent from a single-stream training step or switched off by default): several
 streams and `record_stream` events, CUDA graph private pools, `garbage_collection_threshold`
-(active only with `set_per_process_memory_fraction`), the free-memory callbacks, and switching
-`expandable_segments` on or off in the middle of a trace. Addresses of new segments are a bump
+(active only with `set_per_process_memory_fraction`), the free-memory callbacks, switching
+`expandable_segments` on or off in the middle of a trace, and `max_split_size` together with
+expandable segments (there `release_available_cached_blocks` would reach `release_block`, which
+asserts on expandable blocks; the model skips that step). Addresses of new segments are a bump
 counter (cudaMalloc's real addresses only break ties between equal-sized free blocks).
 """
 
@@ -498,6 +500,8 @@ class CachingAllocatorSim:
         key = max(size, self._mss)
         i = pool.lower_bound(key)
         if i < len(pool):
+            if pool.at(i).segment.expandable:
+                return False  # release_block asserts on expandable blocks; not modelled
             self._release_block(pool, pool.at(i))
             return True
         released = 0

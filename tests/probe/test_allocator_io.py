@@ -75,3 +75,16 @@ def test_cli_bad_input_exits_2_naming_the_field(
     assert "max_split_size" in capsys.readouterr().err
     assert main([str(tmp_path / "missing.jsonl")]) == 2
     assert "trace" in capsys.readouterr().err
+
+
+def test_the_simulation_imports_without_torch() -> None:
+    # probe/allocator*.py must stay copyable to a bare machine: torch only when recording starts
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import probe.allocator, probe.allocator_events, probe.allocator_cli, "
+        "probe.allocator_trace; print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
