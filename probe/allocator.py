@@ -251,6 +251,10 @@ class AllocatorStats:
     peak_allocated: int = 0
     peak_reserved: int = 0
     allocated_at_peak_reserved: int = 0  # highest allocated while reserved was at its peak
+    small_allocated: int = 0  # the small pool's share of `allocated` / `reserved`
+    small_reserved: int = 0
+    small_allocated_at_peak: int = 0  # ... at the moment of `allocated_at_peak_reserved`
+    small_reserved_at_peak: int = 0
     segments: int = 0  # live cudaMalloc segments + live expandable segments
     peak_segments: int = 0
     device_allocs: int = 0  # cudaMalloc calls or page mappings (num_device_alloc)
@@ -332,6 +336,8 @@ class CachingAllocatorSim:
         pool = self._small if block.small else self._large
         block.allocated = False
         self.stats.allocated -= block.size
+        if block.small:
+            self.stats.small_allocated -= block.size
         self._try_merge(pool, block, block.prev)
         self._try_merge(pool, block, block.next)
         pool.insert(block)
@@ -345,8 +351,14 @@ class CachingAllocatorSim:
         s = self.stats
         s.peak_allocated = s.allocated
         s.peak_reserved = s.reserved
-        s.allocated_at_peak_reserved = s.allocated
+        self._snapshot_peak()
         s.peak_segments = s.segments
+
+    def _snapshot_peak(self) -> None:
+        s = self.stats
+        s.allocated_at_peak_reserved = s.allocated
+        s.small_allocated_at_peak = s.small_allocated
+        s.small_reserved_at_peak = s.small_reserved
 
     def live_ids(self) -> list[Hashable]:
         return list(self._live)
@@ -427,9 +439,12 @@ class CachingAllocatorSim:
         self._live[key] = block
         s = self.stats
         s.allocated += block.size
+        if block.small:
+            s.small_allocated += block.size
         s.peak_allocated = max(s.peak_allocated, s.allocated)
-        if s.reserved == s.peak_reserved:  # the most allocated while reserved is at its peak
-            s.allocated_at_peak_reserved = max(s.allocated_at_peak_reserved, s.allocated)
+        # the most allocated while reserved is at its peak
+        if s.reserved == s.peak_reserved and s.allocated > s.allocated_at_peak_reserved:
+            self._snapshot_peak()
 
     def _try_merge(self, pool: _Pool, dst: _Block, src: _Block | None) -> int:
         """`try_merge_blocks`: absorb a free neighbour with the same mapped state."""
@@ -457,13 +472,15 @@ class CachingAllocatorSim:
         cap = self.config.capacity
         return cap is None or self.stats.reserved + nbytes <= cap
 
-    def _grow_reserved(self, nbytes: int) -> None:
+    def _grow_reserved(self, nbytes: int, small: bool) -> None:
         s = self.stats
         s.reserved += nbytes
+        if small:
+            s.small_reserved += nbytes
         s.device_allocs += 1
         if s.reserved > s.peak_reserved:
             s.peak_reserved = s.reserved
-            s.allocated_at_peak_reserved = s.allocated
+            self._snapshot_peak()
 
     def _add_segment(self, size: int, page: int | None) -> _Segment:
         seg = _Segment(self._next_address, size, page)
@@ -482,7 +499,7 @@ class CachingAllocatorSim:
         if not self._fits_capacity(alloc_size):
             return None  # cudaMalloc -> cudaErrorMemoryAllocation
         seg = self._add_segment(alloc_size, None)
-        self._grow_reserved(alloc_size)
+        self._grow_reserved(alloc_size, pool.small)
         return _Block(seg.base, alloc_size, pool.small, seg)
 
     def _release_block(self, pool: _Pool, block: _Block) -> None:
@@ -490,6 +507,8 @@ class CachingAllocatorSim:
         pool.remove(block)
         s = self.stats
         s.reserved -= block.size
+        if pool.small:
+            s.small_reserved -= block.size
         s.segments -= 1
         s.device_frees += 1
 
@@ -565,7 +584,7 @@ class CachingAllocatorSim:
         self._try_merge(pool, to_map, to_map.prev)
         self._try_merge(pool, to_map, to_map.next)
         pool.insert(to_map)
-        self._grow_reserved(mapped)
+        self._grow_reserved(mapped, pool.small)
         return True
 
     def _try_allocate_expandable_block(self, pool: _Pool, size: int) -> _Block | None:
@@ -610,6 +629,8 @@ class CachingAllocatorSim:
         self._try_merge(pool, block, block.next)
         pool.insert_unmapped(block)
         self.stats.reserved -= u_size
+        if pool.small:
+            self.stats.small_reserved -= u_size
         self.stats.device_frees += 1
 
     def _release_expandable_segment(self, pool: _Pool, block: _Block) -> None:
@@ -661,6 +682,8 @@ class ReplayResult:
     peak_allocated: int
     peak_reserved: int
     allocated_at_peak_reserved: int
+    small_pool_reserved_at_peak: int  # the small pool's part of the reserved peak
+    small_pool_allocated_at_peak: int
     final_allocated: int
     final_reserved: int
     peak_segments: int
@@ -735,6 +758,8 @@ def replay(
         peak_allocated=s.peak_allocated,
         peak_reserved=s.peak_reserved,
         allocated_at_peak_reserved=s.allocated_at_peak_reserved,
+        small_pool_reserved_at_peak=s.small_reserved_at_peak,
+        small_pool_allocated_at_peak=s.small_allocated_at_peak,
         final_allocated=s.allocated,
         final_reserved=s.reserved,
         peak_segments=s.peak_segments,

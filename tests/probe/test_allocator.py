@@ -81,6 +81,18 @@ def test_fragmentation_free_holes_cannot_serve_a_larger_request() -> None:
     assert res.slack == 24 * MiB
     assert res.fragmentation_at_peak == pytest.approx(0.5)  # 24 of 48 MiB allocated at the peak
     assert res.free_cached["free_bytes"] == 24 * MiB  # the two holes are still cached
+    assert (res.small_pool_reserved_at_peak, res.small_pool_allocated_at_peak) == (0, 0)
+
+
+def test_pool_shares_at_the_reserved_peak() -> None:
+    # 300 KiB (small pool: one 2 MiB segment) and 5 MiB (large pool: one 20 MiB segment).
+    # At the reserved peak (22 MiB) the small pool holds 2 MiB reserved, 300 KiB allocated.
+    res = replay([alloc(1, 300 * KiB), alloc(2, 5 * MiB), free(1)])
+    assert (res.peak_reserved, res.allocated_at_peak_reserved) == (22 * MiB, 300 * KiB + 5 * MiB)
+    assert (res.small_pool_reserved_at_peak, res.small_pool_allocated_at_peak) == (
+        2 * MiB,
+        300 * KiB,
+    )
 
 
 def test_expandable_segments_reduce_reserved_in_the_fragmentation_case() -> None:
@@ -265,6 +277,9 @@ def test_random_traces_keep_the_books_balanced() -> None:
             assert sim.stats.allocated <= sim.stats.reserved
         segs = sim.segments()
         assert sum(int(s["total"]) for s in segs) == sim.stats.reserved
+        small = [s for s in segs if not s["large"]]
+        assert sum(int(s["total"]) for s in small) == sim.stats.small_reserved
+        assert sum(int(s["allocated"]) for s in small) == sim.stats.small_allocated
         assert sum(int(s["allocated"]) for s in segs) == sim.stats.allocated
         cached = sim.free_cached()["free_bytes"]
         assert sim.stats.allocated + cached == sim.stats.reserved
