@@ -88,3 +88,20 @@ def test_the_simulation_imports_without_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_gpu_check_traces_replay_and_the_check_needs_a_gpu() -> None:
+    import torch
+
+    from bench.allocator_gpu_check import builtin_traces
+    from bench.allocator_gpu_check import main as gpu_main
+    from probe.allocator import AllocatorConfig
+
+    traces = builtin_traces()
+    assert replay(traces["holes"]).peak_reserved == 48 * MiB  # as derived in test_allocator.py
+    for events in traces.values():
+        for cfg in (AllocatorConfig(), AllocatorConfig(expandable_segments=True)):
+            res = replay(events, cfg)
+            assert 0 < res.peak_allocated <= res.peak_reserved
+    if not torch.cuda.is_available():
+        assert gpu_main([]) == 2
