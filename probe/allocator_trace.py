@@ -1,0 +1,196 @@
+"""Record the allocation/free sequence of torch code as a trace for `probe.allocator`.
+
+Two ways in, both logging `alloc <id> <nbytes>` the first time a tensor's untyped storage is
+seen (views share it) and `free <id>` when a weakref finaliser on the storage fires (its memory
+is released) - the counting of `probe.tracker.StorageTracker`, but with unrounded sizes and the
+full event order instead of a running sum:
+
+- `record_allocations()`: a context manager with its own `TorchDispatchMode`, around any torch
+  code on real tensors (a CPU probe run, one training step). As an outer mode it also sees the
+  ops an inner mode such as the probe's tracker forwards.
+- `record_probe_tracker()`: for `FakeTensorMode` runs, where an outer mode sees nothing (the
+  fake mode answers the ops itself; see probe-notes): while active, `probe.runner` builds its
+  `StorageTracker` as a subclass that also logs every storage it counts, so a fake trace of a
+  70 B model costs what the fake probe run costs. Offloaded copies (`mark_host`) leave the
+  device, so they are logged as freed.
+
+What a trace cannot show: storages created outside the dispatcher (none in a plain training
+step), memory that CUDA kernels would allocate but CPU kernels do not (cuBLAS workspaces,
+fused-kernel temporaries) and vice versa, and cross-stream reuse delays.
+
+torch is imported only when recording starts, so `probe.allocator` stays stdlib-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import weakref
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from probe.allocator_events import Event, alloc, free
+
+__all__ = ["AllocationTrace", "record_allocations", "record_probe_tracker"]
+
+
+class AllocationTrace:
+    """The events recorded so far; `events` is what `probe.allocator.replay` takes."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.closed = False
+
+    def append(self, event: Event) -> None:
+        if not self.closed:
+            self.events.append(event)
+
+    def empty_cache(self) -> None:
+        """Mark a `torch.cuda.empty_cache()` at this point of the trace."""
+        self.append(Event("empty_cache"))
+
+    def reset_peak(self) -> None:
+        """Mark a `torch.cuda.reset_peak_memory_stats()` at this point of the trace."""
+        self.append(Event("reset_peak"))
+
+
+class _StorageLog:
+    """Storage identity -> event id, with the finalisers that log the frees."""
+
+    def __init__(self, trace: AllocationTrace, device: str | None) -> None:
+        self.trace = trace
+        self.device = device
+        self._live: dict[int, int] = {}  # storage _cdata -> event id
+        self._next_id = 0
+
+    def track(self, tensor: Any) -> None:
+        kind = tensor.device.type
+        if kind == "meta" or (self.device is not None and kind != self.device):
+            return
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return  # sparse or other storage-less tensors
+        key = storage._cdata
+        if key in self._live:
+            return
+        uid = self._next_id
+        self._next_id += 1
+        self._live[key] = uid
+        weakref.finalize(storage, self.release, key, uid)
+        self.trace.append(alloc(uid, int(storage.nbytes())))
+
+    def release(self, key: int, uid: int | None = None) -> None:
+        if key not in self._live or (uid is not None and self._live[key] != uid):
+            return
+        self.trace.append(free(self._live.pop(key)))
+
+    def leave_device(self, tensor: Any) -> None:
+        """The storage now counts as host memory (an offloaded copy): log it as freed."""
+        self.track(tensor)
+        self.release(tensor.untyped_storage()._cdata)
+
+    def track_outputs(self, out: Any) -> None:
+        import torch
+        from torch.utils._pytree import tree_leaves
+
+        for leaf in tree_leaves(out):
+            if isinstance(leaf, torch.Tensor):
+                self.track(leaf)
+
+
+@functools.cache
+def _recorder_class() -> type[Any]:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class AllocationRecorder(TorchDispatchMode):  # type: ignore[misc]
+        """Log storage creation and release of every op's outputs."""
+
+        def __init__(self, log: _StorageLog) -> None:
+            super().__init__()
+            self.log = log
+
+        def __torch_dispatch__(
+            self,
+            func: Any,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
+            out = func(*args, **(kwargs or {}))
+            self.log.track_outputs(out)
+            return out
+
+    return AllocationRecorder
+
+
+@contextlib.contextmanager
+def record_allocations(
+    adopt: Iterable[Any] = (), device: str | None = None
+) -> Iterator[AllocationTrace]:
+    """Record allocations and frees of the code in the `with` block.
+
+    `adopt`: tensors that exist already (e.g. a model's weights) and should count as allocated
+    at the start. `device`: only storages on this device type (`"cuda"`, `"cpu"`); default all
+    but meta. Events after the block ends are not recorded.
+    """
+    trace = AllocationTrace()
+    log = _StorageLog(trace, device)
+    for t in adopt:
+        if t is not None:
+            log.track(t)
+    try:
+        with _recorder_class()(log):
+            yield trace
+    finally:
+        trace.closed = True
+
+
+def _recording_tracker_class(base: type[Any], log: _StorageLog) -> type[Any]:
+    class RecordingTracker(base):  # type: ignore[misc, valid-type]
+        """The probe's tracker, also logging each storage it counts (see the module docstring)."""
+
+        def __torch_dispatch__(
+            self,
+            func: Any,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            log.track_outputs(out)
+            return out
+
+        def adopt(self, tensors: Iterable[Any]) -> None:
+            tensors = [t for t in tensors if t is not None]
+            super().adopt(tensors)
+            for t in tensors:
+                log.track(t)
+
+        def mark_host(self, tensor: Any) -> None:
+            super().mark_host(tensor)
+            log.leave_device(tensor)
+
+    return RecordingTracker
+
+
+@contextlib.contextmanager
+def record_probe_tracker() -> Iterator[AllocationTrace]:
+    """Record what the probe's `StorageTracker` counts during `probe.runner.run_probe` calls.
+
+    Works for the `cpu` and `fake` devices (the tracker runs inside the fake mode). The patch of
+    `probe.runner.StorageTracker` is undone when the block ends.
+    """
+    import probe.runner as runner
+
+    base = getattr(runner, "StorageTracker", None)
+    if base is None:
+        raise RuntimeError("probe.runner has no StorageTracker to record from")
+    trace = AllocationTrace()
+    log = _StorageLog(trace, device=None)
+    runner.StorageTracker = _recording_tracker_class(base, log)  # type: ignore[attr-defined]
+    try:
+        yield trace
+    finally:
+        runner.StorageTracker = base  # type: ignore[attr-defined]
+        trace.closed = True
