@@ -54,7 +54,7 @@ def read_json_file(path: str, field: str) -> Any:
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model (one of --model or --params)")
-    g.add_argument("--model", help="path to a config.json, or a preset id (see `trainfit presets`)")
+    g.add_argument("--model", help="config.json path, preset id, or Hub id ORG/NAME[@revision]")
     g.add_argument("--params", type=float, help="params-only spec, e.g. 8.08e9")
     g.add_argument("--hidden", type=int)
     g.add_argument("--layers", type=int)
@@ -109,10 +109,11 @@ def model_input(args: argparse.Namespace) -> dict[str, Any]:
         for k in ("hidden", "layers", "vocab", "intermediate"):
             if getattr(args, k) is not None:
                 out[k] = getattr(args, k)
-    elif Path(args.model).suffix == ".json" or Path(args.model).is_file():
-        out = {"config": read_json_file(args.model, "--model")}
     else:
-        out = {"preset": args.model}
+        from estimator.hub import model_source  # file, preset (wins over) or Hub id ORG/NAME
+
+        src = model_source(args.model)
+        out = {"config": read_json_file(src["file"], "--model")} if "file" in src else src
     if args.name:
         out["name"] = args.name
     return out
