@@ -8,7 +8,9 @@
 3. a preset id (`trainfit presets`, case-insensitive) -> the preset: **a preset id wins over a hub
    id**. Preset ids contain no `/`, and hub ids always do (`ORG/NAME`), so the two can only clash
    in (1)/(2), never with each other;
-4. `ORG/NAME[@revision]` -> the Hub.
+4. `ORG/NAME` naming the repo a preset's config.json was taken from (`presets.PRESET_SOURCES`,
+   e.g. `meta-llama/Llama-3.1-8B`) -> that preset, offline; add `@main` to fetch from the Hub;
+5. `ORG/NAME[@revision]` -> the Hub.
 
 The download goes through `huggingface_hub.hf_hub_download` (imported lazily: the estimator imports
 without it). The environment is read at call time, not at import time, so a long-running service
@@ -78,8 +80,24 @@ def model_source(text: str) -> dict[str, str]:
     if path.is_dir() and (path / CONFIG_FILE).is_file():
         return {"file": str(path / CONFIG_FILE)}
     if text.strip().lower() not in PRESET_SOURCES and looks_like_hub_id(text):
-        return {"hub": text.strip()}
+        alias = preset_for_repo(text)
+        return {"preset": alias} if alias else {"hub": text.strip()}
     return {"preset": text}  # an unknown one is refused by presets.preset_config, naming them
+
+
+def preset_for_repo(text: str) -> str | None:
+    """The preset shipped from that repo's config.json (`PRESET_SOURCES` says `ORG/NAME
+    config.json`), for an id without `@revision`: answered from the package, no network."""
+    from estimator.presets import PRESET_SOURCES
+
+    hub = parse_hub_id(text)
+    if hub.revision is not None:
+        return None
+    for preset, source in PRESET_SOURCES.items():
+        repo, _, rest = source.partition(" ")
+        if rest == "config.json" and repo.lower() == hub.repo.lower():
+            return preset
+    return None
 
 
 @dataclass(frozen=True)

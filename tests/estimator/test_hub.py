@@ -195,7 +195,8 @@ def test_cli_estimates_a_hub_id_served_locally(
 
 def test_preset_ids_win_over_hub_ids_and_files_over_both(tmp_path: Path) -> None:
     assert model_source("llama-3.1-8b") == {"preset": "llama-3.1-8b"}
-    assert model_source("Qwen/Qwen3-8B") == {"hub": "Qwen/Qwen3-8B"}
+    assert model_source("Qwen/Qwen3-8B") == {"preset": "qwen3-8b"}  # the preset's source repo
+    assert model_source("acme/Qwen3-8B") == {"hub": "acme/Qwen3-8B"}
     assert model_source("Qwen/Qwen3-8B@refs/pr/1") == {"hub": "Qwen/Qwen3-8B@refs/pr/1"}
     assert model_source("no-such-model") == {"preset": "no-such-model"}  # preset error names them
     local = tmp_path / "org" / "name"

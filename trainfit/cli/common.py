@@ -65,6 +65,12 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 
 def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
     g = p.add_argument_group("training setup")
+    g.add_argument(
+        "--train-config",
+        action="append",
+        help="axolotl/LLaMA-Factory/torchtune/TRL "
+        "YAML or JSON (+ a DeepSpeed JSON / accelerate YAML); options given win",
+    )
     g.add_argument("--method", default="full", choices=["full", "lora", "qlora"])
     g.add_argument("--lora-rank", type=int, default=16)
     g.add_argument("--lora-alpha", type=float)
