@@ -175,7 +175,18 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("tokens, time and cost")
     g.add_argument("--tokens", type=float, help="tokens of the run, e.g. 6.4e6 or 2e12")
     g.add_argument("--target-tokens", choices=["chinchilla"], help="20 tokens per parameter")
-    g.add_argument("--dataset", help="sample lengths: .csv, .jsonl or one number per line")
+    g.add_argument(
+        "--dataset",
+        help="sample lengths (.csv, .jsonl, one per line); with "
+        "--tokenizer: the data itself (.jsonl, .json, .parquet, .csv)",
+    )
+    g.add_argument("--tokenizer", help="tokenizer.json, its folder or a Hub id: count --dataset")
+    g.add_argument("--text-field", default="text", help="field holding each sample's text")
+    g.add_argument("--messages-field", help="field holding each sample's chat messages")
+    g.add_argument("--chat-template", help="a .jinja/tokenizer_config.json file or from-tokenizer")
+    g.add_argument("--token-cache", help="cache folder (default ~/.cache/trainfit)")
+    g.add_argument("--packing", action="store_true", help="pack samples into --seq rows (TRL bfd)")
+    g.add_argument("--packing-strategy", choices=["bfd", "bfd_split", "wrapped"], default="bfd")
     g.add_argument("--epochs", type=float, default=1.0)
     g.add_argument("--truncate", action="store_true", help="truncate long samples, not drop")
     g.add_argument("--price", action="append", default=[], help="ID=USD per GPU-hour")
@@ -198,7 +209,10 @@ def run_fields(args: argparse.Namespace) -> dict[str, Any]:
     if args.dataset:
         if not Path(args.dataset).is_file():
             raise InputError(f"--dataset: no such file {args.dataset!r}")
-        fields["dataset_lengths"] = read_lengths(args.dataset, field="--dataset")
+        from estimator.dataset_tokens import dataset_lengths_for  # --tokenizer / --packing
+
+        counted = dataset_lengths_for(vars(args))
+        fields["dataset_lengths"] = counted or read_lengths(args.dataset, field="--dataset")
     if args.price:
         fields["prices"] = parse_price_option(args.price)
     if args.calibrate:
