@@ -437,7 +437,7 @@ def _encode_all(
                 text = str(value)
                 texts.append(text + eos if eos and not text.endswith(eos) else text)
         encoded = tokenizer.encode_batch_fast(texts, add_special_tokens=render is None)
-        lengths.extend(len(e.ids) for e in encoded)
+        lengths.extend(len(e) for e in encoded)  # Encoding.__len__: its token count
     return lengths, skipped
 
 
