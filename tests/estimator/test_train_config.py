@@ -275,3 +275,18 @@ def test_cli_exit_code_follows_the_estimate(capsys: pytest.CaptureFixture[str]) 
     capsys.readouterr()
     assert main(["check", "--train-config", "/nonexistent.yml", "--gpu", "h100-80gb"]) == 2
     assert "train_config: no such file" in capsys.readouterr().err
+
+
+def test_rest_body_fields_win_over_the_config_text() -> None:
+    from estimator.request import CheckRequest
+    from estimator.train_config.overlay import apply_to_body
+
+    text = (EXAMPLES / "torchtune-qlora-llama31-8b.yml").read_text()
+    body = {"setup": {"batch": 1}, "gpu": "h100-80gb"}
+    merged = apply_to_body(body, read_train_config_text(text, "torchtune"))
+    report = merged.pop("train_config")
+    req = CheckRequest.model_validate(merged)
+    assert req.model.preset == "llama-3.1-8b"
+    assert req.seq_lens == [4096]
+    assert (req.setup.batch, req.setup.method, req.setup.lora_rank) == (1, "qlora", 16)
+    assert "grad_accum" in {i["key"] for i in report["ignored"]} or hasattr(req.setup, "grad_accum")
