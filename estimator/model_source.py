@@ -12,6 +12,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from estimator.architectures import spec_from_config
+from estimator.hub import fetch_config
 from estimator.presets import preset_config
 from estimator.request import ModelInput
 from estimator.spec import ModelSpec, params_only_spec
@@ -44,6 +45,10 @@ def resolve_model(model: ModelInput) -> ModelSpec:
         return _cached(
             f"preset\0{preset}\0{name}", lambda: spec_from_config(preset_config(preset), name=name)
         )
+    if model.hub is not None:  # estimator.hub: config.json via the Hub cache / HF_ENDPOINT
+        config, hub_name = fetch_config(model.hub), model.name or model.hub
+        key = f"config\0{config_key(config)}\0{hub_name}"
+        return _cached(key, lambda: spec_from_config(config, name=hub_name))
     if model.config is not None:
         config, config_name = model.config, model.name
         key = f"config\0{config_key(config)}\0{config_name}"

@@ -20,6 +20,7 @@ class ModelInput(BaseModel):
 
     config: dict[str, Any] | None = None
     preset: str | None = None
+    hub: str | None = Field(None, max_length=300)  # Hub id ORG/NAME[@revision] (estimator.hub)
     params: float | None = Field(None, ge=1, le=1e15)
     hidden: int | None = Field(None, ge=1, le=10**7)
     layers: int | None = Field(None, ge=1, le=10**6)
@@ -29,9 +30,9 @@ class ModelInput(BaseModel):
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> ModelInput:
-        given = [k for k in ("config", "preset", "params") if getattr(self, k) is not None]
+        given = [k for k in ("config", "preset", "hub", "params") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError("give exactly one of 'config', 'preset' or 'params'")
+            raise ValueError("give exactly one of 'config', 'preset', 'hub' or 'params'")
         return self
 
 

@@ -11,7 +11,7 @@ fi
 if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
   .venv/bin/python -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
 fi
-.venv/bin/python -m pip install -q -e ".[service,probe,dev]" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -m pip install -q -e ".[service,probe,dev,inputs]" 2>&1 | grep -v "^WARNING: Location" || true
 version=$(.venv/bin/python -m pip show torch | awk '/^Version:/{print $2}')
 case "$version" in
   2.13.0*) ;;

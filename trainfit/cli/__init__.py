@@ -56,12 +56,17 @@ def main(argv: list[str] | None = None) -> int:
     # one BLAS thread: the estimator's numpy does no BLAS work, and OpenBLAS's thread pool
     # otherwise costs CPU time at start-up (set before numpy is first imported)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     from pydantic import ValidationError
 
     from estimator.errors import EstimatorInputError
 
     try:
+        if getattr(args, "train_config", None):  # estimator.train_config: file values, CLI wins
+            from estimator.train_config.overlay import apply_train_config
+
+            apply_train_config(args, sys.argv[1:] if argv is None else argv, parser)
         return int(args.func(args))
     except ServerUnavailable as err:
         sys.stderr.write(f"trainfit: server unavailable: {err}\n")

@@ -54,7 +54,7 @@ def read_json_file(path: str, field: str) -> Any:
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model (one of --model or --params)")
-    g.add_argument("--model", help="path to a config.json, or a preset id (see `trainfit presets`)")
+    g.add_argument("--model", help="config.json path, preset id, or Hub id ORG/NAME[@revision]")
     g.add_argument("--params", type=float, help="params-only spec, e.g. 8.08e9")
     g.add_argument("--hidden", type=int)
     g.add_argument("--layers", type=int)
@@ -65,6 +65,12 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 
 def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
     g = p.add_argument_group("training setup")
+    g.add_argument(
+        "--train-config",
+        action="append",
+        help="axolotl/LLaMA-Factory/torchtune/TRL "
+        "YAML or JSON (+ a DeepSpeed JSON / accelerate YAML); options given win",
+    )
     g.add_argument("--method", default="full", choices=["full", "lora", "qlora"])
     g.add_argument("--lora-rank", type=int, default=16)
     g.add_argument("--lora-alpha", type=float)
@@ -109,10 +115,11 @@ def model_input(args: argparse.Namespace) -> dict[str, Any]:
         for k in ("hidden", "layers", "vocab", "intermediate"):
             if getattr(args, k) is not None:
                 out[k] = getattr(args, k)
-    elif Path(args.model).suffix == ".json" or Path(args.model).is_file():
-        out = {"config": read_json_file(args.model, "--model")}
     else:
-        out = {"preset": args.model}
+        from estimator.hub import model_source  # file, preset (wins over) or Hub id ORG/NAME
+
+        src = model_source(args.model)
+        out = {"config": read_json_file(src["file"], "--model")} if "file" in src else src
     if args.name:
         out["name"] = args.name
     return out
@@ -168,7 +175,18 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("tokens, time and cost")
     g.add_argument("--tokens", type=float, help="tokens of the run, e.g. 6.4e6 or 2e12")
     g.add_argument("--target-tokens", choices=["chinchilla"], help="20 tokens per parameter")
-    g.add_argument("--dataset", help="sample lengths: .csv, .jsonl or one number per line")
+    g.add_argument(
+        "--dataset",
+        help="sample lengths (.csv, .jsonl, one per line); with "
+        "--tokenizer: the data itself (.jsonl, .json, .parquet, .csv)",
+    )
+    g.add_argument("--tokenizer", help="tokenizer.json, its folder or a Hub id: count --dataset")
+    g.add_argument("--text-field", default="text", help="field holding each sample's text")
+    g.add_argument("--messages-field", help="field holding each sample's chat messages")
+    g.add_argument("--chat-template", help="a .jinja/tokenizer_config.json file or from-tokenizer")
+    g.add_argument("--token-cache", help="cache folder (default ~/.cache/trainfit)")
+    g.add_argument("--packing", action="store_true", help="pack samples into --seq rows (TRL bfd)")
+    g.add_argument("--packing-strategy", choices=["bfd", "bfd_split", "wrapped"], default="bfd")
     g.add_argument("--epochs", type=float, default=1.0)
     g.add_argument("--truncate", action="store_true", help="truncate long samples, not drop")
     g.add_argument("--price", action="append", default=[], help="ID=USD per GPU-hour")
@@ -191,7 +209,10 @@ def run_fields(args: argparse.Namespace) -> dict[str, Any]:
     if args.dataset:
         if not Path(args.dataset).is_file():
             raise InputError(f"--dataset: no such file {args.dataset!r}")
-        fields["dataset_lengths"] = read_lengths(args.dataset, field="--dataset")
+        from estimator.dataset_tokens import dataset_lengths_for  # --tokenizer / --packing
+
+        counted = dataset_lengths_for(vars(args))
+        fields["dataset_lengths"] = counted or read_lengths(args.dataset, field="--dataset")
     if args.price:
         fields["prices"] = parse_price_option(args.price)
     if args.calibrate:

@@ -29,6 +29,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from estimator.document import estimate_document
     from estimator.formats import render_csv, render_markdown, render_table
     from estimator.request import EstimateRequest
+    from estimator.train_config.overlay import attach_report
 
     setup, variants = setup_input(args)
     req = EstimateRequest.model_validate(
@@ -42,7 +43,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             **run_fields(args),
         }
     )
-    doc = estimate_document(req, variants)
+    doc = attach_report(estimate_document(req, variants), args)  # + setup.ignored, train_config
     if args.format == "json":
         write_json(doc)
     elif args.format == "csv":
@@ -55,6 +56,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from estimator.train_config.overlay import attach_report
+
     setup, variants = setup_input(args)
     if variants:
         raise InputError("check: give one --checkpointing and one --loss")
@@ -67,6 +70,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         "profile": args.profile,
     }
     result = _check_remote(args, body) if args.server else _check_local(body)
+    attach_report(result, args)  # estimator.train_config: setup.ignored, train_config
     if args.format == "json":
         write_json(result)
     else:

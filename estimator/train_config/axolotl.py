@@ -1,0 +1,192 @@
+"""axolotl YAML.
+
+Option names and defaults read from axolotl 067b021c (2026-07-24), `src/axolotl/utils/schemas/`:
+- `model.py`: `base_model` (17), `base_model_config` (22).
+- `peft.py`: `load_in_8bit`, `load_in_4bit`, `adapter` (lora | qlora), `lora_r`, `lora_alpha`,
+  `lora_dropout` (default 0.0), `lora_target_modules`, `lora_target_linear`,
+  `lora_modules_to_save`, `peft_use_dora`, `bnb_config_kwargs` (lines 31-149).
+- `training.py`: `gradient_accumulation_steps` (71), `micro_batch_size` (77), `batch_size` (83),
+  `optimizer` (122, default `adamw_torch_fused`), `num_epochs` (267).
+- `config.py`: `bf16` (559, true | "auto"), `fp16`, `gradient_checkpointing` (600: true |
+  "offload" | "offload_disk"), `selective_checkpointing`, `activation_offloading` (623),
+  `sequence_len` (665), `sample_packing` (688), `xformers_attention` / `sdp_attention` /
+  `flex_attention` / `flash_attention` / `eager_attention` / `attn_implementation` (784-839),
+  `chunked_cross_entropy` + `_num_chunks` (978-984), `deepspeed` (1032), `fsdp_config` (1049),
+  `torch_compile` (1148), `plugins` (1423).
+- `src/axolotl/integrations/liger/args.py` line 55 `liger_fused_linear_cross_entropy`;
+  `integrations/cut_cross_entropy/args.py` line 33 `cut_cross_entropy`.
+- `src/axolotl/loaders/model.py` line 718: QLoRA's BitsAndBytesConfig sets
+  `bnb_4bit_use_double_quant: True` (overridable through `bnb_config_kwargs`).
+axolotl runs the HF Trainer, so the stack is `hf`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from estimator.train_config.hf_args import map_optim
+from estimator.train_config.result import TrainConfigMapping
+from estimator.train_config.sharding import map_fsdp_dict
+from estimator.train_config.vocab import lora_targets, model_ref, trains_embeddings
+
+ATTENTION_FLAGS = (
+    ("flash_attention", "flash"),
+    ("sdp_attention", "sdpa"),
+    ("eager_attention", "eager"),
+)
+
+
+def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
+    m = TrainConfigMapping("axolotl")
+    m.set("stack", "hf", "(axolotl runs the HF Trainer)")
+    _model(m, data, base_dir)
+    _adapter(m, data)
+    length = m.get(data, "sequence_len")
+    if length is not None:
+        m.seq_lens = [int(length)]
+        m.origin["seq_lens"] = "sequence_len"
+    m.set("batch", m.get(data, "micro_batch_size"), "micro_batch_size")
+    m.set("grad_accum", m.get(data, "gradient_accumulation_steps"), "gradient_accumulation_steps")
+    m.get(data, "batch_size")
+    m.set_run("epochs", m.get(data, "num_epochs"), "num_epochs")
+    map_optim(m, m.get(data, "optimizer"), "optimizer")
+    _precision(m, data)
+    _checkpointing(m, data)
+    _attention(m, data)
+    _loss(m, data)
+    if m.get(data, "sample_packing"):
+        m.set_run("packing", True, "sample_packing")
+        m.set_run("packing_strategy", "multipack", "sample_packing")
+    m.get(data, "pad_to_sequence_len")
+    fsdp = m.get(data, "fsdp_config")
+    if isinstance(fsdp, dict) and fsdp:
+        map_fsdp_dict(m, fsdp, "fsdp_config.")
+    m.get(data, "fsdp_version")
+    m.get(data, "deepspeed")
+    if m.get(data, "torch_compile"):
+        m.ignore("torch_compile", "torch.compile's memory effect is not modelled")
+    for key in ("datasets", "plugins", "trust_remote_code", "eval_sample_packing"):
+        m.get(data, key)
+    m.warn_unread(data)
+    return m
+
+
+def _model(m: TrainConfigMapping, data: dict[str, Any], base_dir: Path | None) -> None:
+    name = m.get(data, "base_model_config") or m.get(data, "base_model")
+    m.get(data, "base_model")
+    if name:
+        m.model = model_ref(str(name), base_dir)
+        m.origin["model"] = "base_model_config" if data.get("base_model_config") else "base_model"
+
+
+def _adapter(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    adapter = m.get(data, "adapter")
+    four, eight = m.get(data, "load_in_4bit"), m.get(data, "load_in_8bit")
+    if adapter is None:
+        m.set("method", "full", "adapter (unset)")
+        if four or eight:
+            m.ignore("load_in_4bit" if four else "load_in_8bit", "quantized base needs an adapter")
+        return
+    if adapter not in ("lora", "qlora"):
+        m.ignore("adapter", f"adapter {adapter!r} is not modelled (lora/qlora are)")
+        return
+    m.set("method", "qlora" if adapter == "qlora" or four else "lora", "adapter")
+    if eight and not four:
+        m.set("base", "int8", "load_in_8bit")
+    m.set("lora_rank", m.get(data, "lora_r"), "lora_r")
+    m.set("lora_alpha", m.get(data, "lora_alpha"), "lora_alpha")
+    dropout = m.get(data, "lora_dropout")
+    m.set("lora_dropout", 0.0 if dropout is None else dropout, "lora_dropout")
+    if m.get(data, "lora_target_linear"):
+        m.set("lora_targets", ["all-linear"], "lora_target_linear")
+    else:
+        m.set(
+            "lora_targets", lora_targets(m.get(data, "lora_target_modules")), "lora_target_modules"
+        )
+    m.get(data, "lora_target_modules")
+    m.set(
+        "train_embeddings",
+        trains_embeddings(m.get(data, "lora_modules_to_save")),
+        "lora_modules_to_save",
+    )
+    if m.setup["method"] == "qlora":
+        kwargs = m.get(data, "bnb_config_kwargs") or {}
+        double = kwargs.get("bnb_4bit_use_double_quant", True) if isinstance(kwargs, dict) else True
+        m.set(
+            "double_quant",
+            bool(double),
+            "bnb_config_kwargs.bnb_4bit_use_double_quant"
+            if isinstance(kwargs, dict) and "bnb_4bit_use_double_quant" in kwargs
+            else "(axolotl QLoRA default, loaders/model.py:718)",
+        )
+    if m.get(data, "peft_use_dora"):
+        m.ignore("peft_use_dora", "DoRA's extra magnitude vectors and activations not modelled")
+    m.get(data, "lora_model_dir")
+
+
+def _precision(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    bf16, fp16 = m.get(data, "bf16"), m.get(data, "fp16")
+    if bf16 or fp16:  # "auto" counts: bf16 where the card supports it
+        m.set("autocast", True, "bf16" if bf16 else "fp16")
+        m.set("precision", "mixed", "bf16" if bf16 else "fp16")
+    m.get(data, "tf32")
+
+
+def _checkpointing(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    gc = m.get(data, "gradient_checkpointing")
+    if gc in ("offload", "offload_disk"):
+        m.set("checkpointing", "offload", "gradient_checkpointing")
+        if gc == "offload_disk":
+            m.ignore("gradient_checkpointing", "offload to disk: counted as offload to host")
+    elif gc is not None:
+        m.set("checkpointing", "gpu" if gc else "none", "gradient_checkpointing")
+    m.get(data, "gradient_checkpointing_kwargs")
+    if m.get(data, "selective_checkpointing"):
+        m.set("checkpointing", "selective", "selective_checkpointing")
+    offload = m.get(data, "activation_offloading")
+    if offload:
+        m.set("checkpointing", "offload", "activation_offloading")
+        if offload == "disk":
+            m.ignore("activation_offloading", "offload to disk: counted as offload to host")
+
+
+def _attention(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    for key, value in ATTENTION_FLAGS:
+        if m.get(data, key):
+            m.set("attention", value, key)
+    for key in ("flex_attention", "xformers_attention"):
+        if m.get(data, key):
+            m.ignore(key, f"{key.split('_')[0]} attention is not modelled; counted as sdpa")
+    impl = m.get(data, "attn_implementation")
+    if impl is not None:
+        from estimator.train_config.vocab import ATTENTION
+
+        if str(impl) in ATTENTION:
+            m.set("attention", ATTENTION[str(impl)], "attn_implementation")
+        else:
+            m.ignore("attn_implementation", f"attention {impl!r} is not modelled")
+
+
+def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    if m.get(data, "liger_fused_linear_cross_entropy"):
+        m.set("loss", "liger", "liger_fused_linear_cross_entropy")
+    if m.get(data, "cut_cross_entropy"):
+        m.set("loss", "cce", "cut_cross_entropy")
+    if m.get(data, "chunked_cross_entropy"):
+        m.set("loss", "chunked", "chunked_cross_entropy")
+        chunks = m.get(data, "chunked_cross_entropy_num_chunks")
+        if chunks and m.seq_lens:
+            m.set(
+                "loss_chunk", -(-m.seq_lens[0] // int(chunks)), "chunked_cross_entropy_num_chunks"
+            )
+    for key in (
+        "liger_rope",
+        "liger_rms_norm",
+        "liger_glu_activation",
+        "liger_swiglu",
+        "liger_cross_entropy",
+        "liger_layer_norm",
+    ):
+        if m.get(data, key):
+            m.ignore(key, "Liger's fused kernel: its activation savings are not modelled")

@@ -1,0 +1,211 @@
+"""HF `TrainingArguments` / TRL `SFTConfig` (+ TRL's `ModelConfig` keys in the same YAML).
+
+Option names and defaults read from:
+- transformers 5.24.0 `training_args.py`: `per_device_train_batch_size`,
+  `gradient_accumulation_steps`, `optim` (default `adamw_torch_fused` on torch >= 2.8, lines
+  806-811), `bf16`/`fp16` (lines 874-885: AMP, i.e. autocast), `gradient_checkpointing` and
+  its v5 alias `activation_checkpointing` (lines 908-926), `use_liger_kernel` and
+  `liger_kernel_config` (957), `fsdp` (1447, words such as "full_shard auto_wrap offload"),
+  `fsdp_config`, `deepspeed` (1463, a path or a dict), `torch_compile`, `num_train_epochs`.
+- trl f2cd5771 (2026-07-24) `trl/trainer/sft_config.py`: `max_length` (default 1024, line 205),
+  `packing` (225), `packing_strategy` (232, default `bfd`), `padding_free` (241), `loss_type`
+  (283; unset -> `chunked_nll`, or `nll` with Liger, docstring lines 107-116),
+  `activation_offloading` (296), `model_init_kwargs` (149); class docstring: SFTConfig defaults
+  `gradient_checkpointing=True` and `bf16=True` unless `fp16`. Older TRL: `max_seq_length`.
+- trl `trl/trainer/model_config.py`: `model_name_or_path`, `dtype`, `attn_implementation`,
+  `use_peft`, `lora_r`, `lora_alpha`, `lora_dropout`, `lora_target_modules`,
+  `lora_modules_to_save`, `use_dora`, `load_in_8bit`, `load_in_4bit`, `use_bnb_nested_quant`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from estimator.train_config.result import TrainConfigMapping
+from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
+from estimator.train_config.vocab import (
+    ATTENTION,
+    HF_OPTIMIZERS,
+    lora_targets,
+    model_ref,
+    trains_embeddings,
+)
+
+TRL_KEYS = (
+    "max_length",
+    "max_seq_length",
+    "packing",
+    "packing_strategy",
+    "padding_free",
+    "dataset_text_field",
+    "completion_only_loss",
+    "assistant_only_loss",
+    "loss_type",
+    "activation_offloading",
+    "model_init_kwargs",
+)
+# trl/trainer/model_config.py defaults: lora_r 16, lora_alpha 32, lora_dropout 0.05
+TRL_LORA_DEFAULTS = (
+    ("lora_rank", "lora_r", 16),
+    ("lora_alpha", "lora_alpha", 32),
+    ("lora_dropout", "lora_dropout", 0.05),
+)
+HF_DEFAULT_OPTIM = "adamw_torch_fused"  # transformers 5.24.0 training_args.py:806-811, torch>=2.8
+
+
+def is_sft_config(data: dict[str, Any]) -> bool:
+    return any(k in data for k in TRL_KEYS)
+
+
+def map_trainer_args(m: TrainConfigMapping, data: dict[str, Any], sft: bool) -> None:
+    """The TrainingArguments keys (shared by TRL and LLaMA-Factory configs)."""
+    m.set("stack", "hf", "(transformers Trainer)")
+    m.set("batch", m.get(data, "per_device_train_batch_size"), "per_device_train_batch_size")
+    m.set("grad_accum", m.get(data, "gradient_accumulation_steps"), "gradient_accumulation_steps")
+    m.set_run("epochs", m.get(data, "num_train_epochs"), "num_train_epochs")
+    map_optim(m, m.get(data, "optim"), "optim")
+    bf16, fp16 = m.get(data, "bf16"), m.get(data, "fp16")
+    if sft and bf16 is None and not fp16:
+        bf16 = True  # SFTConfig default (sft_config.py docstring)
+    if bf16 or fp16:
+        m.set("autocast", True, "bf16" if bf16 else "fp16")
+        m.set("precision", "mixed", "bf16" if bf16 else "fp16")
+    gc = m.get(data, "gradient_checkpointing")
+    ac = m.get(data, "activation_checkpointing")
+    if gc is None and ac is None and sft:
+        gc = True  # SFTConfig default (sft_config.py docstring)
+    if gc is not None or ac is not None:
+        key = "gradient_checkpointing" if gc is not None else "activation_checkpointing"
+        m.set("checkpointing", "gpu" if (gc or ac) else "none", key)
+    m.get(data, "gradient_checkpointing_kwargs")
+    m.get(data, "activation_checkpointing_kwargs")
+    if m.get(data, "activation_offloading"):
+        m.set("checkpointing", "offload", "activation_offloading")
+    _map_liger(m, data)
+    if m.get(data, "torch_compile"):
+        m.ignore("torch_compile", "torch.compile's memory effect is not modelled")
+    if m.get(data, "auto_find_batch_size"):
+        m.ignore("auto_find_batch_size", "the batch is searched at run time; trainfit uses batch")
+    fsdp = m.get(data, "fsdp")
+    if fsdp:
+        map_fsdp_words(m, fsdp, "fsdp")
+    fsdp_config = m.get(data, "fsdp_config")
+    if isinstance(fsdp_config, dict):
+        map_fsdp_dict(m, fsdp_config, "fsdp_config.")
+
+
+def _map_liger(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    if not m.get(data, "use_liger_kernel"):
+        m.get(data, "liger_kernel_config")
+        return
+    config = m.get(data, "liger_kernel_config") or {}
+    # liger_kernel apply_liger_kernel_to_*: fused_linear_cross_entropy defaults to True
+    if isinstance(config, dict) and config.get("fused_linear_cross_entropy") is False:
+        return
+    m.set("loss", "liger", "use_liger_kernel")
+
+
+def map_optim(m: TrainConfigMapping, name: object, key: str) -> None:
+    if name is None:
+        name, key = HF_DEFAULT_OPTIM, f"{key} (default {HF_DEFAULT_OPTIM})"
+    fields = HF_OPTIMIZERS.get(str(name).lower())
+    if fields is None:
+        m.ignore(key, f"optimizer {name!r} is not modelled; trainfit keeps its own optimizer")
+        return
+    for field, value in fields.items():
+        m.set(field, value, key)
+
+
+def map_sft(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    """TRL's own SFTConfig keys."""
+    length = m.get(data, "max_length")
+    key = "max_length"
+    if length is None:
+        length, key = m.get(data, "max_seq_length"), "max_seq_length"
+    if length is None and "max_length" not in data:
+        length, key = 1024, "max_length (SFTConfig default)"
+    if length is not None:
+        m.seq_lens = [int(length)]
+        m.origin["seq_lens"] = key
+    if m.get(data, "packing"):
+        m.set_run("packing", True, "packing")
+        m.set_run("packing_strategy", m.get(data, "packing_strategy") or "bfd", "packing_strategy")
+    if m.get(data, "padding_free"):
+        m.ignore("padding_free", "padding-free batches are not modelled (rows count as padded)")
+    loss_type = m.get(data, "loss_type")
+    if "loss" not in m.setup:
+        if loss_type in (None, "chunked_nll"):
+            m.set(
+                "loss", "chunked", "loss_type" if loss_type else "loss_type (default chunked_nll)"
+            )
+        elif loss_type == "nll":
+            m.set("loss", "full", "loss_type")
+        else:
+            m.ignore("loss_type", f"loss {loss_type!r} is not modelled; counted as full")
+    init = m.get(data, "model_init_kwargs")
+    if isinstance(init, dict):
+        map_model_keys(m, init, "model_init_kwargs.")
+    for k in ("dataset_text_field", "completion_only_loss", "assistant_only_loss"):
+        m.get(data, k)
+
+
+def map_model_keys(m: TrainConfigMapping, data: dict[str, Any], prefix: str = "") -> None:
+    """`attn_implementation`, `dtype`/`torch_dtype` (TRL ModelConfig, model_init_kwargs)."""
+    attn = m.get(data, "attn_implementation", prefix)
+    if attn is not None:
+        if str(attn) in ATTENTION:
+            m.set("attention", ATTENTION[str(attn)], prefix + "attn_implementation")
+        else:
+            m.ignore(prefix + "attn_implementation", f"attention {attn!r} is not modelled")
+    for k in ("dtype", "torch_dtype"):
+        dtype = m.get(data, k, prefix)
+        if dtype in ("float32", "fp32") and "autocast" not in m.setup:
+            m.set("precision", "fp32", prefix + k)
+
+
+def map_peft_keys(m: TrainConfigMapping, data: dict[str, Any], base_dir: Path | None) -> None:
+    """TRL ModelConfig keys (`trl sft --config` YAML mixes them with SFTConfig)."""
+    name = m.get(data, "model_name_or_path")
+    if name:
+        m.model = model_ref(str(name), base_dir)
+        if m.get(data, "model_revision") not in (None, "main") and "hub" in m.model:
+            m.model = {"hub": f"{m.model['hub']}@{data['model_revision']}"}
+    map_model_keys(m, data)
+    four, eight = m.get(data, "load_in_4bit"), m.get(data, "load_in_8bit")
+    if m.get(data, "use_peft") or four or eight:
+        m.set("method", "qlora" if four else "lora", "load_in_4bit" if four else "use_peft")
+        if eight:
+            m.set("base", "int8", "load_in_8bit")
+        for field, key, default in TRL_LORA_DEFAULTS:
+            value = m.get(data, key)
+            m.set(
+                field, default if value is None else value, key + (" (default)" * (value is None))
+            )
+        targets = lora_targets(m.get(data, "lora_target_modules"))
+        m.set("lora_targets", targets, "lora_target_modules")
+        if targets is None:
+            m.warnings.append(
+                "lora_target_modules: unset, so peft picks its per-architecture default "
+                "(q_proj,v_proj for Llama); trainfit applies its own default unless --lora-targets"
+            )
+        saved = trains_embeddings(m.get(data, "lora_modules_to_save"))
+        m.set("train_embeddings", saved, "lora_modules_to_save")
+    if four:
+        nested = m.get(data, "use_bnb_nested_quant")
+        m.set("double_quant", bool(nested), "use_bnb_nested_quant")
+    if m.get(data, "use_dora"):
+        m.ignore("use_dora", "DoRA's extra magnitude vectors and activations are not modelled")
+    m.get(data, "bnb_4bit_quant_type")
+
+
+def read_hf(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
+    sft = is_sft_config(data)
+    m = TrainConfigMapping("trl" if sft else "hf-trainer")
+    map_peft_keys(m, data, base_dir)
+    map_trainer_args(m, data, sft)
+    if sft:
+        map_sft(m, data)
+    m.get(data, "deepspeed")
+    m.warn_unread(data)
+    return m

@@ -1,0 +1,113 @@
+"""LLaMA-Factory YAML (`llamafactory-cli train config.yaml`).
+
+Option names and defaults read from LLaMA-Factory ff6d4d12 (2026-08-18),
+`src/llamafactory/hparams/`:
+- `model_args.py`: `model_name_or_path` (38), `adapter_name_or_path`, `flash_attn` (117; auto |
+  disabled | sdpa | fa2 | fa3, extras/constants.py:147), `use_unsloth` (129), `use_unsloth_gc`
+  (133), `enable_liger_kernel` (137), `disable_gradient_checkpointing` (145, default False: the
+  loader turns checkpointing on), `upcast_layernorm`, `upcast_lmhead_output` (153-157),
+  `quantization_method` (279, default bnb), `quantization_bit` (283), `double_quantization`
+  (291, default True).
+- `finetuning_args.py`: `additional_target` (59, modules_to_save), `lora_alpha` (69; default
+  `lora_rank * 2`, line 587), `lora_dropout` (73, default 0.0), `lora_rank` (77, default 8),
+  `lora_target` (81, default `all`), `use_dora`, `use_galore`/`use_apollo`/`use_badam`,
+  `pure_bf16` (456, bf16 without AMP), `stage` (460), `finetuning_type` (464, default lora).
+- `data_args.py`: `cutoff_len` (46, default 2048), `packing` (108), `neat_packing` (112).
+The rest are HF `Seq2SeqTrainingArguments` keys (`per_device_train_batch_size`, `optim`, `bf16`,
+`deepspeed`, ...), read as for a TRL/HF config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from estimator.train_config.hf_args import map_trainer_args
+from estimator.train_config.result import TrainConfigMapping
+from estimator.train_config.vocab import ATTENTION, lora_targets, model_ref, trains_embeddings
+
+LF_KEYS = ("stage", "finetuning_type", "cutoff_len", "template", "quantization_bit", "lora_target")
+
+
+def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
+    m = TrainConfigMapping("llamafactory")
+    name = m.get(data, "model_name_or_path")
+    if name:
+        m.model = model_ref(str(name), base_dir)
+    map_trainer_args(m, data, sft=False)
+    _finetuning(m, data)
+    _model_args(m, data)
+    length = m.get(data, "cutoff_len")
+    m.seq_lens = [int(length) if length is not None else 2048]
+    m.origin["seq_lens"] = "cutoff_len" if length is not None else "cutoff_len (default 2048)"
+    if m.get(data, "packing") or m.get(data, "neat_packing"):
+        m.set_run("packing", True, "neat_packing" if data.get("neat_packing") else "packing")
+        m.set_run("packing_strategy", "greedy_knapsack", "packing")
+    for key in ("stage", "template", "dataset", "dataset_dir", "deepspeed", "train_on_prompt"):
+        m.get(data, key)
+    m.warn_unread(data)
+    return m
+
+
+def _finetuning(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    kind = m.get(data, "finetuning_type") or "lora"
+    bits = m.get(data, "quantization_bit")
+    method_key = "finetuning_type" if "finetuning_type" in data else "finetuning_type (default)"
+    if kind == "full":
+        m.set("method", "full", method_key)
+    elif kind == "lora":
+        m.set("method", "qlora" if bits == 4 else "lora", method_key)
+        if bits == 8:
+            m.set("base", "int8", "quantization_bit")
+        rank = m.get(data, "lora_rank")
+        rank = 8 if rank is None else rank
+        m.set("lora_rank", rank, "lora_rank")
+        alpha = m.get(data, "lora_alpha")
+        m.set("lora_alpha", alpha if alpha is not None else rank * 2, "lora_alpha")
+        dropout = m.get(data, "lora_dropout")
+        m.set("lora_dropout", 0.0 if dropout is None else dropout, "lora_dropout")
+        m.set("lora_targets", lora_targets(m.get(data, "lora_target") or "all"), "lora_target")
+        saved = trains_embeddings(m.get(data, "additional_target"))
+        m.set("train_embeddings", saved, "additional_target")
+        if bits == 4:
+            double = m.get(data, "double_quantization")
+            m.set("double_quant", True if double is None else bool(double), "double_quantization")
+    else:
+        m.ignore("finetuning_type", f"{kind!r} fine-tuning is not modelled (full/lora are)")
+    if bits is not None and bits not in (4, 8):
+        m.ignore("quantization_bit", f"{bits}-bit quantization is not modelled (4/8 are)")
+    method = m.get(data, "quantization_method")
+    if bits is not None and method not in (None, "bnb", "bitsandbytes"):
+        m.ignore("quantization_method", f"{method!r} quantization is not modelled (bnb is)")
+    for key in ("use_dora", "use_galore", "use_apollo", "use_badam", "use_llama_pro"):
+        if m.get(data, key):
+            m.ignore(key, f"{key[4:]} is not modelled")
+
+
+def _model_args(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    attn = m.get(data, "flash_attn")
+    if attn not in (None, "auto"):
+        if str(attn) in ATTENTION:
+            m.set("attention", ATTENTION[str(attn)], "flash_attn")
+        else:
+            m.ignore("flash_attn", f"attention {attn!r} is not modelled")
+    if m.get(data, "use_unsloth"):
+        m.set("stack", "unsloth", "use_unsloth")
+    if m.get(data, "use_unsloth_gc"):
+        m.set("checkpointing", "offload", "use_unsloth_gc")
+    elif m.get(data, "disable_gradient_checkpointing"):
+        m.set("checkpointing", "none", "disable_gradient_checkpointing")
+    elif "checkpointing" not in m.setup:
+        m.set("checkpointing", "gpu", "disable_gradient_checkpointing (default False)")
+    if m.get(data, "enable_liger_kernel"):
+        m.set("loss", "liger", "enable_liger_kernel")
+    if m.get(data, "pure_bf16"):
+        m.set("precision", "bf16", "pure_bf16")
+        m.set("autocast", False, "pure_bf16")
+    for key in ("upcast_layernorm", "upcast_lmhead_output"):
+        if m.get(data, key):
+            m.ignore(key, "fp32 upcast of norms / lm_head output is not modelled")
+    if m.get(data, "shift_attn"):
+        m.ignore("shift_attn", "LongLoRA shift attention is not modelled")
+    m.get(data, "adapter_name_or_path")
+    m.get(data, "infer_dtype")

@@ -1,0 +1,172 @@
+"""Read training configs: parse YAML/JSON, detect the format, map it, follow companion files.
+
+Detection (first match wins; `fmt` given explicitly skips it):
+1. torchtune: `model` or `tokenizer` is a mapping with `_component_`;
+2. accelerate: `distributed_type` or `compute_environment` at the top;
+3. DeepSpeed: `zero_optimization` or `train_micro_batch_size_per_gpu` at the top;
+4. axolotl: `base_model` at the top;
+5. LLaMA-Factory: `model_name_or_path` with one of `stage`, `finetuning_type`, `cutoff_len`,
+   `template`, `quantization_bit`, `lora_target`;
+6. TRL `SFTConfig` / HF `TrainingArguments`: any of their keys (`per_device_train_batch_size`,
+   `gradient_accumulation_steps`, `optim`, `output_dir`, `max_length`, ...).
+
+A `deepspeed:` key holding a file path (axolotl, HF, LLaMA-Factory) is followed, relative to the
+config's folder first; further files (a DeepSpeed JSON, an accelerate config) may be given
+after the first and are merged over it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from estimator.errors import EstimatorInputError
+from estimator.train_config.axolotl import read_axolotl
+from estimator.train_config.hf_args import read_hf
+from estimator.train_config.llamafactory import LF_KEYS, read_llamafactory
+from estimator.train_config.result import TrainConfigMapping
+from estimator.train_config.sharding import read_accelerate, read_deepspeed
+from estimator.train_config.torchtune import read_torchtune
+
+FIELD = "train_config"
+MAX_BYTES = 2 * 2**20
+FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "deepspeed", "accelerate")
+HF_KEYS = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "optim",
+    "output_dir",
+    "max_length",
+    "max_seq_length",
+    "packing",
+    "bf16",
+    "gradient_checkpointing",
+    "num_train_epochs",
+)
+Reader = Callable[[dict[str, Any], Path | None], TrainConfigMapping]
+READERS: dict[str, Reader] = {
+    "axolotl": read_axolotl,
+    "llamafactory": read_llamafactory,
+    "torchtune": read_torchtune,
+    "trl": read_hf,
+    "deepspeed": lambda data, _dir: read_deepspeed(data),
+    "accelerate": lambda data, _dir: read_accelerate(data),
+}
+
+
+def parse_text(text: str, name: str = "config", field: str = FIELD) -> dict[str, Any]:
+    """A YAML or JSON mapping (JSON is YAML; a `.json` name is parsed as JSON for its errors)."""
+    if len(text.encode("utf-8", "replace")) > MAX_BYTES:
+        raise EstimatorInputError(field, f"{name} is larger than {MAX_BYTES // 2**20} MiB")
+    try:
+        if name.endswith(".json"):
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except json.JSONDecodeError as err:
+        raise EstimatorInputError(field, f"{name}: not valid JSON ({err})") from None
+    except ImportError:
+        raise EstimatorInputError(field, "YAML configs need PyYAML (pip install pyyaml)") from None
+    except Exception as err:  # yaml.YAMLError and its subclasses
+        raise EstimatorInputError(field, f"{name}: not valid YAML ({err})") from None
+    if not isinstance(data, dict):
+        raise EstimatorInputError(field, f"{name}: expected a mapping of options at the top")
+    return data
+
+
+def detect_format(data: dict[str, Any]) -> str | None:
+    def has_component(key: str) -> bool:
+        value = data.get(key)
+        return isinstance(value, dict) and "_component_" in value
+
+    if has_component("model") or has_component("tokenizer"):
+        return "torchtune"
+    if "distributed_type" in data or "compute_environment" in data:
+        return "accelerate"
+    if "zero_optimization" in data or "train_micro_batch_size_per_gpu" in data:
+        return "deepspeed"
+    if "base_model" in data:
+        return "axolotl"
+    if "model_name_or_path" in data and any(k in data for k in LF_KEYS):
+        return "llamafactory"
+    if any(k in data for k in HF_KEYS):
+        return "trl"
+    return None
+
+
+def map_config(
+    data: dict[str, Any],
+    fmt: str | None = None,
+    base_dir: Path | None = None,
+    name: str = "config",
+) -> TrainConfigMapping:
+    """Map one parsed config; `fmt` forces a format (one of FORMATS, `hf` = `trl`)."""
+    kind = "trl" if fmt == "hf" else (fmt or detect_format(data))
+    if kind is None:
+        raise EstimatorInputError(
+            FIELD,
+            f"{name}: not recognised as {', '.join(FORMATS)} (no key such as base_model, "
+            f"model_name_or_path, model._component_, per_device_train_batch_size)",
+        )
+    if kind not in READERS:
+        raise EstimatorInputError(FIELD, f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+    mapping = READERS[kind](data, base_dir)
+    mapping.sources.append(name)
+    ds = data.get("deepspeed")
+    if kind != "deepspeed" and isinstance(ds, dict):
+        mapping.merge(_named(read_deepspeed(ds), f"{name}:deepspeed"))
+    elif kind != "deepspeed" and isinstance(ds, str) and ds:
+        _follow_deepspeed(mapping, ds, base_dir)
+    return mapping
+
+
+def _named(m: TrainConfigMapping, name: str) -> TrainConfigMapping:
+    m.sources.append(name)
+    return m
+
+
+def _follow_deepspeed(mapping: TrainConfigMapping, ref: str, base_dir: Path | None) -> None:
+    candidates = [Path(ref)] if Path(ref).is_absolute() else [Path(ref)]
+    if base_dir is not None and not Path(ref).is_absolute():
+        candidates.insert(0, base_dir / ref)
+    for path in candidates:
+        if path.is_file():
+            mapping.merge(read_file(path, "deepspeed"))
+            return
+    mapping.ignore("deepspeed", f"file {ref!r} not found beside the config; ZeRO settings unread")
+
+
+def read_file(path: str | Path, fmt: str | None = None) -> TrainConfigMapping:
+    p = Path(path)
+    if not p.is_file():
+        raise EstimatorInputError(FIELD, f"no such file {str(p)!r}")
+    if p.stat().st_size > MAX_BYTES:
+        raise EstimatorInputError(FIELD, f"{p} is larger than {MAX_BYTES // 2**20} MiB")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise EstimatorInputError(FIELD, f"{p} is not UTF-8 text") from None
+    except OSError as err:
+        raise EstimatorInputError(FIELD, f"cannot read {p}: {err.strerror}") from None
+    return map_config(parse_text(text, p.name), fmt, p.parent, str(p))
+
+
+def read_train_configs(paths: Sequence[str | Path]) -> TrainConfigMapping:
+    """The first file is the training config; the others (DeepSpeed JSON, accelerate YAML) are
+    merged over it in order."""
+    if not paths:
+        raise EstimatorInputError(FIELD, "give at least one file")
+    mapping = read_file(paths[0])
+    for extra in paths[1:]:
+        mapping.merge(read_file(extra))
+    return mapping
+
+
+def read_train_config_text(text: str, fmt: str | None = None) -> TrainConfigMapping:
+    """REST: the config's text and optionally its format (`axolotl`, ..., or `json`/`yaml`)."""
+    name = "train_config.json" if fmt == "json" else "train_config"
+    return map_config(parse_text(text, name), None if fmt in (None, "json", "yaml") else fmt)

@@ -1,0 +1,127 @@
+"""`--train-config FILE [--train-config DS.json]` on the command line: the file's values become
+the defaults of the command's options; options given on the command line win.
+
+Setup fields the current `TrainingSetup` does not accept (or values it does not allow) and
+fields the command has no option for are reported as ignored, with the reason, on stderr and
+in the JSON (`setup.ignored`, plus the whole mapping under `train_config`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from estimator.train_config.load import read_train_configs
+from estimator.train_config.result import Ignored, TrainConfigMapping, split_supported
+
+# setup field -> argparse dest where the two differ
+CLI_DEST = {"num_gpus": "gpus"}
+
+
+def given_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
+    """The dests of the options written on the command line (exact or unique-prefix spelling,
+    `--opt value` and `--opt=value`)."""
+    by_option = {o: a.dest for a in parser._actions for o in a.option_strings}
+    given: set[str] = set()
+    for token in argv:
+        if not token.startswith("--"):
+            continue
+        opt = token.split("=", 1)[0]
+        if opt in by_option:
+            given.add(by_option[opt])
+            continue
+        matches = {d for o, d in by_option.items() if o.startswith(opt)}
+        if len(matches) == 1:
+            given |= matches
+    return given
+
+
+def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            sub: argparse.ArgumentParser = action.choices[command]
+            return sub
+    return parser
+
+
+def _cli_value(name: str, value: Any) -> Any:
+    if name == "lora_targets":
+        return ",".join(value)
+    return value
+
+
+def overlay_namespace(
+    args: argparse.Namespace, mapping: TrainConfigMapping, given: set[str]
+) -> list[Ignored]:
+    """Set the mapping's values on `args` where the option was not given; returns what could not
+    be applied (no such setup field, value not allowed, no option in this command)."""
+    from estimator.setup import TrainingSetup
+
+    accepted, rejected = split_supported(mapping.setup, TrainingSetup.model_fields)
+    for name, value in accepted.items():
+        dest = CLI_DEST.get(name, name)
+        if not hasattr(args, dest):
+            rejected.append(Ignored(name, "this command has no option for it"))
+        elif dest not in given:
+            setattr(args, dest, _cli_value(name, value))
+    if mapping.model and "model" not in given and "params" not in given:
+        args.model = next(iter(mapping.model.values()))
+    if mapping.seq_lens and hasattr(args, "seq") and "seq" not in given:
+        args.seq = ",".join(str(s) for s in mapping.seq_lens)
+    for name, value in mapping.run.items():
+        if hasattr(args, name) and name not in given:
+            setattr(args, name, value)
+    return rejected
+
+
+def apply_train_config(
+    args: argparse.Namespace,
+    argv: Sequence[str],
+    parser: argparse.ArgumentParser,
+    stderr: TextIO | None = None,
+) -> TrainConfigMapping:
+    """Read `args.train_config` (a list of files), overlay it on `args`, print what was ignored
+    and the warnings, and keep the report on `args.train_config_report` for the JSON output."""
+    mapping = read_train_configs(args.train_config)
+    given = given_options(command_parser(parser, getattr(args, "command", "")), argv)
+    mapping.ignored.extend(overlay_namespace(args, mapping, given))
+    out = stderr or sys.stderr
+    for item in mapping.ignored:
+        out.write(f"trainfit: train-config: ignored {item.key}: {item.reason}\n")
+    for warning in mapping.warnings:
+        out.write(f"trainfit: train-config: warning: {warning}\n")
+    args.train_config_report = mapping.as_dict()
+    return mapping
+
+
+def attach_report(doc: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """Add `setup.ignored` and `train_config` to an output document when a config was read."""
+    report = getattr(args, "train_config_report", None)
+    if report is not None:
+        doc.setdefault("setup", {})["ignored"] = report["ignored"]
+        doc["train_config"] = report
+    return doc
+
+
+def apply_to_body(body: dict[str, Any], mapping: TrainConfigMapping) -> dict[str, Any]:
+    """REST: a request body (`POST /v1/check`, `/v1/estimate`) with a training config's values
+    under what the body states itself (fields in the body win). Returns a new body with the
+    report under `train_config` for the caller to pop before validation."""
+    from estimator.setup import TrainingSetup
+
+    accepted, rejected = split_supported(mapping.setup, TrainingSetup.model_fields)
+    out = dict(body)
+    out["setup"] = {**accepted, **dict(body.get("setup") or {})}
+    if "model" not in body and mapping.model:
+        if "file" in mapping.model:
+            rejected.append(Ignored("model", "a local path is not read by the service"))
+        else:
+            out["model"] = dict(mapping.model)
+    if "seq_lens" not in body and mapping.seq_lens:
+        out["seq_lens"] = list(mapping.seq_lens)
+    report = mapping.as_dict()
+    report["ignored"] = report["ignored"] + [i.as_dict() for i in rejected]
+    out["train_config"] = report
+    return out

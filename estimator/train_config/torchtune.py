@@ -1,0 +1,219 @@
+"""torchtune recipe YAML (`tune run <recipe> --config file.yaml`).
+
+Keys read from torchtune bd2a0fc7 (2026-04-23) `recipes/configs/**` and the recipes:
+`model._component_` (a model builder: `torchtune.models.<family>.[q]lora_<name>` or `<name>`),
+`model.lora_attn_modules`, `apply_lora_to_mlp`, `apply_lora_to_output`, `lora_rank`,
+`lora_alpha`, `lora_dropout`; `tokenizer.max_seq_len`; `batch_size`;
+`gradient_accumulation_steps`; `optimizer._component_` (+ `fused`); `optimizer_in_bwd`
+(recipes/full_finetune_distributed.py:208); `loss._component_`
+(`CEWithChunkedOutputLoss` / `LinearCrossEntropyLoss`, `num_output_chunks` default 8:
+torchtune/modules/loss/ce_chunked_output_loss.py:35, cross_entropy_loss.py:36);
+`enable_activation_checkpointing`, `enable_activation_offloading`, `ac_mode` (selective,
+full_finetune_distributed.py:384); `fsdp_cpu_offload` (:145); `dtype`; `compile`;
+`dataset.packed`; `epochs`; `checkpointer.checkpoint_dir`.
+torchtune trains in `dtype` directly (no autocast, no fp32 master weights).
+
+Builder -> model: the Hub repo that each builder's recipe configs download (the `tune download`
+line at the top of e.g. recipes/configs/llama3_2/1B_lora.yaml), or a trainfit preset of it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from estimator.train_config.result import TrainConfigMapping
+from estimator.train_config.vocab import COMPONENT_OPTIMIZERS, model_ref
+
+BUILDER = re.compile(r"^torchtune\.models\.[a-z0-9_]+\.(?P<kind>q?lora_)?(?P<name>[a-z0-9_]+)$")
+BUILDER_MODELS = {
+    "llama3_1_8b": "llama-3.1-8b",
+    "llama3_1_70b": "llama-3.1-70b",
+    "llama3_1_405b": "meta-llama/Llama-3.1-405B-Instruct",
+    "llama3_8b": "meta-llama/Meta-Llama-3-8B-Instruct",
+    "llama3_70b": "meta-llama/Meta-Llama-3-70B-Instruct",
+    "llama3_2_1b": "meta-llama/Llama-3.2-1B-Instruct",
+    "llama3_2_3b": "meta-llama/Llama-3.2-3B-Instruct",
+    "llama3_3_70b": "meta-llama/Llama-3.3-70B-Instruct",
+    "llama2_7b": "meta-llama/Llama-2-7b-hf",
+    "llama2_13b": "meta-llama/Llama-2-13b-hf",
+    "llama2_70b": "meta-llama/Llama-2-70b-hf",
+    "mistral_7b": "mistral-7b",
+    "gemma_2b": "google/gemma-2b",
+    "gemma_7b": "google/gemma-7b",
+    "gemma2_2b": "google/gemma-2-2b",
+    "gemma2_9b": "google/gemma-2-9b",
+    "gemma2_27b": "google/gemma-2-27b",
+    "qwen2_0_5b": "Qwen/Qwen2-0.5B-Instruct",
+    "qwen2_1_5b": "Qwen/Qwen2-1.5B-Instruct",
+    "qwen2_7b": "Qwen/Qwen2-7B-Instruct",
+    "qwen2_5_7b_instruct": "Qwen/Qwen2.5-7B-Instruct",
+    "qwen3_8b": "qwen3-8b",
+    "qwen3_32b": "qwen3-32b",
+    "phi3_mini": "microsoft/Phi-3-mini-4k-instruct",
+    "phi4_14b": "microsoft/phi-4",
+}
+LOSSES = {
+    "torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked",
+    "torchtune.modules.loss.LinearCrossEntropyLoss": "chunked",
+    "torch.nn.CrossEntropyLoss": "full",
+}
+DEFAULT_LOSS_CHUNKS = 8  # num_output_chunks default, see module docstring
+DTYPES = {"bf16": "bf16", "fp32": "fp32", "bfloat16": "bf16", "float32": "fp32"}
+
+
+def read_torchtune(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
+    m = TrainConfigMapping("torchtune")
+    m.set("stack", "torchtune", "(torchtune recipe)")
+    model = m.get(data, "model") or {}
+    _model(m, model if isinstance(model, dict) else {}, data, base_dir)
+    tokenizer = m.get(data, "tokenizer") or {}
+    length = tokenizer.get("max_seq_len") if isinstance(tokenizer, dict) else None
+    m.read.add("tokenizer.max_seq_len")
+    if length is not None:
+        m.seq_lens = [int(length)]
+        m.origin["seq_lens"] = "tokenizer.max_seq_len"
+    else:
+        m.warnings.append("tokenizer.max_seq_len: null, so rows are as long as the longest sample")
+    m.set("batch", m.get(data, "batch_size"), "batch_size")
+    m.set("grad_accum", m.get(data, "gradient_accumulation_steps"), "gradient_accumulation_steps")
+    m.set_run("epochs", m.get(data, "epochs"), "epochs")
+    _optimizer(m, data)
+    _loss(m, data)
+    _checkpointing(m, data)
+    dtype = m.get(data, "dtype")
+    if dtype is not None:
+        if str(dtype) in DTYPES:
+            m.set("precision", DTYPES[str(dtype)], "dtype")
+            m.set("autocast", False, "dtype")
+        else:
+            m.ignore("dtype", f"dtype {dtype!r} is not modelled (bf16/fp32 are)")
+    if m.get(data, "compile"):
+        m.ignore("compile", "torch.compile's memory effect is not modelled")
+    if m.get(data, "fsdp_cpu_offload"):
+        m.ignore("fsdp_cpu_offload", "FSDP CPU offload of params/grads/states is not modelled")
+    dataset = m.get(data, "dataset")
+    if isinstance(dataset, dict) and dataset.get("packed"):
+        m.set_run("packing", True, "dataset.packed")
+        m.set_run("packing_strategy", "greedy", "dataset.packed")
+    m.read.add("dataset.packed")
+    for key in (
+        "checkpointer",
+        "output_dir",
+        "device",
+        "seed",
+        "shuffle",
+        "max_steps_per_epoch",
+        "log_peak_memory_stats",
+        "resume_from_checkpoint",
+        "save_adapter_weights_only",
+    ):
+        m.get(data, key)
+    m.warn_unread(data)
+    return m
+
+
+def _model(
+    m: TrainConfigMapping, model: dict[str, Any], data: dict[str, Any], base_dir: Path | None
+) -> None:
+    component = str(model.get("_component_", ""))
+    match = BUILDER.match(component)
+    checkpoint_dir = (data.get("checkpointer") or {}).get("checkpoint_dir")
+    if checkpoint_dir and Path(str(checkpoint_dir), "config.json").is_file():
+        m.model = model_ref(str(checkpoint_dir), base_dir)
+        m.origin["model"] = "checkpointer.checkpoint_dir"
+    elif match and match["name"] in BUILDER_MODELS:
+        m.model = model_ref(BUILDER_MODELS[match["name"]])
+        m.origin["model"] = "model._component_"
+    else:
+        m.warnings.append(
+            f"model._component_: {component!r} is not a builder trainfit knows; give --model"
+        )
+    kind = match["kind"] if match else None
+    m.set(
+        "method", {"lora_": "lora", "qlora_": "qlora"}.get(kind or "", "full"), "model._component_"
+    )
+    if kind:
+        targets = [str(t) for t in model.get("lora_attn_modules") or []]
+        if model.get("apply_lora_to_mlp"):
+            targets += ["w1", "w2", "w3"]  # torchtune's FeedForward projections
+        if model.get("apply_lora_to_output"):
+            targets.append("output")
+        m.set("lora_targets", _hf_names(targets) or None, "model.lora_attn_modules")
+        m.set("lora_rank", model.get("lora_rank"), "model.lora_rank")
+        m.set("lora_alpha", model.get("lora_alpha"), "model.lora_alpha")
+        m.set("lora_dropout", model.get("lora_dropout", 0.0), "model.lora_dropout")
+        if kind == "qlora_":
+            # torchtune's NF4 (torchao NF4Tensor) quantizes the scales too (double quantization)
+            m.set("double_quant", True, "model._component_")
+    for key in (
+        "_component_",
+        "lora_attn_modules",
+        "apply_lora_to_mlp",
+        "apply_lora_to_output",
+        "lora_rank",
+        "lora_alpha",
+        "lora_dropout",
+    ):
+        m.read.add(f"model.{key}")
+    m.warn_unread(model, "model.")
+
+
+# torchtune module names -> the transformers names trainfit's LoRA targets use
+TT_TO_HF = {
+    "q_proj": "q_proj",
+    "k_proj": "k_proj",
+    "v_proj": "v_proj",
+    "output_proj": "o_proj",
+    "w1": "gate_proj",
+    "w3": "up_proj",
+    "w2": "down_proj",
+    "output": "lm_head",
+}
+
+
+def _hf_names(names: list[str]) -> list[str]:
+    return [TT_TO_HF.get(n, n) for n in names]
+
+
+def _optimizer(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    opt = m.get(data, "optimizer") or {}
+    component = str(opt.get("_component_", "")) if isinstance(opt, dict) else ""
+    fields = COMPONENT_OPTIMIZERS.get(component)
+    if fields is None:
+        if component:
+            m.ignore("optimizer._component_", f"optimizer {component!r} is not modelled")
+    else:
+        for name, value in fields.items():
+            m.set(name, value, "optimizer._component_")
+        if component.startswith("torch.optim."):
+            impl = "fused" if opt.get("fused") else "foreach"
+            m.set("optimizer_impl", impl, "optimizer.fused")
+    if m.get(data, "optimizer_in_bwd"):
+        m.set("optimizer_impl", "in-backward", "optimizer_in_bwd")
+
+
+def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    loss = m.get(data, "loss") or {}
+    component = str(loss.get("_component_", "")) if isinstance(loss, dict) else ""
+    kind = LOSSES.get(component)
+    if kind is None:
+        if component:
+            m.ignore("loss._component_", f"loss {component!r} is not modelled")
+        return
+    m.set("loss", kind, "loss._component_")
+    if kind == "chunked" and m.seq_lens:
+        chunks = int(loss.get("num_output_chunks", DEFAULT_LOSS_CHUNKS))
+        m.set("loss_chunk", -(-m.seq_lens[0] // chunks), "loss.num_output_chunks")
+
+
+def _checkpointing(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    on = m.get(data, "enable_activation_checkpointing")
+    if on is not None:
+        m.set("checkpointing", "gpu" if on else "none", "enable_activation_checkpointing")
+    if on and m.get(data, "ac_mode") == "selective":
+        m.set("checkpointing", "selective", "ac_mode")
+    m.get(data, "ac_option")
+    if m.get(data, "enable_activation_offloading"):
+        m.set("checkpointing", "offload", "enable_activation_offloading")

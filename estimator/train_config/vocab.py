@@ -1,0 +1,97 @@
+"""Translation tables shared by the training-config readers: optimizer names, attention
+implementations, LoRA target spellings, model ids. trainfit's side uses the setup names of
+issue 10 (`optimizer`, `optimizer_impl`, `paged`, `attention`, `lora_targets`, ...).
+
+Sources (read, not copied):
+- transformers 5.24.0 `training_args.py` `OptimizerNames` (lines 117-158) and `trainer_optimizer.py`
+  lines 202-207 (`adamw_torch_fused` adds `fused=True`; `adamw_torch` is torch's default AdamW,
+  foreach on CUDA tensors: torch 2.13 torch/optim/optimizer.py `_default_to_fused_or_foreach`,
+  lines 161-186, fused only when asked), lines 806-811 (default `adamw_torch_fused` on
+  torch >= 2.8).
+- bitsandbytes optimizers named by HF/axolotl/torchtune: `adamw_bnb_8bit`/`adamw_8bit`,
+  `paged_adamw_32bit`, `paged_adamw_8bit`, `bitsandbytes.optim.PagedAdamW[8bit]`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+# HF `optim` value -> trainfit optimizer fields. `optimizer_impl` only where the name fixes it.
+HF_OPTIMIZERS: dict[str, dict[str, Any]] = {
+    "adamw_torch": {"optimizer": "adamw", "optimizer_impl": "foreach"},
+    "adamw_torch_fused": {"optimizer": "adamw", "optimizer_impl": "fused"},
+    "adamw_hf": {"optimizer": "adamw", "optimizer_impl": "foreach"},
+    "adamw_bnb_8bit": {"optimizer": "adamw-8bit", "paged": False},
+    "adamw_8bit": {"optimizer": "adamw-8bit", "paged": False},  # alias of adamw_bnb_8bit
+    "paged_adamw_8bit": {"optimizer": "adamw-8bit", "paged": True},
+    "paged_adamw_32bit": {"optimizer": "adamw", "paged": True},
+    "adafactor": {"optimizer": "adafactor"},
+    "sgd": {"optimizer": "sgd"},
+    "lion_32bit": {"optimizer": "lion"},
+    "paged_lion_32bit": {"optimizer": "lion", "paged": True},
+}
+
+# torchtune `optimizer._component_` -> trainfit optimizer fields (the `fused:` key adds the impl)
+COMPONENT_OPTIMIZERS: dict[str, dict[str, Any]] = {
+    "torch.optim.AdamW": {"optimizer": "adamw"},
+    "torch.optim.Adam": {"optimizer": "adamw"},
+    "torch.optim.SGD": {"optimizer": "sgd"},
+    "bitsandbytes.optim.PagedAdamW": {"optimizer": "adamw", "paged": True},
+    "bitsandbytes.optim.PagedAdamW8bit": {"optimizer": "adamw-8bit", "paged": True},
+    "bitsandbytes.optim.AdamW8bit": {"optimizer": "adamw-8bit", "paged": False},
+}
+
+# attention implementation names (transformers `attn_implementation`, LLaMA-Factory `flash_attn`)
+ATTENTION: dict[str, str] = {
+    "sdpa": "sdpa",
+    "eager": "eager",
+    "flash_attention_2": "flash",
+    "flash_attention_3": "flash",
+    "fa2": "flash",
+    "fa3": "flash",
+    "disabled": "eager",  # LLaMA-Factory AttentionFunction.DISABLED -> "eager" (model_args.py)
+}
+
+ALL_LINEAR = ["all-linear"]
+EMBEDDING_MODULES = {"embed_tokens", "lm_head", "wte", "word_embeddings", "embed_out", "output"}
+
+
+def lora_targets(value: object) -> list[str] | None:
+    """A target list as written in a config (`q_proj,v_proj`, a list, `all`, `all-linear`)."""
+    if value is None:
+        return None
+    items = [str(v).strip() for v in value] if isinstance(value, list) else None
+    if items is None:
+        items = [t.strip() for t in str(value).split(",")]
+    items = [t for t in items if t]
+    if not items:
+        return None
+    if len(items) == 1 and items[0].lower() in ("all", "all-linear", "all_linear"):
+        return list(ALL_LINEAR)
+    return items
+
+
+def trains_embeddings(modules: object) -> bool | None:
+    """peft `modules_to_save` (axolotl `lora_modules_to_save`, LLaMA-Factory `additional_target`):
+    True when it names the input embedding or the output head."""
+    names = lora_targets(modules)
+    if names is None:
+        return None
+    return any(n.split(".")[-1] in EMBEDDING_MODULES for n in names)
+
+
+def model_ref(text: str, base_dir: Path | None = None) -> dict[str, str]:
+    """A base model as a config names it: a local directory or file (relative to the config's
+    folder first), else `estimator.hub.model_source` (preset id wins, then a Hub id)."""
+    from estimator.hub import model_source
+
+    candidates = [Path(text)]
+    if base_dir is not None and not Path(text).is_absolute():
+        candidates.insert(0, base_dir / text)
+    for path in candidates:
+        if path.is_dir() and (path / "config.json").is_file():
+            return {"file": str(path / "config.json")}
+        if path.is_file():
+            return {"file": str(path)}
+    return model_source(text)

@@ -1,0 +1,173 @@
+"""Token counts from a dataset with the shipped word-level tokenizer (examples/dataset): every
+text is `<s>` + its whitespace/punctuation pieces + `</s>`, so the expected counts are computed
+here by hand, independently of `tokenizers`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from estimator.dataset_tokens import CountRequest, count_tokens, dataset_lengths_for
+from estimator.errors import EstimatorInputError
+from estimator.packing import pack_lengths, packing_report
+from trainfit.cli import main
+
+DATA = Path(__file__).resolve().parents[2] / "examples" / "dataset"
+TOKENIZER = str(DATA / "tokenizer.json")
+
+
+def rows(name: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (DATA / name).read_text().splitlines() if line]
+
+
+def text_count(text: str) -> int:
+    return 1 + len(text.split()) + 1  # <s>, one token per piece (sentences end in " ."), </s>
+
+
+def chat_count(messages: list[dict[str, str]]) -> int:
+    # <s>, then per message: <|im_start|> role (newline is whitespace) pieces <|im_end|>
+    return 1 + sum(3 + len(m["content"].split()) for m in messages)
+
+
+def test_text_jsonl_counts_bos_pieces_and_eos(tmp_path: Path) -> None:
+    result = count_tokens(CountRequest(DATA / "texts.jsonl", TOKENIZER), tmp_path)
+    assert result.lengths == [text_count(str(r["text"])) for r in rows("texts.jsonl")]
+    assert not result.cached and result.skipped == 0
+
+
+def test_chat_messages_through_the_tokenizers_template(tmp_path: Path) -> None:
+    req = CountRequest(DATA / "chats.jsonl", str(DATA), "text", "messages", "from-tokenizer")
+    result = count_tokens(req, tmp_path)
+    expected = [chat_count(r["messages"]) for r in rows("chats.jsonl")]  # type: ignore[arg-type]
+    assert result.lengths == expected
+
+
+def test_template_file_and_missing_template(tmp_path: Path) -> None:
+    template = tmp_path / "t.jinja"
+    template.write_text("{% for m in messages %}{{ m['content'] }} {% endfor %}")
+    req = CountRequest(DATA / "chats.jsonl", TOKENIZER, "text", "messages", str(template))
+    lengths = count_tokens(req, tmp_path).lengths
+    first = rows("chats.jsonl")[0]["messages"]
+    assert lengths[0] == sum(len(m["content"].split()) for m in first)  # type: ignore[union-attr,index]
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "tokenizer.json").write_bytes((DATA / "tokenizer.json").read_bytes())
+    with pytest.raises(EstimatorInputError) as err:
+        count_tokens(
+            CountRequest(DATA / "chats.jsonl", str(bare), "text", "messages", "from-tokenizer"),
+            tmp_path,
+        )
+    assert err.value.field == "chat_template"
+
+
+def test_parquet_csv_and_json_give_the_same_counts(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    data = rows("texts.jsonl")
+    table = pa.table({"id": [r["id"] for r in data], "text": [r["text"] for r in data]})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=7)
+    pcsv.write_csv(table, tmp_path / "t.csv")
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    expected = [text_count(str(r["text"])) for r in data]
+    for name in ("t.parquet", "t.csv", "t.json"):
+        assert count_tokens(CountRequest(tmp_path / name, TOKENIZER), tmp_path).lengths == expected
+
+
+def test_rows_of_mixed_types_fall_back_to_line_parsing(tmp_path: Path) -> None:
+    lines = [json.dumps({"text": "hello world ."})] * 3000  # more than pyarrow's first block
+    lines.append(json.dumps({"text": "fits ?", "extra": [1, "mixed", {"a": None}]}))
+    lines.append(json.dumps({"other": 1}))  # no text: skipped and counted
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result = count_tokens(CountRequest(path, TOKENIZER), tmp_path)
+    assert result.lengths == [5] * 3000 + [4]
+    assert result.skipped == 1
+
+
+def test_lengths_are_cached_by_content(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"text": "a b c"}) + "\n")
+    first = count_tokens(CountRequest(path, TOKENIZER), tmp_path / "cache")
+    again = count_tokens(CountRequest(path, TOKENIZER), tmp_path / "cache")
+    assert (first.cached, again.cached) == (False, True)
+    assert again.lengths == first.lengths == [5]
+    path.write_text(json.dumps({"text": "a b c d e"}) + "\n")  # new content, new key
+    changed = count_tokens(CountRequest(path, TOKENIZER), tmp_path / "cache")
+    assert (changed.cached, changed.lengths) == (False, [7])
+
+
+def test_bad_input_names_the_field(tmp_path: Path) -> None:
+    cases = [
+        (CountRequest(tmp_path / "none.jsonl", TOKENIZER), "dataset"),
+        (CountRequest(DATA / "texts.jsonl", str(tmp_path / "no-tokenizer.json")), "tokenizer"),
+        (CountRequest(DATA / "texts.jsonl", TOKENIZER, text_field="body"), "dataset"),
+        (CountRequest(DATA / "chats.jsonl", TOKENIZER, "text", "messages", None), "chat_template"),
+        (CountRequest(DATA / "make_tokenizer.py", TOKENIZER), "dataset"),
+    ]
+    for req, field in cases:
+        with pytest.raises(EstimatorInputError) as err:
+            count_tokens(req, tmp_path)
+        assert err.value.field == field, req
+
+
+def test_bfd_packing_follows_trl_example() -> None:
+    # trl/data_utils.py pack_dataset docstring: lengths [5, 2, 3, 1] at seq_length 4
+    assert sorted(pack_lengths([5, 2, 3, 1], 4, "bfd")) == [2, 4, 4]  # 5 cut to 4
+    assert sorted(pack_lengths([5, 2, 3, 1], 4, "bfd_split")) == [3, 4, 4]  # nothing lost
+    assert pack_lengths([5, 2, 3, 1], 4, "wrapped") == [4, 4, 3]
+
+
+def test_bfd_is_best_fit_not_first_fit() -> None:
+    # decreasing 8 7 5 4 2 1 into rows of 10: 8 -> A, 7 -> B, 5 -> C, 4 -> C, 2 -> A (2 free);
+    # then 1 goes to the row with the least room that holds it, C (1 free), not B (3 free);
+    # first fit would put it in B and give [8, 9, 10]
+    assert sorted(pack_lengths([7, 1, 8, 5, 4, 2], 10, "bfd")) == [7, 10, 10]
+
+
+def test_packing_runs_per_block_of_1000_like_datasets_map() -> None:
+    lengths = [3] * 1500
+    assert len(pack_lengths(lengths, 10, "bfd")) == 334 + 167  # 1000 -> 334 rows, 500 -> 167
+    assert len(pack_lengths(lengths, 10, "bfd", block=0)) == 500
+
+
+def test_packing_report_keeps_every_sample() -> None:
+    report = packing_report([100, 300, 500, 900], [512, 1024])
+    assert [r["rows"] for r in report] == [3, 2]
+    assert [r["tokens_kept"] for r in report] == [100 + 300 + 500 + 512, 1800]
+    assert [r["samples_cut"] for r in report] == [1, 0]
+    assert all(r["dropped"] == 0 for r in report)
+
+
+def test_dataset_lengths_for_packs_at_the_longest_seq(tmp_path: Path) -> None:
+    options = {
+        "dataset": str(DATA / "texts.jsonl"),
+        "tokenizer": TOKENIZER,
+        "token_cache": str(tmp_path),
+        "packing": True,
+        "seq": "256,1024",
+    }
+    packed = dataset_lengths_for(options, stderr=open(tmp_path / "err", "w"))  # noqa: SIM115
+    counted = [text_count(str(r["text"])) for r in rows("texts.jsonl")]
+    assert packed == pack_lengths(counted, 1024)
+    assert max(packed) <= 1024
+    assert "packed at 256" in (tmp_path / "err").read_text()
+    with pytest.raises(EstimatorInputError, match="needs --seq"):
+        dataset_lengths_for({**options, "seq": None})
+
+
+def test_cli_uses_counted_lengths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "estimate", "--model", "tinyllama-1.1b", "--gpu", "h100-80gb", "--seq", "128,4096",
+        "--dataset", str(DATA / "texts.jsonl"), "--tokenizer", TOKENIZER,
+        "--token-cache", str(tmp_path), "--format", "json",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    counted = [text_count(str(r["text"])) for r in rows("texts.jsonl")]
+    assert doc["dataset"]["stats"]["samples"] == len(counted)
+    assert doc["dataset"]["stats"]["tokens"] == sum(counted)
+    assert doc["dataset"]["by_max_seq"][0]["dropped"] == sum(1 for n in counted if n > 128)

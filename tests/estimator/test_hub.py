@@ -1,0 +1,220 @@
+"""Hub model ids: a local Hub cache and a local HTTP endpoint on 127.0.0.1, never the internet."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from estimator.errors import EstimatorInputError
+from estimator.hub import HubSettings, fetch_config, model_source, parse_hub_id
+from estimator.model_source import resolve_model
+from estimator.request import ModelInput
+from trainfit.cli import main
+
+pytest.importorskip("huggingface_hub")
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+TOKEN = "hf_test_token_for_the_gated_repo"
+TINY = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "vocab_size": 1000,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+REPOS = {"acme/tiny-llama": (TINY, False), "acme/gated-llama": ({**TINY, "hidden_size": 512}, True)}
+
+
+class HubHandler(BaseHTTPRequestHandler):
+    """Answers `/{org}/{name}/resolve/{revision}/{file}` as the Hub does for a small non-LFS file:
+    ETag and X-Repo-Commit on HEAD and GET (huggingface_hub/file_download.py,
+    `get_hf_file_metadata` and `_get_metadata_or_catch_error` require both), errors with the
+    `X-Error-Code` header that `utils/_http.py::hf_raise_for_status` maps to its exceptions."""
+
+    requests: list[str] = []
+
+    def log_message(self, *args: object) -> None:  # keep pytest output clean
+        pass
+
+    def _answer(self, body: bool) -> None:
+        HubHandler.requests.append(f"{self.command} {self.path}")
+        parts = self.path.split("?")[0].strip("/").split("/")
+        if len(parts) != 5 or parts[2] != "resolve":
+            return self._error(404, "RepoNotFound")
+        repo, revision, filename = f"{parts[0]}/{parts[1]}", parts[3], parts[4]
+        if repo not in REPOS:
+            return self._error(404, "RepoNotFound", "Repository not found")
+        config, gated = REPOS[repo]
+        if gated and self.headers.get("authorization") != f"Bearer {TOKEN}":
+            return self._error(401, "GatedRepo", f"Access to model {repo} is restricted.")
+        if revision not in ("main", COMMIT):
+            return self._error(404, "RevisionNotFound", "Invalid rev id")
+        if filename != "config.json":
+            return self._error(404, "EntryNotFound", "Entry not found")
+        data = json.dumps(config).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("ETag", f'"{hashlib.sha1(data).hexdigest()}"')
+        self.send_header("X-Repo-Commit", COMMIT)
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+
+    def _error(self, status: int, code: str, message: str = "") -> None:
+        data = json.dumps({"error": message or code}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-Error-Code", code)
+        self.send_header("X-Error-Message", message or code)
+        if code != "RepoNotFound":
+            self.send_header("X-Repo-Commit", COMMIT)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def do_HEAD(self) -> None:  # noqa: N802 (http.server's naming)
+        self._answer(body=False)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._answer(body=True)
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def hub_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, endpoint: str) -> Path:
+    cache = tmp_path / "hub-cache"
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HF_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    HubHandler.requests.clear()
+    return cache
+
+
+def write_snapshot(cache: Path, repo: str, config: dict[str, object]) -> None:
+    """The hub cache layout (huggingface_hub/file_download.py `hf_hub_download` docstring):
+    models--ORG--NAME/refs/main holds the commit; snapshots/<commit>/config.json the file."""
+    folder = cache / f"models--{repo.replace('/', '--')}"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(COMMIT)
+    snap = folder / "snapshots" / COMMIT
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(config))
+
+
+def test_served_by_the_local_endpoint_and_then_cached(hub_env: Path) -> None:
+    assert fetch_config("acme/tiny-llama") == TINY
+    url = "GET /acme/tiny-llama/resolve/main/config.json"
+    assert any(r.startswith(url) for r in HubHandler.requests)
+    assert (hub_env / "models--acme--tiny-llama" / "snapshots" / COMMIT / "config.json").is_file()
+    # the service's cache: offline, the same id is answered from the snapshot just written
+    served = len(HubHandler.requests)
+    assert fetch_config("acme/tiny-llama", HubSettings(True, str(hub_env), None, None)) == TINY
+    assert len(HubHandler.requests) == served
+
+
+def test_cached_offline_needs_no_endpoint(hub_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    write_snapshot(hub_env, "acme/offline-only", {**TINY, "num_hidden_layers": 7})
+    assert fetch_config("acme/offline-only")["num_hidden_layers"] == 7
+    assert fetch_config(f"acme/offline-only@{COMMIT}")["num_hidden_layers"] == 7
+    spec = resolve_model(ModelInput(hub="acme/offline-only"))
+    assert spec.layers == 7 and spec.name == "acme/offline-only"
+    assert HubHandler.requests == []
+
+
+def test_offline_and_not_cached_says_how_to_pass_a_file(
+    hub_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(EstimatorInputError) as err:
+        fetch_config("acme/tiny-llama")
+    assert err.value.field == "model.hub"
+    assert "HF_HUB_OFFLINE is set" in err.value.message
+    assert "--model path/to/config.json" in err.value.message
+    assert HubHandler.requests == []
+    code = main(["check", "--model", "acme/tiny-llama", "--gpu", "h100-80gb"])
+    assert code == 2
+    assert "--model path/to/config.json" in capsys.readouterr().err
+
+
+def test_gated_repo_401_is_a_clear_message_and_hf_token_opens_it(
+    hub_env: Path, monkeypatch: pytest.MonkeyPatch, endpoint: str
+) -> None:
+    with pytest.raises(EstimatorInputError) as err:
+        fetch_config("acme/gated-llama")
+    assert "gated repo" in err.value.message
+    assert f"{endpoint}/acme/gated-llama" in err.value.message
+    assert "HF_TOKEN" in err.value.message
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    assert fetch_config("acme/gated-llama")["hidden_size"] == 512
+
+
+def test_absent_repo_revision_and_file_are_clear_messages(hub_env: Path) -> None:
+    with pytest.raises(EstimatorInputError, match="no such model repo"):
+        fetch_config("acme/no-such-model")
+    with pytest.raises(EstimatorInputError, match="revision 'v9' not found"):
+        fetch_config("acme/tiny-llama@v9")
+
+
+def test_cli_estimates_a_hub_id_served_locally(
+    hub_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["estimate", "--model", "acme/tiny-llama", "--gpu", "h100-80gb", "--format", "json"]
+    code = main(argv)
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["model"]["name"] == "acme/tiny-llama"
+
+
+def test_preset_ids_win_over_hub_ids_and_files_over_both(tmp_path: Path) -> None:
+    assert model_source("llama-3.1-8b") == {"preset": "llama-3.1-8b"}
+    assert model_source("Qwen/Qwen3-8B") == {"preset": "qwen3-8b"}  # the preset's source repo
+    assert model_source("acme/Qwen3-8B") == {"hub": "acme/Qwen3-8B"}
+    assert model_source("Qwen/Qwen3-8B@refs/pr/1") == {"hub": "Qwen/Qwen3-8B@refs/pr/1"}
+    assert model_source("no-such-model") == {"preset": "no-such-model"}  # preset error names them
+    local = tmp_path / "org" / "name"
+    local.mkdir(parents=True)
+    (local / "config.json").write_text("{}")
+    assert model_source(str(local)) == {"file": str(local / "config.json")}
+    assert parse_hub_id("a/b@main").revision == "main"
+    with pytest.raises(EstimatorInputError):
+        parse_hub_id("a/b/c")
+
+
+def test_importing_the_estimator_does_not_import_huggingface_hub() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, trainfit.cli, estimator.hub, estimator.model_source; "
+        "print('huggingface_hub' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,292 @@
+"""Training configs in: one example per format (written for these tests, examples/train_configs),
+mapped and checked field by field; detection, companion files, bad input, CLI overrides."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from estimator.errors import EstimatorInputError
+from estimator.train_config import (
+    detect_format,
+    map_config,
+    parse_text,
+    read_file,
+    read_train_config_text,
+    read_train_configs,
+    split_supported,
+)
+from trainfit.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "train_configs"
+
+
+def ignored_keys(mapping: object) -> set[str]:
+    return {i.key for i in mapping.ignored}  # type: ignore[attr-defined]
+
+
+def test_axolotl_qlora_with_deepspeed_beside_it() -> None:
+    m = read_file(EXAMPLES / "axolotl-qlora-llama31-8b.yml")
+    assert m.format == "axolotl"
+    assert m.sources[1].endswith("deepspeed-zero2.json")
+    assert m.model == {"preset": "llama-3.1-8b"}  # meta-llama/Llama-3.1-8B is that preset's source
+    assert m.setup == {
+        "stack": "deepspeed",  # the DeepSpeed JSON beside it wins over axolotl's `hf`
+        "method": "qlora",
+        "lora_rank": 32,
+        "lora_alpha": 16,
+        "lora_dropout": 0.05,
+        "lora_targets": ["all-linear"],
+        "train_embeddings": True,
+        "double_quant": True,
+        "batch": 2,
+        "grad_accum": 4,
+        "optimizer": "adamw-8bit",
+        "paged": True,
+        "autocast": True,
+        "precision": "mixed",
+        "checkpointing": "gpu",
+        "attention": "flash",
+        "loss": "cce",
+        "sharding": "zero2",
+    }
+    assert m.seq_lens == [8192]
+    assert m.run == {"epochs": 2, "packing": True, "packing_strategy": "multipack"}
+    assert ignored_keys(m) == {"torch_compile", "zero_optimization.offload_optimizer.device"}
+    assert len(m.warnings) == 1 and m.warnings[0].startswith("lora_qkv_kernel:")
+    assert m.origin["double_quant"].startswith("(axolotl QLoRA default")
+    assert m.origin["sharding"] == "deepspeed:zero_optimization.stage"
+
+
+def test_llamafactory_8bit_lora() -> None:
+    m = read_file(EXAMPLES / "llamafactory-lora-qwen3-8b.yml")
+    assert m.format == "llamafactory"
+    assert m.model == {"preset": "qwen3-8b"}
+    assert m.setup == {
+        "stack": "hf",
+        "batch": 1,
+        "grad_accum": 8,
+        "optimizer": "adamw",
+        "optimizer_impl": "foreach",
+        "autocast": True,
+        "precision": "mixed",
+        "method": "lora",
+        "base": "int8",
+        "lora_rank": 16,
+        "lora_alpha": 32,  # LLaMA-Factory's default: 2 x lora_rank
+        "lora_dropout": 0.0,
+        "lora_targets": ["all-linear"],
+        "train_embeddings": True,
+        "attention": "flash",
+        "checkpointing": "gpu",  # on unless disable_gradient_checkpointing
+        "loss": "liger",
+    }
+    assert m.seq_lens == [4096]
+    assert m.run == {"epochs": 3.0}
+    assert ignored_keys(m) == {"upcast_layernorm"}
+    assert m.warnings == []
+
+
+def test_torchtune_qlora_recipe() -> None:
+    m = read_file(EXAMPLES / "torchtune-qlora-llama31-8b.yml")
+    assert m.format == "torchtune"
+    assert m.model == {"preset": "llama-3.1-8b"}
+    assert m.setup == {
+        "stack": "torchtune",
+        "method": "qlora",
+        "lora_targets": ["q_proj", "v_proj", "o_proj", "gate_proj", "down_proj", "up_proj"],
+        "lora_rank": 16,
+        "lora_alpha": 32,
+        "lora_dropout": 0.0,
+        "double_quant": True,
+        "batch": 2,
+        "grad_accum": 16,
+        "optimizer": "adamw",
+        "optimizer_impl": "fused",
+        "loss": "chunked",
+        "loss_chunk": 512,  # 4096 positions / 8 output chunks
+        "checkpointing": "offload",
+        "precision": "bf16",
+        "autocast": False,
+    }
+    assert m.seq_lens == [4096]
+    assert m.run == {"epochs": 1, "packing": True, "packing_strategy": "greedy"}
+    assert m.ignored == [] and m.warnings == []
+
+
+def test_trl_sftconfig_json_dump() -> None:
+    m = read_file(EXAMPLES / "trl-sftconfig.json")
+    assert m.format == "trl"
+    assert m.model is None  # TrainingArguments do not name the model
+    assert m.setup == {
+        "stack": "hf",
+        "batch": 4,
+        "grad_accum": 2,
+        "optimizer": "adamw",
+        "optimizer_impl": "fused",
+        "autocast": True,
+        "precision": "mixed",
+        "checkpointing": "gpu",
+        "sharding": "fsdp",
+        "loss": "chunked",  # loss_type null -> chunked_nll in this TRL release
+        "attention": "sdpa",
+    }
+    assert m.seq_lens == [2048]
+    assert m.run == {"epochs": 3.0, "packing": True, "packing_strategy": "bfd"}
+    assert m.ignored == [] and m.warnings == []
+
+
+def test_trl_yaml_with_model_config_keys_and_accelerate_fsdp_beside_it() -> None:
+    m = read_train_configs([EXAMPLES / "trl-sft-qlora.yml", EXAMPLES / "accelerate-fsdp.yml"])
+    assert m.format == "trl"
+    assert [Path(s).name for s in m.sources] == ["trl-sft-qlora.yml", "accelerate-fsdp.yml"]
+    assert m.model == {"preset": "qwen3-8b"}
+    assert m.setup == {
+        "attention": "flash",
+        "method": "qlora",
+        "lora_rank": 64,
+        "lora_alpha": 128,
+        "lora_dropout": 0.05,  # TRL ModelConfig default
+        "lora_targets": ["q_proj", "k_proj", "v_proj", "o_proj"],
+        "double_quant": True,
+        "stack": "hf",
+        "batch": 1,
+        "grad_accum": 16,
+        "optimizer": "adamw",
+        "paged": True,
+        "autocast": True,
+        "precision": "mixed",
+        "checkpointing": "gpu",  # accelerate's fsdp_activation_checkpointing wins (merged last)
+        "loss": "liger",
+        "num_gpus": 4,
+        "sharding": "fsdp",
+    }
+    assert m.seq_lens == [16384]
+    assert ignored_keys(m) == {"fsdp_config.fsdp_offload_params"}
+
+
+def test_accelerate_and_deepspeed_alone() -> None:
+    acc = read_file(EXAMPLES / "accelerate-fsdp.yml")
+    assert acc.format == "accelerate"
+    assert acc.setup == {
+        "num_gpus": 4,
+        "autocast": True,
+        "precision": "mixed",
+        "sharding": "fsdp",
+        "checkpointing": "gpu",
+    }
+    ds = read_file(EXAMPLES / "deepspeed-zero2.json")
+    assert ds.format == "deepspeed"
+    assert ds.setup == {"stack": "deepspeed", "sharding": "zero2"}  # "auto" values are skipped
+    assert ignored_keys(ds) == {"zero_optimization.offload_optimizer.device"}
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt"),
+    [
+        ("model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\n", "torchtune"),
+        ("distributed_type: FSDP\n", "accelerate"),
+        ('{"zero_optimization": {"stage": 3}}', "deepspeed"),
+        ("base_model: x/y\n", "axolotl"),
+        ("model_name_or_path: x/y\ncutoff_len: 1024\n", "llamafactory"),
+        ("per_device_train_batch_size: 2\n", "trl"),
+        ("hello: world\n", None),
+    ],
+)
+def test_detection(text: str, fmt: str | None) -> None:
+    assert detect_format(parse_text(text)) == fmt
+
+
+def test_fsdp_strategies_and_zero_stages() -> None:
+    m = map_config({"fsdp": "shard_grad_op auto_wrap offload"}, "hf")
+    assert m.setup["sharding"] == "zero2"
+    assert "fsdp:offload" in ignored_keys(m)
+    m = map_config({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 4})
+    assert (m.setup["sharding"], m.setup["batch"]) == ("zero3", 4)
+    m = map_config(
+        {"distributed_type": "FSDP", "fsdp_config": {"fsdp_reshard_after_forward": False}}
+    )
+    assert m.setup["sharding"] == "zero2"
+
+
+def test_unknown_optimizer_and_unread_memory_keys_are_reported() -> None:
+    m = map_config({"base_model": "x/y", "optimizer": "muon", "unsloth_lora_mlp": True})
+    assert "optimizer" in ignored_keys(m)
+    assert any(w.startswith("unsloth_lora_mlp:") for w in m.warnings)
+    assert "optimizer" not in m.setup
+
+
+def test_split_supported_by_the_current_training_setup() -> None:
+    from estimator.setup import TrainingSetup
+
+    accepted, rejected = split_supported(
+        {"method": "qlora", "loss": "surely-not-a-loss", "no_such_field": 1},
+        TrainingSetup.model_fields,
+    )
+    assert accepted == {"method": "qlora"}
+    assert {r.key for r in rejected} == {"loss", "no_such_field"}
+
+
+def test_bad_input_names_the_field(tmp_path: Path) -> None:
+    with pytest.raises(EstimatorInputError) as err:
+        read_file(tmp_path / "missing.yml")
+    assert err.value.field == "train_config"
+    (tmp_path / "list.yml").write_text("- a\n- b\n")
+    with pytest.raises(EstimatorInputError, match="expected a mapping"):
+        read_file(tmp_path / "list.yml")
+    (tmp_path / "bad.yml").write_text("a: [1, 2\n")
+    with pytest.raises(EstimatorInputError, match="not valid YAML"):
+        read_file(tmp_path / "bad.yml")
+    with pytest.raises(EstimatorInputError, match="not recognised"):
+        read_train_config_text("hello: world\n")
+    with pytest.raises(EstimatorInputError, match="not valid JSON"):
+        read_train_config_text("{", "json")
+
+
+def test_missing_deepspeed_file_is_listed_as_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "a.yml"
+    path.write_text("base_model: x/y\ndeepspeed: nowhere.json\n")
+    assert "deepspeed" in ignored_keys(read_file(path))
+
+
+def test_cli_options_beside_the_file_win(capsys: pytest.CaptureFixture[str]) -> None:
+    config = str(EXAMPLES / "axolotl-qlora-llama31-8b.yml")
+    argv = ["check", "--train-config", config, "--gpu", "h100-80gb", "--format", "json"]
+    assert main([*argv, "--lora-rank", "8", "--seq=4096"]) in (0, 1)
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert doc["seq_len"] == 4096  # --seq=4096 beats sequence_len 8192
+    assert doc["train_config"]["setup"]["lora_rank"] == 32  # what the file said
+    assert {"key": "torch_compile", "reason": "torch.compile's memory effect is not modelled"} in (
+        doc["setup"]["ignored"]
+    )
+    assert "ignored torch_compile" in captured.err
+    # the same without overrides uses the file's length
+    assert main(argv) in (0, 1)
+    assert json.loads(capsys.readouterr().out)["seq_len"] == 8192
+
+
+def test_cli_exit_code_follows_the_estimate(capsys: pytest.CaptureFixture[str]) -> None:
+    config = str(EXAMPLES / "torchtune-qlora-llama31-8b.yml")
+    assert main(["check", "--train-config", config, "--gpu", "h100-80gb"]) == 0
+    assert main(["check", "--train-config", config, "--gpu", "8gib", "--seq", "65536"]) == 1
+    capsys.readouterr()
+    assert main(["check", "--train-config", "/nonexistent.yml", "--gpu", "h100-80gb"]) == 2
+    assert "train_config: no such file" in capsys.readouterr().err
+
+
+def test_rest_body_fields_win_over_the_config_text() -> None:
+    from estimator.request import CheckRequest
+    from estimator.train_config.overlay import apply_to_body
+
+    text = (EXAMPLES / "torchtune-qlora-llama31-8b.yml").read_text()
+    body = {"setup": {"batch": 1}, "gpu": "h100-80gb"}
+    merged = apply_to_body(body, read_train_config_text(text, "torchtune"))
+    report = merged.pop("train_config")
+    req = CheckRequest.model_validate(merged)
+    assert req.model.preset == "llama-3.1-8b"
+    assert req.seq_lens == [4096]
+    assert (req.setup.batch, req.setup.method, req.setup.lora_rank) == (1, "qlora", 16)
+    assert "grad_accum" in {i["key"] for i in report["ignored"]} or hasattr(req.setup, "grad_accum")
