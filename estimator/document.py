@@ -144,10 +144,16 @@ def estimate(
         extra["dataset"] = seq_len_report(
             request.dataset_lengths, request.seq_lens, request.overflow
         )
+    report = request.train_config_report
+    if report is not None:
+        extra["train_config"] = report
+    setup_out = request.setup.model_dump()
+    if report is not None:
+        setup_out["ignored"] = report["ignored"]
     return {
         "schema": SCHEMA,
         "model": model_summary(spec, request.setup, mem, profile),
-        "setup": request.setup.model_dump(),
+        "setup": setup_out,
         "profile": profile.name,
         "usable_fraction": request.usable_fraction,
         "gpus": {
@@ -190,6 +196,7 @@ def check_document(req: CheckRequest) -> dict[str, Any]:
         "usable_fraction": req.usable_fraction,
         "peak_is_lower_bound": fit["peak_is_lower_bound"],
         "profile": doc["profile"],
+        **({"train_config": doc["train_config"]} if "train_config" in doc else {}),
         "rows": [
             {
                 "seq_len": r["seq_len"],

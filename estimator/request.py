@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from estimator.setup import TrainingSetup
 
@@ -55,7 +63,50 @@ class CalibrationInput(BaseModel):
         return self
 
 
-class EstimateRequest(BaseModel):
+class TrainConfigInput(BaseModel):
+    """A training config sent with a request: an axolotl / LLaMA-Factory / torchtune / TRL-HF /
+    DeepSpeed / accelerate file's text. Its values fill what the request does not state."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(max_length=256 * 1024)
+    format: str | None = Field(
+        None,
+        max_length=32,
+        description="axolotl, llamafactory, torchtune, trl (= hf), deepspeed, accelerate, "
+        "json or yaml; detected when absent",
+    )
+
+
+class _WithTrainConfig(BaseModel):
+    """Requests that take `train_config`: it is merged into the body before validation and its
+    report (what was read, what was ignored and why) is kept for the document."""
+
+    train_config: TrainConfigInput | None = None
+    _train_config_report: dict[str, Any] | None = PrivateAttr(None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _merge_train_config(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        from estimator.errors import EstimatorInputError
+        from estimator.train_config.body import merge_train_config
+
+        try:
+            merged, report = merge_train_config(data)
+        except EstimatorInputError as err:
+            raise PydanticCustomError(
+                "train_config", "{field}: {message}", {"field": err.field, "message": err.message}
+            ) from None
+        model = handler(merged)
+        model._train_config_report = report
+        return model
+
+    @property
+    def train_config_report(self) -> dict[str, Any] | None:
+        return self._train_config_report
+
+
+class EstimateRequest(_WithTrainConfig):
     """`POST /v1/estimate` body; `trainfit estimate` builds the same from its options."""
 
     model_config = ConfigDict(
@@ -109,7 +160,7 @@ class EstimateRequest(BaseModel):
         return self
 
 
-class CheckRequest(BaseModel):
+class CheckRequest(_WithTrainConfig):
     """`POST /v1/check` body: as the estimate request but one GPU (may be `2xh200`)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -122,7 +173,7 @@ class CheckRequest(BaseModel):
     profile: str = "default"
 
     def as_estimate_request(self) -> EstimateRequest:
-        return EstimateRequest(
+        req = EstimateRequest(
             model=self.model,
             setup=self.setup,
             seq_lens=self.seq_lens,
@@ -130,6 +181,8 @@ class CheckRequest(BaseModel):
             usable_fraction=self.usable_fraction,
             profile=self.profile,
         )
+        req._train_config_report = self._train_config_report
+        return req
 
 
 class SolverRequest(BaseModel):

@@ -279,7 +279,7 @@ def test_cli_exit_code_follows_the_estimate(capsys: pytest.CaptureFixture[str]) 
 
 def test_rest_body_fields_win_over_the_config_text() -> None:
     from estimator.request import CheckRequest
-    from estimator.train_config.overlay import apply_to_body
+    from estimator.train_config.body import apply_to_body
 
     text = (EXAMPLES / "torchtune-qlora-llama31-8b.yml").read_text()
     body = {"setup": {"batch": 1}, "gpu": "h100-80gb"}

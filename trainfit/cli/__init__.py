@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if getattr(args, "train_config", None):  # estimator.train_config: file values, CLI wins
-            from estimator.train_config.overlay import apply_train_config
+            from trainfit.cli.train_config import apply_train_config
 
             apply_train_config(args, sys.argv[1:] if argv is None else argv, parser)
         return int(args.func(args))

@@ -29,7 +29,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from estimator.document import estimate_document
     from estimator.formats import render_csv, render_markdown, render_table
     from estimator.request import EstimateRequest
-    from estimator.train_config.overlay import attach_report
+    from trainfit.cli.train_config import attach_report
 
     setup, variants = setup_input(args)
     req = EstimateRequest.model_validate(
@@ -56,7 +56,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from estimator.train_config.overlay import attach_report
+    from trainfit.cli.train_config import attach_report
 
     setup, variants = setup_input(args)
     if variants:

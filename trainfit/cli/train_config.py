@@ -1,5 +1,6 @@
 """`--train-config FILE [--train-config DS.json]` on the command line: the file's values become
-the defaults of the command's options; options given on the command line win.
+the defaults of the command's options; options given on the command line win. (The library
+side — reading and mapping the files — is `estimator.train_config`.)
 
 Setup fields the current `TrainingSetup` does not accept (or values it does not allow) and
 fields the command has no option for are reported as ignored, with the reason, on stderr and
@@ -103,25 +104,3 @@ def attach_report(doc: dict[str, Any], args: argparse.Namespace) -> dict[str, An
         doc.setdefault("setup", {})["ignored"] = report["ignored"]
         doc["train_config"] = report
     return doc
-
-
-def apply_to_body(body: dict[str, Any], mapping: TrainConfigMapping) -> dict[str, Any]:
-    """REST: a request body (`POST /v1/check`, `/v1/estimate`) with a training config's values
-    under what the body states itself (fields in the body win). Returns a new body with the
-    report under `train_config` for the caller to pop before validation."""
-    from estimator.setup import TrainingSetup
-
-    accepted, rejected = split_supported(mapping.setup, TrainingSetup.model_fields)
-    out = dict(body)
-    out["setup"] = {**accepted, **dict(body.get("setup") or {})}
-    if "model" not in body and mapping.model:
-        if "file" in mapping.model:
-            rejected.append(Ignored("model", "a local path is not read by the service"))
-        else:
-            out["model"] = dict(mapping.model)
-    if "seq_lens" not in body and mapping.seq_lens:
-        out["seq_lens"] = list(mapping.seq_lens)
-    report = mapping.as_dict()
-    report["ignored"] = report["ignored"] + [i.as_dict() for i in rejected]
-    out["train_config"] = report
-    return out

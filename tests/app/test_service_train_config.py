@@ -1,0 +1,72 @@
+"""`POST /v1/check` and `/v1/estimate` with a training config's text: the same answer as the
+CLI's --train-config, fields in the body win, and a bad config is a 422 naming the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from estimator.document import check_document
+from estimator.request import CheckRequest
+from estimator.train_config import read_file
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "train_configs"
+AXOLOTL = EXAMPLES / "axolotl-qlora-llama31-8b.yml"
+
+
+def test_check_with_a_train_config_equals_the_mapped_request(sqlite_client: TestClient) -> None:
+    res = sqlite_client.post(
+        "/v1/check", json={"gpu": "h100-80gb", "train_config": {"text": AXOLOTL.read_text()}}
+    )
+    assert res.status_code == 200, res.text
+    body = res.json()
+    mapping = read_file(AXOLOTL)
+    assert body["train_config"]["format"] == mapping.format == "axolotl"
+    assert (
+        {"key", "reason"} <= set(body["train_config"]["ignored"][0])
+        if body["train_config"]["ignored"]
+        else True
+    )
+    direct = check_document(
+        CheckRequest.model_validate(
+            {"gpu": "h100-80gb", "train_config": {"text": AXOLOTL.read_text()}}
+        )
+    )
+    assert body["peak_bytes"] == direct["peak_bytes"]
+    assert body["seq_len"] == mapping.seq_lens[-1]
+
+
+def test_fields_in_the_body_win_over_the_config(sqlite_client: TestClient) -> None:
+    text = AXOLOTL.read_text()
+    base = sqlite_client.post(
+        "/v1/check", json={"gpu": "h100-80gb", "train_config": {"text": text}}
+    )
+    longer = sqlite_client.post(
+        "/v1/check",
+        json={"gpu": "h100-80gb", "seq_lens": [32768], "train_config": {"text": text}},
+    )
+    assert longer.json()["seq_len"] == 32768
+    assert longer.json()["peak_bytes"] > base.json()["peak_bytes"]
+
+
+def test_estimate_reports_what_the_config_set_and_ignored(sqlite_client: TestClient) -> None:
+    res = sqlite_client.post(
+        "/v1/estimate", json={"gpus": ["h200"], "train_config": {"text": AXOLOTL.read_text()}}
+    )
+    assert res.status_code == 200, res.text
+    doc = res.json()
+    assert doc["setup"]["method"] == "qlora"
+    assert doc["setup"]["ignored"] == doc["train_config"]["ignored"]
+
+
+def test_a_config_that_is_not_one_is_a_422_naming_the_field(sqlite_client: TestClient) -> None:
+    res = sqlite_client.post(
+        "/v1/check", json={"gpu": "h100-80gb", "train_config": {"text": "just: words\n"}}
+    )
+    assert res.status_code == 422
+    assert "train_config" in res.text and "Value error" not in res.text
+    res = sqlite_client.post(
+        "/v1/check", json={"gpu": "h100-80gb", "train_config": {"text": "x", "colour": "red"}}
+    )
+    assert res.status_code == 422 and "train_config.colour" in res.text
