@@ -207,7 +207,9 @@ def mask_bytes(spec: ModelSpec, setup: TrainingSetup, seq: Any, tokens: Any, ctx
     if setup.attention == "flash" or not load_stack(setup.stack).get("materialised_masks"):
         return seq * 0.0
     window = spec.sliding_window
-    sliding = bool(window) and LAYER_SLIDING in spec.layer_types
+    # Mistral builds a sliding mask for every layer when config.sliding_window is set
+    # (transformers 5.24.0 models/mistral/modeling_mistral.py:355)
+    sliding = bool(window) and (LAYER_SLIDING in spec.layer_types or spec.model_type == "mistral")
     if ctx.eager:
         kinds = 1 + (1 if sliding and any(t != LAYER_SLIDING for t in spec.layer_types) else 0)
         return kinds * tokens * seq * (ctx.attn_bytes or ctx.compute_bytes)
