@@ -199,8 +199,8 @@ def memory_breakdown(
 
 def mask_bytes(spec: ModelSpec, setup: TrainingSetup, seq: Any, tokens: Any, ctx: Any) -> Any:
     """The attention mask transformers builds when SDPA cannot use `is_causal`: a sliding
-    window shorter than the sequence (transformers 5.24.0 masking_utils.py:288-289) gives a
-    boolean (1, 1, s, s) mask, broadcast over the batch (:541-547); eager attention adds the
+    window shorter than the sequence (transformers 5.24.0 masking_utils.py:286-287) gives a
+    boolean (1, 1, s, s) mask, broadcast over the batch (:530-539); eager attention adds the
     mask in the compute dtype, materialised per row, for every mask kind (masking_utils
     eager_mask). Made once per forward and alive through the backward (every checkpointed
     layer holds it as an input). Flash attention takes the window natively: none."""
@@ -287,8 +287,9 @@ def _peak(
       step      weights + all states + the optimizer's temporaries
     plus the overhead. Gradient accumulation (`keep_grads`, grad_accum > 1): the gradients of
     earlier micro-batches stay alive through every later forward and backward (HF Trainer
-    zeroes them only after optimizer.step(), transformers 5.24.0 trainer.py; FSDP2 keeps its
-    sharded gradients), so they are counted in every phase."""
+    zeroes them only after optimizer.step() on a sync step, transformers 5.24.0
+    trainer.py:1936-1954; FSDP2 keeps its sharded gradients), so they are counted in every
+    phase."""
 
     def value(name: str) -> Any:
         v = components[name]

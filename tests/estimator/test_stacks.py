@@ -107,15 +107,16 @@ def test_double_quant_default_is_off_for_hf() -> None:
 
 
 def test_kbit_preparation_makes_the_residual_stream_and_the_rest_fp32() -> None:
-    prepared = _mem(TrainingSetup(**QLORA))
-    bare = _mem(TrainingSetup(**QLORA, kbit_prepare=False))
+    prepared = _mem(TrainingSetup(**QLORA, kbit_prepare=True))
+    bare = _mem(TrainingSetup(**QLORA))
     per_layer = 4096 * LLAMA8B.hidden
     assert _c(prepared, "checkpoints") == 4 * per_layer * LLAMA8B.layers
     assert _c(bare, "checkpoints") == 2 * per_layer * LLAMA8B.layers
     rest = LLAMA8B.params_total - LLAMA8B.params_linear
     assert _c(prepared, "weights") - _c(bare, "weights") == pytest.approx(2 * rest)
-    ctx = Context.build(LLAMA8B, TrainingSetup(**QLORA), 2)
+    ctx = Context.build(LLAMA8B, TrainingSetup(**QLORA, kbit_prepare=True), 2)
     assert ctx.compute_bytes == 4 and ctx.attn_bytes == 2  # SDPA under autocast: bf16
+    assert TrainingSetup(**QLORA).kbit_prepare is False  # TRL v1.9 does not call it
 
 
 def test_chunked_loss_chunks_each_row() -> None:
@@ -238,7 +239,7 @@ def test_unsloth_fused_kernels_save_less_than_peft_per_layer() -> None:
     hf = layer_activations(
         Context.build(LLAMA8B, TrainingSetup(**QLORA), 2), LLAMA8B, LAYER_FULL, MLP_DENSE
     )
-    assert acts.per_token < hf.per_token / 2
+    assert acts.per_token < 0.7 * hf.per_token
     mem = _mem(setup, seq=65536)
     assert _c(mem, "checkpoints") == 65536 * h * 2  # one layer in flight, the rest on the host
 
@@ -349,7 +350,7 @@ def test_acceptance_unsloth_offload_reaches_further_than_hf() -> None:
     hf = TrainingSetup(stack="hf", checkpointing="gpu", **common)
     reach_u = max_seq(LLAMA8B, unsloth, budget, DEFAULT, 256, 1)["seq_len"]
     reach_h = max_seq(LLAMA8B, hf, budget, DEFAULT, 256, 1)["seq_len"]
-    assert reach_u > 3 * reach_h > 0
+    assert reach_u > 2 * reach_h > 0
 
 
 def test_arrays_broadcast_for_every_stack() -> None:
