@@ -36,6 +36,8 @@ CLI_CASES = [
     ("autocast with a value", ["--autocast=yes"], "--autocast"),
     ("double quant with a value", ["--double-quant=1"], "--double-quant"),
     ("train embeddings with a value", ["--train-embeddings=maybe"], "--train-embeddings"),
+    ("kbit prepare with a value", ["--kbit-prepare=sure"], "--kbit-prepare"),
+    ("paged with a value", ["--paged=on"], "--paged"),
 ]
 
 
@@ -69,6 +71,8 @@ REST_CASES = [
     ({"autocast": "sometimes"}, "autocast"),
     ({"double_quant": "yes please"}, "double_quant"),
     ({"train_embeddings": 3}, "train_embeddings"),
+    ({"kbit_prepare": "maybe"}, "kbit_prepare"),
+    ({"lora_alpha": -1}, "lora_alpha"),
     ({"optimizer_impl": "in-backward", "grad_accum": 2}, "optimizer_impl"),
 ]
 
