@@ -1,7 +1,8 @@
 """Estimate vs a measured memtest (`trainfit.memtest/1`), row by row.
 
 The measured figure is `peak_allocated_bytes` (torch's allocator, or the storage tracker on
-CPU/fake), which excludes the CUDA context; so the estimate compared is `peak_bytes - overhead`.
+CPU/fake), which excludes the CUDA context; so the estimate compared is the allocated figure
+(`MemoryBreakdown.allocated`). A memtest's setup without a `stack` is the probe's own loop.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def _setup_from_memtest(doc: dict[str, Any]) -> TrainingSetup:
     if not isinstance(raw, dict):
         raise EstimatorInputError("memtest.setup", "missing or not an object")
     known = {k: v for k, v in raw.items() if k in TrainingSetup.model_fields}
+    known.setdefault("stack", "probe")  # a memtest measures the probe's own loop
     try:
         return TrainingSetup.model_validate(known)
     except ValueError as err:
@@ -51,7 +53,7 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
             k: (None if mem.components[k] is None else float(mem.components[k][0]))
             for k in COMPONENTS
         }
-        estimated = float(mem.peak[0]) - (comps["overhead"] or 0.0)
+        estimated = float(mem.allocated[0])
         measured = result.get("peak_allocated_bytes")
         row: dict[str, Any] = {
             "seq_len": seq,

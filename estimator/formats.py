@@ -10,8 +10,19 @@ from typing import Any
 GIB = 2**30
 COLOURS = {"fits": "\033[32m", "tight": "\033[33m", "no": "\033[31m"}
 RESET = "\033[0m"
-CHECKPOINT_LABEL = {"gpu": "on the GPU", "offload": "CPU offload", "none": "none (all saved)"}
-LOSS_LABEL = {"full": "full logits", "chunked": "chunked"}
+CHECKPOINT_LABEL = {
+    "gpu": "on the GPU",
+    "offload": "CPU offload",
+    "none": "none (all saved)",
+    "selective": "selective (per op)",
+}
+LOSS_LABEL = {
+    "full": "full logits",
+    "chunked": "chunked",
+    "liger": "Liger fused CE",
+    "cce": "Cut Cross-Entropy",
+    "unsloth": "Unsloth fused CE",
+}
 COMPONENT_LABEL = {
     "weights": "weights",
     "trainable_states": "trainable weights + grads + optimizer",

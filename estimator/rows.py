@@ -85,6 +85,8 @@ def estimate_rows(
                 "capacity_bytes": cap,
                 "usable_bytes": usable,
                 "peak_bytes": _int(peak),
+                "allocated_bytes": _int(m.allocated[i]),
+                "reserved_bytes": _int(m.reserved[i]),
                 "margin_bytes": usable - int(np.ceil(peak)),
                 "peak_is_lower_bound": m.peak_is_lower_bound,
             }
@@ -100,6 +102,8 @@ def estimate_rows(
                 "components": _components_at(mem, i),
                 "host_bytes": _int(mem.host[i]),
                 "peak_bytes": _int(mem.peak[i]),
+                "allocated_bytes": _int(mem.allocated[i]),
+                "reserved_bytes": _int(mem.reserved[i]),
                 "peak_is_lower_bound": mem.peak_is_lower_bound,
                 "not_computable": dict(mem.not_computable),
                 "devices": mem.devices,

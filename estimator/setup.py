@@ -6,11 +6,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from estimator.stacks import OVERRIDES, load_stack
+
 Method = Literal["full", "lora", "qlora"]
 Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]
 Precision = Literal["mixed", "bf16", "fp32"]
-Checkpointing = Literal["none", "gpu", "offload"]
-Loss = Literal["full", "chunked"]
+Checkpointing = Literal["none", "gpu", "offload", "selective"]
+Loss = Literal["full", "chunked", "liger", "cce", "unsloth"]
+StackName = Literal["hf", "unsloth", "torchtune", "torchtitan", "deepspeed", "probe"]
+OptimizerImpl = Literal["fused", "foreach", "in-backward"]
+Base = Literal["bf16", "int8", "nf4"]
 Sharding = Literal["none", "fsdp", "zero1", "zero2", "zero3", "device_map"]
 Attention = Literal["sdpa", "flash", "eager"]
 AdapterDtype = Literal["fp32", "bf16"]
@@ -26,21 +31,35 @@ class TrainingSetup(BaseModel):
     ZeRO paper's 16 bytes/parameter with Adam); `bf16` = pure bf16 weights and gradients, fp32
     optimizer states; `fp32` = everything fp32. For LoRA/QLoRA the frozen base is bf16 (QLoRA: NF4)
     and only the adapters follow `adapter_dtype` (peft's default keeps adapters in fp32).
+
+    `stack` names the training framework (estimator/stacks/<stack>.json); every field of
+    `estimator.stacks.OVERRIDES` left unset takes that stack's value, so a validated setup is
+    fully resolved and its dump echoes what was assumed.
     """
 
     model_config = ConfigDict(extra="forbid")
 
+    stack: StackName = "hf"
     method: Method = "full"
     lora_rank: int = Field(16, ge=1, le=65536)
-    lora_alpha: float | None = None
+    lora_alpha: float | None = Field(None, gt=0, le=1e6)
+    lora_dropout: float | None = Field(None, ge=0, lt=1)
     lora_targets: list[str] = Field(default_factory=lambda: ["all-linear"])
     adapter_dtype: AdapterDtype = "fp32"
     optimizer: Optimizer = "adamw"
     precision: Precision = "mixed"
-    checkpointing: Checkpointing = "gpu"
-    loss: Loss = "full"
-    loss_chunk: int = Field(4096, ge=1, le=10**9)
+    checkpointing: Checkpointing = "gpu"  # placeholder: unset, the stack decides
+    loss: Loss = "full"  # placeholder: unset, the stack decides
+    loss_chunk: int | None = Field(None, ge=1, le=10**9)
     batch: int = Field(1, ge=1, le=MAX_BATCH)
+    grad_accum: int | None = Field(None, ge=1, le=MAX_BATCH)
+    autocast: bool | None = None
+    optimizer_impl: OptimizerImpl | None = None
+    paged: bool | None = None
+    double_quant: bool | None = None
+    train_embeddings: bool | None = None
+    base: Base | None = None
+    kbit_prepare: bool | None = None
     sharding: Sharding = "none"
     num_gpus: int = Field(1, ge=1, le=MAX_GPUS)
     attention: Attention = "sdpa"
@@ -59,6 +78,19 @@ class TrainingSetup(BaseModel):
             self.sharding = "device_map"
         return self
 
+    @model_validator(mode="after")
+    def _resolve_from_stack(self) -> TrainingSetup:
+        """Unset overrides take the stack's values; then the combinations are checked."""
+        stack = load_stack(self.stack)
+        for name in OVERRIDES:
+            unset = name not in self.model_fields_set
+            if getattr(self, name) is None or (name in ("checkpointing", "loss") and unset):
+                setattr(self, name, stack.get(name))
+        if self.base is None:
+            self.base = "nf4" if self.method == "qlora" else "bf16"
+        _check_combinations(self)
+        return self
+
     @property
     def is_adapter(self) -> bool:
         return self.method in ("lora", "qlora")
@@ -70,6 +102,10 @@ class TrainingSetup(BaseModel):
         """Read rank and targets from a PEFT `adapter_config.json` (fields `r`, `lora_alpha`,
         `target_modules`: a list or the string 'all-linear')."""
         fields: dict[str, object] = {"method": "lora"}
+        if adapter_config.get("lora_dropout") is not None:
+            fields["lora_dropout"] = adapter_config["lora_dropout"]
+        if adapter_config.get("modules_to_save"):
+            fields["train_embeddings"] = True
         if "r" in adapter_config:
             fields["lora_rank"] = adapter_config["r"]
         if adapter_config.get("lora_alpha") is not None:
@@ -81,3 +117,29 @@ class TrainingSetup(BaseModel):
             fields["lora_targets"] = [str(t) for t in targets]
         fields.update(overrides)
         return cls.model_validate(fields)
+
+
+def _check_combinations(s: TrainingSetup) -> None:
+    """Combinations no stack can run; the message starts with the field at fault."""
+    if s.method == "qlora" and s.base != "nf4":
+        raise ValueError(f"base: qlora quantizes the base to nf4; for {s.base} use method lora")
+    if s.method == "full" and s.base != "bf16":
+        raise ValueError(f"base: {s.base} weights are frozen; full fine-tuning needs base bf16")
+    if s.base == "nf4" and s.method == "lora":
+        s.method = "qlora"
+    if s.optimizer_impl == "in-backward" and (s.grad_accum or 1) > 1:
+        raise ValueError(
+            "optimizer_impl: in-backward steps each parameter during the backward and frees its "
+            "gradient, so it needs grad_accum 1 (torchtune recipes/configs/llama3_1/"
+            "8B_full_single_device.yaml:66)"
+        )
+    if s.paged and s.optimizer not in ("adamw", "adamw-8bit", "lion"):
+        raise ValueError(
+            f"paged: bitsandbytes has paged adamw, adamw-8bit and lion only, not {s.optimizer}"
+        )
+    if s.checkpointing == "selective" and load_stack(s.stack).get("selective_saves") is None:
+        s_name = s.stack
+        raise ValueError(
+            f"checkpointing: selective (per-op) checkpointing is torchtitan's; stack {s_name} "
+            "checkpoints whole layers (use --stack torchtitan)"
+        )

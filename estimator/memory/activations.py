@@ -15,17 +15,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from estimator.dtypes import FP32
+from estimator.dtypes import BF16, FP32
 from estimator.lora import expert_banks, lora_targets
+from estimator.memory.weights import kbit_fp32
 from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_LINEAR, MLP_MOE, ModelSpec
+from estimator.stacks import load_stack
 
 GDN_CHUNK = 64  # fla chunk size for chunk_gated_delta_rule
 
 
 @dataclass(frozen=True)
 class Context:
-    """What decides whether a tensor is saved: dtypes, what is trainable, which Linears adapt."""
+    """What decides whether a tensor is saved: dtypes, what is trainable, which Linears adapt.
+
+    `compute_bytes` is the dtype of the residual stream and the MLP's elementwise tensors
+    (fp32 after peft's prepare_model_for_kbit_training, see `stream_bytes`); `attn_bytes` that
+    of the tensors SDPA saves (bf16 under autocast, which casts SDPA's inputs). An adapted
+    Linear's input is saved once, `adapter_shared` bytes per element, when every adapter can
+    use the same tensor, else `adapter_each` per adapter; `rank_bytes` is lora_A's output kept
+    for lora_B; `mask_bytes` the dropout mask per adapter."""
 
     compute_bytes: int
     full: bool  # base weights trainable
@@ -34,6 +43,12 @@ class Context:
     rank: int
     eager: bool
     expert_lora: bool = False  # expert banks adapted (peft ParamWrapper, `all-linear` on MoE)
+    attn_bytes: int = 0
+    adapter_shared: int = 0
+    adapter_each: int = 0
+    rank_bytes: int = 0
+    mask_bytes: int = 0
+    fused: bool = False  # Unsloth's fused RMSNorm / LoRA QKV / LoRA MLP kernels
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -42,16 +57,64 @@ class Context:
             if setup.is_adapter
             else frozenset()
         )
-        adapter = FP32 if setup.adapter_dtype == "fp32" or setup.precision == "fp32" else 2
+        stack = load_stack(setup.stack)
+        adapter = FP32 if setup.adapter_dtype == "fp32" or setup.precision == "fp32" else BF16
+        stream = stream_bytes(setup, compute_bytes)
+        autocast = bool(setup.autocast) and setup.precision != "fp32"
+        shared, each, rank_bytes, mask = _adapter_inputs(setup, stream, adapter, autocast)
+        eager = setup.attention == "eager" or (
+            setup.attention == "sdpa" and spec.model_type in stack.get("eager_models")
+        )
         return cls(
-            compute_bytes,
+            stream,
             not setup.is_adapter,
             adapter,
             targets,
             setup.lora_rank,
-            setup.attention == "eager",
+            eager,
             setup.is_adapter and bool(expert_banks(spec, setup)),
+            BF16 if autocast else stream,
+            shared,
+            each,
+            rank_bytes,
+            mask,
+            bool(stack.get("fused_kernels")) and setup.is_adapter and not setup.lora_dropout,
         )
+
+
+def stream_bytes(setup: TrainingSetup, compute_bytes: int) -> int:
+    """Dtype of the residual stream: fp32 once peft's prepare_model_for_kbit_training has cast
+    the embeddings and norms to fp32 (peft 0.21.2 utils/other.py:205-209) and bnb's Linear4bit
+    returns its input's dtype (bitsandbytes 0.50.2 nn/modules.py:626-637)."""
+    return FP32 if kbit_fp32(setup) else compute_bytes
+
+
+def _adapter_inputs(
+    setup: TrainingSetup, stream: int, adapter: int, autocast: bool
+) -> tuple[int, int, int, int]:
+    """(shared, each, rank, mask) bytes per element of what peft's LoRA forward
+    `lora_B(lora_A(dropout(x)))` saves (peft 0.21.2 tuners/lora/layer.py:1098-1102; bnb layers
+    tuners/lora/bnb.py:203-209).
+    No autocast: x is cast to the adapter dtype (`_cast_input_dtype`), one copy per adapter
+    unless the dtypes agree, then shared. Autocast: the bnb path skips the cast
+    (bnb.py:206 `requires_conversion = not torch.is_autocast_enabled()`) and autocast runs
+    lora_A in bf16: a bf16 stream is shared as is, an fp32 stream (kbit) gets a bf16 copy per
+    adapter; the plain path casts to fp32 first, so autocast makes a bf16 copy per adapter.
+    Dropout p > 0 (torch native_dropout, torch/_decomp/decompositions.py:1280-1290): a bool mask
+    per adapter and its output is a new tensor per adapter, the one lora_A saves."""
+    quantized = setup.base in ("nf4", "int8")
+    dropout = bool(setup.lora_dropout)
+    mask = 1 if dropout else 0
+    if autocast:
+        each = BF16
+        if quantized and stream == BF16 and not dropout:
+            return BF16, 0, BF16, 0
+        return 0, each, BF16, mask
+    if dropout:
+        return 0, adapter, adapter, mask
+    if adapter != stream:
+        return 0, adapter, adapter, 0
+    return stream, 0, adapter, 0
 
 
 @dataclass(frozen=True)
@@ -75,11 +138,9 @@ def inputs_saved(ctx: Context, consumers: list[str], width: int) -> float:
     if ctx.full:
         saved += width * ctx.compute_bytes
     elif targeted:
-        if ctx.adapter_bytes != ctx.compute_bytes:
-            saved += len(targeted) * width * ctx.adapter_bytes
-        else:
-            saved += width * ctx.compute_bytes
-    saved += len(targeted) * ctx.rank * ctx.adapter_bytes
+        saved += width * ctx.adapter_shared
+        saved += len(targeted) * width * (ctx.adapter_each + ctx.mask_bytes)
+    saved += len(targeted) * ctx.rank * ctx.rank_bytes
     return saved
 
 
@@ -92,7 +153,7 @@ def rms_norm_saved(ctx: Context, width: int, rows: int = 1) -> float:
 def _attention_core(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
     """Full attention after the projections: (bytes per token, bytes per token per seq)."""
     assert spec.num_heads and spec.head_dim and spec.num_kv_heads is not None
-    cb = ctx.compute_bytes
+    cb = ctx.attn_bytes or ctx.compute_bytes
     q = spec.num_heads * spec.head_dim
     kv = spec.num_kv_heads * spec.head_dim
     saved = 0.0
@@ -177,6 +238,8 @@ def layer_activations(
     h = spec.hidden or 0
     if spec.model_type == "gpt2":
         return _gpt2_layer(ctx, spec)
+    if ctx.fused and layer_type != LAYER_LINEAR and mlp_type != MLP_MOE:
+        return _fused_layer(ctx, spec)
     saved = rms_norm_saved(ctx, h) * 2  # input_layernorm, post_attention_layernorm
     if spec.model_type in ("gemma2", "gemma3_text"):
         saved += rms_norm_saved(ctx, h) * 2  # post-attention and post-feedforward norms
@@ -189,12 +252,54 @@ def layer_activations(
     mlp_saved, width = _mlp(ctx, spec, mlp_type == MLP_MOE)
     saved += mlp_saved
     transient = 2 * cb * h + 2 * cb * width
-    if not ctx.full and "down_proj" in ctx.targets and ctx.adapter_bytes != cb:
-        transient += ctx.adapter_bytes * width  # d(fp32 copy of down's input), then cast
+    if not ctx.full and "down_proj" in ctx.targets and ctx.adapter_each not in (0, cb):
+        transient += ctx.adapter_each * width  # d(adapter-dtype copy of down's input), cast
     per_layer = transient_layer = 0.0
     if mlp_type == MLP_MOE and ctx.expert_lora:
         per_layer, transient_layer = _merged_expert_weights(ctx, spec)
     return LayerActivations(saved, per_seq, transient, per_layer, transient_layer)
+
+
+def _fused_layer(ctx: Context, spec: ModelSpec) -> LayerActivations:
+    """A dense decoder layer under Unsloth's kernels (unsloth main 015bdef0d9):
+    Fast_RMS_Layernorm saves its input X (compute dtype) and the fp32 inverse rms per row
+    (kernels/rms_layernorm.py:205); LoRA_QKV saves X once for q, k, v and their adapters
+    (kernels/fast_lora.py:418-426); RoPE saves only cos/sin (rope_embedding.py:419); attention
+    as SDPA/flash (q, k, v, out, logsumexp); LoRA_W saves o_proj's input (fast_lora.py:612);
+    LoRA_MLP saves X, e = gate(X), g = up(X) and recomputes silu(e) * g and the adapters'
+    X @ A in its backward (fast_lora.py:110). No fp32 adapter-input copies, no fp32 norm
+    upcasts. Transient: incoming and residual gradients and two MLP-wide gradients."""
+    assert spec.num_heads and spec.head_dim and spec.num_kv_heads is not None
+    cb = ctx.compute_bytes
+    h, m = spec.hidden or 0, spec.intermediate or 0
+    q = spec.num_heads * spec.head_dim
+    kv = spec.num_kv_heads * spec.head_dim
+    norms = 4 if spec.model_type in ("gemma2", "gemma3_text") else 2
+    saved = norms * (cb * h + FP32)
+    if spec.qk_norm:
+        saved += cb * (q + kv) + FP32 * (spec.num_heads + spec.num_kv_heads)
+    saved += cb * h + cb * (q + 2 * kv) + cb * q + FP32 * spec.num_heads  # X, q, k, v, out, lse
+    saved += cb * q  # o_proj input
+    saved += cb * h + 2 * cb * m  # LoRA_MLP: X, e, g
+    per_seq = spec.num_heads * (FP32 + cb) if ctx.eager else 0.0
+    return LayerActivations(saved, per_seq, 2 * cb * h + 2 * cb * m)
+
+
+def selective_saved(ctx: Context, spec: ModelSpec) -> float:
+    """Bytes per token per layer kept on the GPU by torchtitan's per-op selective checkpointing
+    (torchtitan/distributed/activation_checkpoint.py:88-91 saves compute-intensive ops: mm and
+    SDPA; :271 recomputes every second mm). A dense decoder's mms in forward order are q, k, v,
+    o, gate, up, down: q, v, gate and down outputs are kept, with SDPA's output and logsumexp
+    and the layer's input (the checkpoint's own input). MoE / linear-attention layers use the
+    routed width as the MLP width (approximation)."""
+    cb = ctx.compute_bytes
+    h = spec.hidden or 0
+    heads, hd = spec.num_heads or 0, spec.head_dim or 0
+    q, kv = heads * hd, (spec.num_kv_heads or 0) * hd
+    m = spec.intermediate or 0
+    if spec.moe is not None:
+        m = spec.moe.experts_per_token * spec.moe.expert_intermediate
+    return cb * (h + q + kv + m + h) + cb * q + FP32 * heads
 
 
 def _merged_expert_weights(ctx: Context, spec: ModelSpec) -> tuple[float, float]:

@@ -1,12 +1,22 @@
-"""`logits`: lm_head output, its fp32 upcast, log-softmax and their gradients."""
+"""`logits`: the loss's share of the step: lm_head output, its fp32 upcast, log-softmax and
+their gradients, for each loss implementation a stack can run."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from estimator.dtypes import FP32
 from estimator.profile import Profile
 from estimator.setup import TrainingSetup
+from estimator.stacks import load_stack
+
+# Liger's fused linear cross-entropy (linkedin/Liger-Kernel main ead96b61,
+# src/liger_kernel/ops/fused_linear_cross_entropy.py:68-69): chunk_size =
+# next_power_of_2(ceil(BT / ceil(V / H))) rows; :72 grad_input = zeros_like(input) (BT x H);
+# :114 logits_chunk = input_chunk @ weight.t() in the input dtype, :212 its gradient written in
+# place; :86 an fp32 loss per row.
 
 
 def loss_bytes_per_logit(compute_bytes: int, hold_output: bool) -> int:
@@ -23,24 +33,78 @@ def loss_bytes_per_logit(compute_bytes: int, hold_output: bool) -> int:
     return max(forward, backward) + held
 
 
-def logits_bytes(
-    tokens: Any, vocab: int, hidden: int, setup: TrainingSetup, profile: Profile, compute_bytes: int
-) -> Any:
-    """Full loss: tokens x vocab x bytes-per-logit. Chunked loss (each chunk of `loss_chunk`
-    tokens recomputed in the backward): one chunk's logits plus the gradient of the hidden
-    states being accumulated (tokens x hidden, compute dtype).
-    Profiles may replace either by the seed's hand rules (`logits_bytes_per_logit`,
-    `chunked_logits_fixed_bytes`)."""
-    import numpy as np
+def _next_pow2(x: Any) -> Any:
+    return 2.0 ** np.ceil(np.log2(np.maximum(x, 1)))
 
+
+def _chunk_positions(tokens: Any, seq: Any, setup: TrainingSetup) -> Any:
+    """Positions of one loss chunk. `row` scope: `loss_chunk` positions of every row (probe
+    loss.py:44-47: split along the sequence), so batch x min(seq, chunk); `flat`: chunks of the
+    flattened micro-batch (TRL sft_trainer.py:203-214, Unsloth, torchtune); a stack with
+    `loss_num_chunks` splits the tokens into that many chunks (torchtune)."""
+    stack = load_stack(setup.stack)
+    n = stack.get("loss_num_chunks")
+    if n:
+        return np.ceil(tokens / n)
+    chunk = setup.loss_chunk or 4096
+    if stack.get("loss_chunk_scope") == "row":
+        batch = tokens / np.maximum(seq, 1)
+        return batch * np.minimum(seq, chunk)
+    return np.minimum(tokens, chunk)
+
+
+def logits_bytes(
+    tokens: Any,
+    seq: Any,
+    shape: tuple[int, int],
+    setup: TrainingSetup,
+    profile: Profile,
+    dtypes: tuple[int, int],
+) -> Any:
+    """Peak bytes of the loss. `shape` = (vocab, hidden); `dtypes` = (logits dtype, hidden
+    dtype). full: tokens x vocab x bytes-per-logit. chunked (checkpointed per chunk, probe and
+    TRL chunked_nll): one chunk's logits plus the gradient of the hidden states being
+    accumulated; with `loss_upcasts_head` also TRL's fp32 copy of lm_head's weight
+    (sft_trainer.py:101); with `loss_num_chunks` (torchtune LinearCrossEntropyLoss, chunks not
+    recomputed, modules/loss/cross_entropy_loss.py:107-110, 177-182) every chunk's fp32
+    log-softmax is saved plus one chunk's bf16 logits, fp32 upcast and gradients.
+    liger: see the module note. cce: Cut Cross-Entropy never materialises the logits: an fp32
+    log-sum-exp per token and the hidden-state gradient (Wijmans et al. 2024, "Cut Your Losses
+    in Large-Vocabulary Language Models", section 4). unsloth: the hidden-state gradient made in
+    the forward (unsloth_zoo fused_losses/cross_entropy_loss.py:243) and one chunk's fp32
+    logits, log-softmax and gradient; chunks are a multiple of 4 sized so one chunk's fp32
+    logits stay under `loss_target_bytes` (:140-174).
+    Profiles may replace full and chunked by the seed's hand rules."""
+    vocab, hidden = shape
+    logit_dtype, hidden_dtype = dtypes
     fixed_per_logit = profile.get("memory", "logits_bytes_per_logit")
     per_logit = fixed_per_logit or loss_bytes_per_logit(
-        compute_bytes, bool(profile.get("memory", "hold_model_output"))
+        logit_dtype, bool(profile.get("memory", "hold_model_output"))
     )
-    if setup.loss == "full":
+    grad_hidden = tokens * hidden * hidden_dtype
+    loss = setup.loss
+    stack = load_stack(setup.stack)
+    if loss == "full":
         return tokens * vocab * per_logit
-    fixed_chunked = profile.get("memory", "chunked_logits_fixed_bytes")
-    if fixed_chunked:
-        return tokens * 0 + fixed_chunked
-    chunk = np.minimum(tokens, setup.loss_chunk)
-    return chunk * vocab * per_logit + tokens * hidden * compute_bytes
+    if loss == "chunked":
+        fixed_chunked = profile.get("memory", "chunked_logits_fixed_bytes")
+        if fixed_chunked:
+            return tokens * 0 + fixed_chunked
+        chunk = _chunk_positions(tokens, seq, setup)
+        if stack.get("loss_num_chunks"):
+            every = tokens * vocab * FP32
+            return every + chunk * vocab * (logit_dtype + 2 * FP32) + grad_hidden
+        head = FP32 * vocab * hidden if stack.get("loss_upcasts_head") else 0
+        return chunk * vocab * per_logit + head + grad_hidden
+    if loss == "liger":
+        chunk = np.minimum(_next_pow2(np.ceil(tokens / np.ceil(vocab / hidden))), tokens)
+        return grad_hidden + chunk * vocab * hidden_dtype + tokens * FP32
+    if loss == "cce":
+        return grad_hidden + tokens * FP32
+    # unsloth: per chunk bf16 logits, fp32 upcast, log-softmax and gradients, 12 bytes per
+    # fp32-logit byte / 4 (cross_entropy_loss.py:102-127). The chunk count is a multiple of 4,
+    # so one chunk's fp32 logits saw-tooth below the target and tend to it; the envelope
+    # min(all logits, target) is used (exact at the target, and keeps memory monotone).
+    target = float(stack.get("loss_target_bytes") or 4 * 2**30)
+    chunk_fp32 = np.minimum(tokens * vocab * FP32, target)
+    return grad_hidden + 3 * chunk_fp32

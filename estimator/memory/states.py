@@ -8,12 +8,17 @@ from dataclasses import dataclass
 from estimator.dtypes import BF16, FP32, INT8
 from estimator.errors import EstimatorInputError
 from estimator.lora import lora_params, lora_targets
+from estimator.memory.weights import kbit_fp32
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
+from estimator.stacks import load_stack
 
 # bitsandbytes 8-bit optimizers: blockwise quantization, one fp32 absmax per 256 values
 # (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization"; bnb `optim/optimizer.py`).
 ADAM8BIT_BLOCK = 256
+# bitsandbytes 0.50.2 optim/optimizer.py:383: a paged optimizer pages only the states of
+# tensors with at least 1e5 elements (get_state_buffer); smaller ones stay in torch's allocator.
+PAGED_MIN_ELEMENTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,7 @@ class StateBytes:
     optimizer: float
 
     step_transient: float = 0.0  # temporaries of optimizer.step()
+    paged: float = 0.0  # optimizer states in bitsandbytes' paged (managed) memory, not torch's
 
     @property
     def total(self) -> float:
@@ -44,7 +50,9 @@ def _matrix_shapes(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[int, int
     return [(lin.out_features, lin.in_features, lin.count * lin.experts) for lin in spec.linears]
 
 
-def optimizer_bytes(spec: ModelSpec, setup: TrainingSetup, params: int, state_bytes: int) -> float:
+def optimizer_bytes(
+    spec: ModelSpec, setup: TrainingSetup, params: int, state_bytes: int, embed: int = 0
+) -> float:
     """Optimizer state per trainable parameter.
     adamw: two moments (Loshchilov & Hutter 2019; torch.optim.AdamW keeps them in the param's
     dtype, fp32 for fp32 masters/adapters). adamw-8bit: two int8 moments + fp32 absmax per 256.
@@ -53,8 +61,10 @@ def optimizer_bytes(spec: ModelSpec, setup: TrainingSetup, params: int, state_by
     opt = setup.optimizer
     if opt == "adamw":
         return params * 2 * state_bytes
-    if opt == "adamw-8bit":
-        return params * 2 * (INT8 + FP32 / ADAM8BIT_BLOCK)
+    if opt == "adamw-8bit":  # `embed` of the params: nn.Embedding weights kept at 32 bits
+        if not load_stack(setup.stack).get("embeddings_32bit_under_8bit_adam"):
+            embed = 0
+        return (params - embed) * 2 * (INT8 + FP32 / ADAM8BIT_BLOCK) + embed * 2 * FP32
     if opt == "sgd":
         return 0.0
     if opt in ("sgd-momentum", "lion"):
@@ -71,6 +81,33 @@ def optimizer_bytes(spec: ModelSpec, setup: TrainingSetup, params: int, state_by
     return (factored + vectors) * state_bytes
 
 
+def embedding_params(spec: ModelSpec) -> int:
+    return sum(g.params for g in spec.others if g.name == "embed_tokens")
+
+
+def trained_embedding_params(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Parameters of the trained input embedding (an nn.Embedding): the model's own under full
+    fine-tuning, peft's trainable copy under `train_embeddings`. HF Trainer gives these 32-bit
+    Adam states under a bitsandbytes 8-bit optimizer (transformers 5.24.0 trainer.py:1328-1338:
+    register_module_override(module, 'weight', {'optim_bits': 32}) for every nn.Embedding)."""
+    if setup.is_adapter and not setup.train_embeddings:
+        return 0
+    return embedding_params(spec)
+
+
+def saved_module_params(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """peft `modules_to_save` (here embed_tokens and an untied lm_head): a trainable copy of
+    each module, the original kept (peft 0.21.2 utils/other.py ModulesToSaveWrapper)."""
+    if not (setup.is_adapter and setup.train_embeddings):
+        return 0
+    head = (
+        0
+        if spec.tied_embeddings
+        else sum(lin.params for lin in spec.linears if lin.group == "head")
+    )
+    return embedding_params(spec) + head
+
+
 def largest_tensor(spec: ModelSpec) -> int:
     """Elements of the largest weight tensor (an expert bank is one fused 3-D tensor)."""
     sizes = [lin.experts * lin.in_features * lin.out_features for lin in spec.linears]
@@ -82,11 +119,18 @@ def step_transient_bytes(
     setup: TrainingSetup, params: int, state_bytes: int, largest: int
 ) -> float:
     """Temporaries of `optimizer.step()`. torch's multi-tensor AdamW (`_multi_tensor_adamw`,
-    the default on CUDA) allocates `exp_avg_sq.sqrt()` for the whole group: one state-sized
-    buffer; Adafactor and Lion likewise one. Mixed precision with fp32 masters steps one tensor
-    at a time (probe.optim.MasterWeights, as DeepSpeed's bf16 optimizer does per partition):
-    the upcast gradient and the sqrt buffer of the largest tensor. bitsandbytes' 8-bit Adam is a
-    fused kernel and SGD's updates are in place: none."""
+    `foreach`) allocates `exp_avg_sq.sqrt()` for the whole group (torch/optim/adam.py:760-790):
+    one state-sized buffer; Adafactor and Lion likewise one. `fused` (torch._fused_adamw_,
+    torch/optim/adam.py:802-877; DeepSpeed FusedAdam) updates in place: no group-sized buffer.
+    `in-backward` (torchtune optimizer_in_bwd: one optimizer per parameter, stepped from its
+    gradient hook) allocates at most the largest tensor's. Mixed precision with fp32 masters
+    steps one tensor at a time (probe.optim.MasterWeights, as DeepSpeed's bf16 optimizer does
+    per partition): the upcast gradient, plus the sqrt buffer unless fused. bitsandbytes' 8-bit
+    Adam is a fused kernel and SGD's updates are in place: none."""
+    if setup.optimizer_impl == "fused" and setup.optimizer in ("adamw", "adamw-8bit", "sgd"):
+        return FP32 * largest if setup.precision == "mixed" and not setup.is_adapter else 0.0
+    if setup.optimizer_impl == "in-backward":
+        return float(min(largest, params) * state_bytes) if setup.optimizer != "sgd" else 0.0
     if setup.precision == "mixed" and not setup.is_adapter:
         return (
             2.0 * FP32 * largest
@@ -105,15 +149,30 @@ def trainable_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> StateBytes:
     `fp32`: fp32 gradients and states. LoRA/QLoRA: adapters in `adapter_dtype` (peft default
     fp32), gradients in the same dtype, no master."""
     if setup.is_adapter:
-        params = lora_params(spec, setup)
+        adapters = lora_params(spec, setup)
         own = FP32 if setup.adapter_dtype == "fp32" or setup.precision == "fp32" else BF16
-        return StateBytes(
-            params,
-            params * own,
-            params * own,
-            0.0,
-            optimizer_bytes(spec, setup, params, own),
-            step_transient_bytes(setup, params, own, params),
+        saved = saved_module_params(spec, setup)
+        saved_bytes = FP32 if kbit_fp32(setup) or setup.precision == "fp32" else BF16
+        params = adapters + saved
+        weights = adapters * own + saved * saved_bytes
+        state = optimizer_bytes(spec, setup, adapters, own)
+        if saved:  # the copies' states follow their dtype (torch AdamW: the param's dtype)
+            state += optimizer_bytes(
+                spec, setup, saved, saved_bytes, trained_embedding_params(spec, setup)
+            )
+        largest = max(saved and embedding_params(spec), _largest_adapter(spec, setup))
+        return _finish(
+            spec,
+            setup,
+            StateBytes(
+                params,
+                weights,
+                weights,
+                0.0,
+                state,
+                step_transient_bytes(setup, params, own, largest if saved else params),
+            ),
+            largest,
         )
     params = spec.params_total
     if setup.precision == "mixed":
@@ -122,12 +181,58 @@ def trainable_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> StateBytes:
         grads, masters, state = BF16, 0, BF16
     else:
         grads, masters, state = FP32, 0, FP32
-    opt = optimizer_bytes(spec, setup, params, state)
+    opt = optimizer_bytes(spec, setup, params, state, trained_embedding_params(spec, setup))
+    largest = largest_tensor(spec)
+    return _finish(
+        spec,
+        setup,
+        StateBytes(
+            params,
+            0.0,
+            params * grads,
+            params * masters,
+            opt,
+            step_transient_bytes(setup, params, state, largest),
+        ),
+        largest,
+    )
+
+
+def _largest_adapter(spec: ModelSpec, setup: TrainingSetup) -> int:
+    r = setup.lora_rank
+    return max([r * max(t.in_features, t.out_features) for t in lora_targets(spec, setup)] or [0])
+
+
+def _paged_fraction(spec: ModelSpec, setup: TrainingSetup) -> float:
+    """Share of the trainable parameters whose states a paged optimizer pages (tensors of at
+    least PAGED_MIN_ELEMENTS; LoRA: each lora_A (r x in) and lora_B (out x r) separately)."""
+    if setup.is_adapter:
+        r = setup.lora_rank
+        sizes = []
+        for t in lora_targets(spec, setup):
+            sizes += [(r * t.in_features, t.count), (r * t.out_features, t.count)]
+        sizes.append((saved_module_params(spec, setup), 1))
+    else:
+        sizes = [
+            (lin.in_features * lin.out_features * lin.experts, lin.count) for lin in spec.linears
+        ]
+        sizes += [(g.params, 1) for g in spec.others if g.name == "embed_tokens"]
+    total = sum(n * c for n, c in sizes)
+    paged = sum(n * c for n, c in sizes if n >= PAGED_MIN_ELEMENTS)
+    return paged / total if total else 1.0
+
+
+def _finish(spec: ModelSpec, setup: TrainingSetup, s: StateBytes, largest: int) -> StateBytes:
+    """Stack effects on the state: `paged` optimizer states live in CUDA managed memory
+    (bitsandbytes 0.50.2 functional.py:91-93 get_paged: cudaMallocManaged), outside torch's
+    allocator and evictable to the host, so they leave the device figure; `in-backward`
+    frees each gradient right after its parameter's step, so only the largest one is alive."""
+    grads, optimizer, paged = s.grads, s.optimizer, 0.0
+    if setup.paged and setup.optimizer in ("adamw", "adamw-8bit", "lion"):
+        paged = optimizer * (_paged_fraction(spec, setup) if spec.geometry_known else 1.0)
+        optimizer -= paged
+    if setup.optimizer_impl == "in-backward" and s.trainable_params:
+        grads = s.grads * min(largest, s.trainable_params) / s.trainable_params
     return StateBytes(
-        params,
-        0.0,
-        params * grads,
-        params * masters,
-        opt,
-        step_transient_bytes(setup, params, state, largest_tensor(spec)),
+        s.trainable_params, s.weights, grads, s.masters, optimizer, s.step_transient, paged
     )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
-from estimator.dtypes import BF16, FP32, nf4_bytes_per_param
+from estimator.dtypes import BF16, FP32, int8_bytes_per_param, nf4_bytes_per_param
 from estimator.profile import Profile
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
+from estimator.stacks import load_stack
 
 
 def counted_params(spec: ModelSpec, profile: Profile) -> int:
@@ -23,15 +24,46 @@ def counted_params(spec: ModelSpec, profile: Profile) -> int:
     return total
 
 
+def quantized_base(setup: TrainingSetup) -> bool:
+    return setup.is_adapter and setup.base in ("nf4", "int8")
+
+
+def kbit_fp32(setup: TrainingSetup) -> bool:
+    """peft's prepare_model_for_kbit_training (peft 0.21.2 utils/other.py:205-209) casts every
+    fp16/bf16 parameter that is not Params4bit to fp32: norms, embeddings, lm_head and any
+    unquantized weight; bnb's Linear4bit then returns its input's dtype (bitsandbytes 0.50.2
+    nn/modules.py:626-637), so the residual stream is fp32 too."""
+    return quantized_base(setup) and bool(setup.kbit_prepare)
+
+
+def quantized_params(spec: ModelSpec, setup: TrainingSetup) -> tuple[int, float]:
+    """(parameters, bytes) of the Linear weights the quantizer replaces. Stacks with
+    `quantize_experts` false (transformers 5 + bnb replace nn.Linear only) leave the fused 3-D
+    expert banks in the load dtype. LLM.int8: 1 byte + an fp32 scale per output row."""
+    quantize_experts = bool(load_stack(setup.stack).get("quantize_experts"))
+    chosen = [
+        lin
+        for lin in spec.linears
+        if lin.group != "head" and (lin.experts == 1 or quantize_experts)
+    ]
+    params = sum(lin.params for lin in chosen)
+    if setup.base == "int8":
+        return params, sum(lin.params * int8_bytes_per_param(lin.in_features) for lin in chosen)
+    return params, params * nf4_bytes_per_param(bool(setup.double_quant))
+
+
 def weight_bytes(spec: ModelSpec, setup: TrainingSetup, profile: Profile) -> float:
     """Full fine-tuning: the compute copy (bf16 for `mixed`/`bf16`, fp32 for `fp32`; the fp32
     master of `mixed` is a trainable state, as in the ZeRO paper's 2+2+12 split).
     LoRA: the frozen base in bf16 (fp32 if precision fp32).
-    QLoRA: decoder Linear weights in NF4 with double-quant constants (QLoRA paper; bitsandbytes
-    keeps embeddings, norms and lm_head in bf16)."""
+    QLoRA / LLM.int8 LoRA: the quantized Linear weights (QLoRA paper; bitsandbytes), the rest
+    (embeddings, norms, lm_head, unquantized expert banks) in bf16, or fp32 after peft's
+    prepare_model_for_kbit_training (`kbit_prepare`)."""
     params = counted_params(spec, profile)
     dense_bytes = FP32 if setup.precision == "fp32" else BF16
-    if setup.method != "qlora" or not spec.geometry_known:
+    if not quantized_base(setup) or not spec.geometry_known:
         return params * dense_bytes
-    quantized = min(spec.params_linear, params)
-    return quantized * nf4_bytes_per_param() + (params - quantized) * BF16
+    quantized, qbytes = quantized_params(spec, setup)
+    quantized = min(quantized, params)
+    rest = FP32 if kbit_fp32(setup) else BF16
+    return qbytes + (params - quantized) * rest

@@ -36,7 +36,9 @@ def test_mixed_precision_adamw_is_16_bytes_per_parameter() -> None:
 
 
 def test_qlora_weights_use_nf4_with_double_quant_constants() -> None:
-    mem = _mem(TrainingSetup(method="qlora", lora_targets=["all-linear"]))
+    # the probe stack: double quant on, no prepare_model_for_kbit_training (the hf stack's
+    # BitsAndBytesConfig default is double_quant False: tests/estimator/test_stacks.py)
+    mem = _mem(TrainingSetup(stack="probe", method="qlora", lora_targets=["all-linear"]))
     quantized = LLAMA8B.params_linear
     expected = quantized * nf4_bytes_per_param() + (LLAMA8B.params_total - quantized) * 2
     assert float(mem.components["weights"][0]) == pytest.approx(expected)
@@ -89,8 +91,13 @@ def test_eager_attention_grows_quadratically_and_sdpa_does_not() -> None:
 
 
 def test_lora_saves_fp32_copies_of_adapted_inputs() -> None:
-    fp32 = _mem(TrainingSetup(method="lora", checkpointing="gpu", adapter_dtype="fp32"))
-    bf16 = _mem(TrainingSetup(method="lora", checkpointing="gpu", adapter_dtype="bf16"))
+    # without autocast (probe stack); under HF's autocast both save bf16 copies (test_stacks.py)
+    fp32 = _mem(
+        TrainingSetup(stack="probe", method="lora", checkpointing="gpu", adapter_dtype="fp32")
+    )
+    bf16 = _mem(
+        TrainingSetup(stack="probe", method="lora", checkpointing="gpu", adapter_dtype="bf16")
+    )
     assert float(fp32.components["recompute_peak"][0]) > float(bf16.components["recompute_peak"][0])
 
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from estimator.architectures import spec_from_config
 from estimator.memory import memory_breakdown
 from estimator.presets import preset_config
 from estimator.profile import load_profile
 from estimator.setup import TrainingSetup
+from estimator.stacks import STACKS
 
 SPECS = {
     p: spec_from_config(preset_config(p))
@@ -17,21 +20,46 @@ SPECS = {
 }
 PROFILES = ("default", "seed-000")
 
-setups = st.builds(
-    TrainingSetup,
-    method=st.sampled_from(["full", "lora", "qlora"]),
-    lora_rank=st.integers(1, 64),
-    optimizer=st.sampled_from(["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]),
-    precision=st.sampled_from(["mixed", "bf16", "fp32"]),
-    checkpointing=st.sampled_from(["none", "gpu", "offload"]),
-    loss=st.sampled_from(["full", "chunked"]),
-    loss_chunk=st.integers(1, 8192),
-    attention=st.sampled_from(["sdpa", "eager"]),
-    adapter_dtype=st.sampled_from(["fp32", "bf16"]),
-)
+
+@st.composite
+def setups(draw, stack: str):
+    """A setup under `stack`, with the stack's overrides drawn too; combinations the setup
+    rejects (e.g. selective checkpointing outside torchtitan) are skipped."""
+    fields = dict(
+        stack=stack,
+        method=draw(st.sampled_from(["full", "lora", "qlora"])),
+        lora_rank=draw(st.integers(1, 64)),
+        optimizer=draw(
+            st.sampled_from(["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"])
+        ),
+        precision=draw(st.sampled_from(["mixed", "bf16", "fp32"])),
+        checkpointing=draw(st.sampled_from(["none", "gpu", "offload", "selective"])),
+        loss=draw(st.sampled_from(["full", "chunked", "liger", "cce", "unsloth"])),
+        loss_chunk=draw(st.integers(1, 8192)),
+        attention=draw(st.sampled_from(["sdpa", "eager"])),
+        adapter_dtype=draw(st.sampled_from(["fp32", "bf16"])),
+    )
+    for name, values in (
+        ("autocast", st.booleans()),
+        ("optimizer_impl", st.sampled_from(["fused", "foreach", "in-backward"])),
+        ("paged", st.booleans()),
+        ("lora_dropout", st.sampled_from([0.0, 0.05, 0.1])),
+        ("grad_accum", st.integers(1, 8)),
+        ("double_quant", st.booleans()),
+        ("train_embeddings", st.booleans()),
+        ("kbit_prepare", st.booleans()),
+    ):
+        if draw(st.booleans()):  # else the stack decides
+            fields[name] = draw(values)
+    try:
+        return TrainingSetup(**fields)
+    except ValidationError:
+        assume(False)
+        raise
+
+
 common = dict(
     model=st.sampled_from(sorted(SPECS)),
-    setup=setups,
     profile=st.sampled_from(PROFILES),
     seq=st.integers(1, 200_000),
     batch=st.integers(1, 64),
@@ -48,31 +76,40 @@ def _peak(
     )
 
 
-@settings(max_examples=150, deadline=None)
-@given(**common, extra=st.integers(1, 50_000))
-def test_memory_never_decreases_with_sequence_length(model, setup, profile, seq, batch, extra):
+@pytest.mark.parametrize("stack", STACKS)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), **common, extra=st.integers(1, 50_000))
+def test_memory_never_decreases_with_sequence_length(
+    stack, data, model, profile, seq, batch, extra
+):
+    setup = data.draw(setups(stack))
     assert _peak(model, setup, profile, seq + extra, batch) >= _peak(
         model, setup, profile, seq, batch
     )
 
 
-@settings(max_examples=150, deadline=None)
-@given(**common, extra=st.integers(1, 16))
-def test_memory_never_decreases_with_batch(model, setup, profile, seq, batch, extra):
+@pytest.mark.parametrize("stack", STACKS)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), **common, extra=st.integers(1, 16))
+def test_memory_never_decreases_with_batch(stack, data, model, profile, seq, batch, extra):
+    setup = data.draw(setups(stack))
     assert _peak(model, setup, profile, seq, batch + extra) >= _peak(
         model, setup, profile, seq, batch
     )
 
 
-@settings(max_examples=150, deadline=None)
+@pytest.mark.parametrize("stack", STACKS)
+@settings(max_examples=40, deadline=None)
 @given(
+    data=st.data(),
     **common,
     sharding=st.sampled_from(["fsdp", "zero1", "zero2", "zero3"]),
     ranks=st.integers(2, 512),
 )
 def test_more_ranks_never_increase_per_device_memory(
-    model, setup, profile, seq, batch, sharding, ranks
+    stack, data, model, profile, seq, batch, sharding, ranks
 ):
+    setup = data.draw(setups(stack))
     sharded = setup.model_copy(update={"sharding": sharding})
     assert (
         _peak(model, sharded, profile, seq, batch, ranks)
@@ -80,17 +117,21 @@ def test_more_ranks_never_increase_per_device_memory(
     )
 
 
-@settings(max_examples=150, deadline=None)
-@given(**common)
-def test_offload_never_increases_gpu_memory(model, setup, profile, seq, batch):
+@pytest.mark.parametrize("stack", STACKS)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), **common)
+def test_offload_never_increases_gpu_memory(stack, data, model, profile, seq, batch):
+    setup = data.draw(setups(stack))
     on_gpu = setup.model_copy(update={"checkpointing": "gpu"})
     offload = setup.model_copy(update={"checkpointing": "offload"})
     assert _peak(model, offload, profile, seq, batch) <= _peak(model, on_gpu, profile, seq, batch)
 
 
-@settings(max_examples=150, deadline=None)
-@given(**common)
-def test_every_component_is_non_negative(model, setup, profile, seq, batch):
+@pytest.mark.parametrize("stack", STACKS)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), **common)
+def test_every_component_is_non_negative(stack, data, model, profile, seq, batch):
+    setup = data.draw(setups(stack))
     mem = memory_breakdown(SPECS[model], setup, [seq], batch, load_profile(profile))
     for name, value in mem.components.items():
         assert value is not None and float(value[0]) >= 0, name

@@ -3,6 +3,7 @@ package and the front door, and the app finds its pages there, not in the source
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,9 +33,21 @@ print("rendered", len(page.text))
 @pytest.mark.slow
 def test_installed_wheel_renders_a_page_from_its_own_templates(tmp_path: Path) -> None:
     pytest.importorskip("fastapi")
+    source = tmp_path / "source"  # a copy: building writes build/ and *.egg-info into the tree
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
     wheels = tmp_path / "wheels"
     build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-    subprocess.run([*build, "-w", str(wheels), str(ROOT)], check=True, capture_output=True)
+    subprocess.run([*build, "-w", str(wheels), str(source)], check=True, capture_output=True)
     (wheel,) = wheels.glob("trainfit-*.whl")
     site = tmp_path / "site"
     install = [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site)]

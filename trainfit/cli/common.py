@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainfit.cli.stack_options import CHECKPOINTING, LOSSES, add_stack_options, stack_overrides
+
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
@@ -85,15 +87,15 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
     g.add_argument("--precision", default="mixed", choices=["mixed", "bf16", "fp32"])
     g.add_argument(
         "--checkpointing",
-        default="gpu",
-        help="none|gpu|offload; a comma list adds rows" if lists else "none|gpu|offload",
+        help=f"{'|'.join(CHECKPOINTING)}; a comma list adds rows"
+        if lists
+        else "|".join(CHECKPOINTING),
     )
     g.add_argument(
-        "--loss",
-        default="full",
-        help="full|chunked; a comma list adds rows" if lists else "full|chunked",
+        "--loss", help=f"{'|'.join(LOSSES)}; a comma list adds rows" if lists else "|".join(LOSSES)
     )
-    g.add_argument("--loss-chunk", type=int, default=4096)
+    g.add_argument("--loss-chunk", type=int, help="positions per chunk per row")
+    add_stack_options(g)
     g.add_argument("--seq", default="4096", help="sequence lengths, e.g. 16000,32000,48000")
     g.add_argument("--batch", type=int, default=1, help="micro-batch per device")
     g.add_argument("--gpus", type=int, default=1, help="number of GPUs the run shards over")
@@ -133,7 +135,7 @@ def setup_input(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str
         "adapter_dtype": args.adapter_dtype,
         "optimizer": args.optimizer,
         "precision": args.precision,
-        "loss_chunk": args.loss_chunk,
+        **stack_overrides(args),
         "batch": args.batch,
         "num_gpus": args.gpus,
         "sharding": args.sharding,
@@ -152,16 +154,23 @@ def setup_input(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str
             setup["lora_targets"] = [targets] if isinstance(targets, str) else targets
         if setup["method"] == "full":
             setup["method"] = "lora"
-    checkpointing, losses = csv_list(args.checkpointing), csv_list(args.loss)
+    given = ["-" if v is None else v for v in (args.checkpointing, args.loss)]
+    checkpointing, losses = csv_list(given[0]), csv_list(given[1])
     for name, values, allowed in (
-        ("--checkpointing", checkpointing, ("none", "gpu", "offload")),
-        ("--loss", losses, ("full", "chunked")),
+        ("--checkpointing", checkpointing, CHECKPOINTING + ("-",)),
+        ("--loss", losses, LOSSES + ("-",)),
     ):
         bad = [v for v in values if v not in allowed]
         if bad or not values:
             raise InputError(f"{name}: {', '.join(bad) or 'empty'} not one of {', '.join(allowed)}")
-    setup["checkpointing"], setup["loss"] = checkpointing[0], losses[0]
-    variants = [{"checkpointing": c, "loss": lo} for c in checkpointing for lo in losses]
+    setup.update(
+        {k: v[0] for k, v in (("checkpointing", checkpointing), ("loss", losses)) if v != ["-"]}
+    )
+    variants = [
+        {k: v for k, v in (("checkpointing", c), ("loss", lo)) if v != "-"}
+        for c in checkpointing
+        for lo in losses
+    ]
     return setup, variants if len(variants) > 1 else []
 
 

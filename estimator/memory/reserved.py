@@ -1,0 +1,89 @@
+"""Reserved vs allocated: the caching allocator's slack.
+
+torch's CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp; the constants are in
+c10/core/AllocatorConfig.h:17-25 of torch 2.13) rounds every block up to 512 bytes
+(kMinBlockSize); blocks up to 1 MiB (kSmallSize) come from 2 MiB segments (kSmallBuffer);
+blocks of 1-10 MiB (below kMinLargeAlloc) are carved from 20 MiB segments (kLargeBuffer); a
+block of 10 MiB or more gets its own segment rounded up to 2 MiB (kRoundLarge). What
+max_memory_reserved adds to max_memory_allocated is therefore, per live tensor, its segment's
+unused remainder. This module sums that remainder over the tensors alive at the peak: every
+weight, gradient, fp32 master and optimizer state tensor (activations, whose sizes vary with the
+sequence, are left out).
+With `expandable_segments:True` (Unsloth, torchtitan set it) segments grow page by page
+(2 MiB) and the rounding is paid once per segment, not per tensor: one kLargeBuffer is kept.
+Fragmentation between phases (blocks freed by one phase that the next cannot reuse) is not
+modelled. The `probe` stack reports no slack (the estimator before stacks).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from estimator.dtypes import BF16, FP32
+from estimator.setup import TrainingSetup
+from estimator.spec import ModelSpec
+from estimator.stacks import load_stack
+
+K_MIN_BLOCK = 512
+K_SMALL_SIZE = 2**20
+K_SMALL_BUFFER = 2 * 2**20
+K_LARGE_BUFFER = 20 * 2**20
+K_MIN_LARGE_ALLOC = 10 * 2**20
+K_ROUND_LARGE = 2 * 2**20
+
+
+def _round_up(x: Any, to: int) -> Any:
+    return np.ceil(np.asarray(x, dtype=np.float64) / to) * to
+
+
+def segment_waste(size: Any) -> Any:
+    """Reserved-but-unallocated bytes attributable to one live tensor of `size` bytes."""
+    size = np.asarray(size, dtype=np.float64)
+    block = _round_up(np.maximum(size, 1), K_MIN_BLOCK)
+    per_mid_segment = np.maximum(np.floor(K_LARGE_BUFFER / block), 1)
+    mid = (K_LARGE_BUFFER - per_mid_segment * block) / per_mid_segment + (block - size)
+    large = _round_up(size, K_ROUND_LARGE) - size
+    small = block - size
+    return np.where(size <= K_SMALL_SIZE, small, np.where(size < K_MIN_LARGE_ALLOC, mid, large))
+
+
+def _state_tensors(setup: TrainingSetup) -> list[int]:
+    """Bytes per element of each tensor a trained weight brings (grad, master, states)."""
+    if setup.precision == "fp32":
+        grads, master, state = FP32, 0, FP32
+    elif setup.precision == "mixed":
+        grads, master, state = BF16, FP32, FP32
+    else:
+        grads, master, state = BF16, 0, BF16
+    states = {"adamw": 2, "lion": 1, "sgd-momentum": 1}.get(setup.optimizer, 0)
+    if setup.optimizer == "adamw-8bit":
+        return [grads] + ([master] if master else []) + [1, 1]
+    return [grads] + ([master] if master else []) + [state] * states
+
+
+def allocator_slack(spec: ModelSpec, setup: TrainingSetup, allocated: Any, devices: int) -> Any:
+    """Slack over `allocated` (same shape) for the stack's allocator settings."""
+    expandable = load_stack(setup.stack).get("expandable_segments")
+    zero = np.asarray(allocated, dtype=np.float64) * 0.0
+    if expandable is None or not spec.geometry_known:
+        return zero
+    if expandable:
+        return zero + K_LARGE_BUFFER
+    shard = devices if setup.sharding in ("fsdp", "zero3") and devices > 1 else 1
+    weight_dtype = FP32 if setup.precision == "fp32" else BF16
+    sizes: list[tuple[float, int]] = []
+    for lin in spec.linears:
+        elements = lin.in_features * lin.out_features * lin.experts / shard
+        if setup.is_adapter and setup.base == "nf4" and lin.group != "head":
+            sizes.append((elements / 2, lin.count))
+        elif setup.is_adapter and setup.base == "int8" and lin.group != "head":
+            sizes.append((elements, lin.count))
+        else:
+            sizes.append((elements * weight_dtype, lin.count))
+        if not setup.is_adapter:
+            sizes += [(elements * b, lin.count) for b in _state_tensors(setup)]
+    sizes += [(g.params * weight_dtype / shard, 1) for g in spec.others if g.name == "embed_tokens"]
+    slack = zero + sum(float(segment_waste(b)) * c for b, c in sizes)
+    return slack

@@ -1,0 +1,361 @@
+"""Training stacks (issue 10): each formula fix against the `probe` stack (the estimator's
+behaviour before stacks) or the libraries' own defaults, so each test fails without its fix."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from estimator.architectures import spec_from_config
+from estimator.dtypes import nf4_bytes_per_param
+from estimator.memory import memory_breakdown
+from estimator.memory.activations import Context, inputs_saved, layer_activations
+from estimator.memory.logits import loss_bytes_per_logit
+from estimator.memory.reserved import segment_waste
+from estimator.presets import preset_config
+from estimator.profile import load_profile
+from estimator.setup import TrainingSetup
+from estimator.spec import LAYER_FULL, MLP_DENSE
+from estimator.stacks import FACTS, OVERRIDES, STACKS, load_stack
+
+LLAMA8B = spec_from_config(preset_config("llama-3.1-8b"))
+MOE = spec_from_config(preset_config("qwen3-30b-a3b"))
+MISTRAL = spec_from_config(preset_config("mistral-7b"))
+DEFAULT = load_profile("default")
+REF = Path(__file__).parents[1] / "data" / "reference_configs"
+QLORA = {"method": "qlora", "lora_targets": ["all-linear"]}
+
+
+def _gemma2():
+    """A Gemma-2-shaped config built from Llama's (model_type gemma2, sliding window)."""
+    config = json.loads((REF / "meta-llama_Llama-3.1-8B.json").read_text())
+    config.update(model_type="gemma2", sliding_window=4096, head_dim=128)
+    return spec_from_config(config)
+
+
+def _mem(setup: TrainingSetup, seq: int = 4096, batch: int = 1, spec=LLAMA8B, devices=None):
+    return memory_breakdown(spec, setup, [seq], batch, DEFAULT, devices=devices)
+
+
+def _c(mem, name: str) -> float:
+    return float(mem.components[name][0])
+
+
+# --- the stack files ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_every_stack_fact_has_a_source(name: str) -> None:
+    stack = load_stack(name)
+    for key in OVERRIDES + FACTS:
+        assert stack.entries[key].source.strip(), (name, key)
+    if name != "probe":  # facts that differ from the probe loop name the file they come from
+        probe = load_stack("probe")
+        for key, fact in stack.entries.items():
+            if fact.value != probe.get(key):
+                assert re.search(r"[\w/]+\.(py|yaml|sh|h)|et al\.", fact.source), (name, key)
+
+
+def test_unset_overrides_resolve_from_the_stack_and_are_echoed() -> None:
+    s = TrainingSetup(stack="unsloth", method="qlora")
+    dumped = s.model_dump()
+    for key in OVERRIDES:
+        assert key in dumped
+    assert (s.checkpointing, s.loss, s.double_quant) == ("offload", "unsloth", True)
+    assert TrainingSetup(stack="unsloth", checkpointing="gpu").checkpointing == "gpu"
+    assert TrainingSetup.model_validate(dumped) == s  # the echo round-trips
+
+
+def test_hf_stack_defaults_are_the_installed_libraries_defaults() -> None:
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    hf = TrainingSetup(method="qlora")
+    assert hf.double_quant is transformers.BitsAndBytesConfig().bnb_4bit_use_double_quant
+    assert hf.lora_dropout == peft.LoraConfig().lora_dropout
+    args = transformers.TrainingArguments(output_dir="/tmp/trainfit-test-args", report_to=[])
+    assert "fused" in str(getattr(args.optim, "value", args.optim))
+    assert hf.optimizer_impl == "fused"
+    assert args.gradient_accumulation_steps == hf.grad_accum
+
+
+# --- formula fixes -------------------------------------------------------------------------
+
+
+def test_moe_expert_banks_stay_bf16_under_transformers_bnb() -> None:
+    setup = TrainingSetup(**QLORA, kbit_prepare=False)
+    experts = sum(lin.params for lin in MOE.linears if lin.experts > 1)
+    dense_linear = sum(
+        lin.params for lin in MOE.linears if lin.experts == 1 and lin.group != "head"
+    )
+    expected = dense_linear * nf4_bytes_per_param(False) + (MOE.params_total - dense_linear) * 2
+    weights = _c(_mem(setup, spec=MOE), "weights")
+    assert weights == pytest.approx(expected)
+    assert weights > 2 * experts
+    probe = _c(_mem(TrainingSetup(stack="probe", **QLORA), spec=MOE), "weights")
+    assert weights > 3 * probe
+
+
+def test_double_quant_default_is_off_for_hf() -> None:
+    on = _c(_mem(TrainingSetup(**QLORA, double_quant=True)), "weights")
+    off = _c(_mem(TrainingSetup(**QLORA)), "weights")
+    quantized = LLAMA8B.params_linear
+    assert off - on == pytest.approx(quantized * (0.5625 - nf4_bytes_per_param(True)))
+
+
+def test_kbit_preparation_makes_the_residual_stream_and_the_rest_fp32() -> None:
+    prepared = _mem(TrainingSetup(**QLORA, kbit_prepare=True))
+    bare = _mem(TrainingSetup(**QLORA))
+    per_layer = 4096 * LLAMA8B.hidden
+    assert _c(prepared, "checkpoints") == 4 * per_layer * LLAMA8B.layers
+    assert _c(bare, "checkpoints") == 2 * per_layer * LLAMA8B.layers
+    rest = LLAMA8B.params_total - LLAMA8B.params_linear
+    assert _c(prepared, "weights") - _c(bare, "weights") == pytest.approx(2 * rest)
+    ctx = Context.build(LLAMA8B, TrainingSetup(**QLORA, kbit_prepare=True), 2)
+    assert ctx.compute_bytes == 4 and ctx.attn_bytes == 2  # SDPA under autocast: bf16
+    assert TrainingSetup(**QLORA).kbit_prepare is False  # TRL v1.9 does not call it
+
+
+def test_chunked_loss_chunks_each_row() -> None:
+    setup = TrainingSetup(stack="probe", loss="chunked", loss_chunk=4096)
+    mem = _mem(setup, seq=8192, batch=4)
+    vocab, h = LLAMA8B.vocab, LLAMA8B.hidden
+    expected = 4 * 4096 * vocab * loss_bytes_per_logit(2, False) + 4 * 8192 * h * 2
+    assert _c(mem, "logits") == pytest.approx(expected)
+
+
+def test_nf4_layers_are_gathered_in_their_storage_dtype_under_fsdp() -> None:
+    # Llama-8B with a 32k vocabulary: a gathered decoder layer outweighs the lm_head
+    config = json.loads((REF / "meta-llama_Llama-3.1-8B.json").read_text())
+    spec = spec_from_config({**config, "vocab_size": 32000})
+    setup = TrainingSetup(**QLORA, sharding="fsdp", num_gpus=8, kbit_prepare=False)
+    hf = _c(_mem(setup, spec=spec, devices=8), "weights")
+    # stack probe, same options: the gathered layers counted at 2 bytes per parameter
+    probe = _c(_mem(setup.model_copy(update={"stack": "probe"}), spec=spec, devices=8), "weights")
+    nf4 = nf4_bytes_per_param(False)
+    sharded = spec.params_linear * nf4 / 8
+    per_layer_nf4 = spec.params_linear / spec.layers * nf4
+    head = max(lin.params for lin in spec.linears if lin.group == "head") * 2
+    rest = (spec.params_total - spec.params_linear) * 2 / 8
+    assert hf == pytest.approx(sharded + rest + 2 * max(per_layer_nf4, head))
+    assert probe - hf == pytest.approx(
+        2 * (spec.params_linear / spec.layers * 2 - max(per_layer_nf4, head))
+    )
+
+
+def test_gemma2_runs_eager_attention_under_transformers() -> None:
+    gemma = _gemma2()
+    hf = Context.build(gemma, TrainingSetup(method="lora"), 2)
+    probe = Context.build(gemma, TrainingSetup(stack="probe", method="lora"), 2)
+    assert hf.eager and not probe.eager
+    acts = layer_activations(hf, gemma, LAYER_FULL, MLP_DENSE)
+    assert acts.per_token_seq > 0
+
+
+def test_sliding_window_mask_is_materialised_beyond_the_window() -> None:
+    setup = TrainingSetup(method="lora")
+    short = _mem(setup, seq=4096, spec=MISTRAL)
+    long = _mem(setup, seq=16384, spec=MISTRAL)
+    flash = _mem(setup.model_copy(update={"attention": "flash"}), seq=16384, spec=MISTRAL)
+    probe = _mem(setup.model_copy(update={"stack": "probe"}), seq=16384, spec=MISTRAL)
+    assert _c(long, "checkpoints") - _c(flash, "checkpoints") == 16384**2
+    assert _c(long, "checkpoints") - _c(probe, "checkpoints") == 16384**2
+    assert _c(short, "checkpoints") == 4096 * MISTRAL.hidden * 2 * MISTRAL.layers
+
+
+def test_hf_trainer_keeps_embeddings_in_32bit_under_8bit_adam() -> None:
+    setup = TrainingSetup(method="full", optimizer="adamw-8bit", precision="bf16")
+    hf = _mem(setup).states
+    probe = _mem(setup.model_copy(update={"stack": "probe"})).states
+    embed = sum(g.params for g in LLAMA8B.others if g.name == "embed_tokens")
+    assert hf.optimizer - probe.optimizer == pytest.approx(embed * (8 - 2 * (1 + 4 / 256)))
+
+
+def test_fused_adamw_has_no_state_sized_temporary() -> None:
+    setup = TrainingSetup(method="full", precision="bf16")
+    fused = _mem(setup).states
+    foreach = _mem(setup.model_copy(update={"optimizer_impl": "foreach"})).states
+    assert fused.step_transient == 0
+    assert foreach.step_transient == LLAMA8B.params_total * 2
+    probe = _mem(TrainingSetup(stack="probe", method="full", precision="bf16"))
+    assert float(probe.allocated[0]) - float(_mem(setup).allocated[0]) == pytest.approx(
+        LLAMA8B.params_total * 2, rel=0.02
+    )
+
+
+def test_lora_dropout_keeps_a_mask_and_a_dropped_copy_per_adapter() -> None:
+    h, r = LLAMA8B.hidden, 16
+    plain = Context.build(LLAMA8B, TrainingSetup(method="lora"), 2)
+    dropped = Context.build(LLAMA8B, TrainingSetup(method="lora", lora_dropout=0.05), 2)
+    qkv = ["q_proj", "k_proj", "v_proj"]
+    # autocast: a bf16 copy per adapter either way; dropout adds a bool mask per adapter
+    assert inputs_saved(plain, qkv, h) == 3 * h * 2 + 3 * r * 2
+    assert inputs_saved(dropped, qkv, h) == 3 * h * (2 + 1) + 3 * r * 2
+    none = TrainingSetup(method="lora", checkpointing="none", lora_dropout=0.05)
+    assert _c(_mem(none), "checkpoints") > _c(
+        _mem(none.model_copy(update={"lora_dropout": 0})), "checkpoints"
+    )
+
+
+def test_gradient_accumulation_keeps_gradients_through_forward_and_backward() -> None:
+    setup = TrainingSetup(method="full", precision="bf16")
+    one, four = _mem(setup), _mem(setup.model_copy(update={"grad_accum": 4}))
+    held = _c(four, "weights") + _c(four, "trainable_states") + _c(four, "checkpoints")
+    assert float(four.allocated[0]) >= held + _c(four, "logits")
+    assert float(four.peak[0]) > float(one.peak[0])
+
+
+@pytest.mark.parametrize("loss", ["liger", "cce", "unsloth"])
+def test_fused_losses_never_materialise_all_logits(loss: str) -> None:
+    seq = 32768  # unsloth: above its 4 GiB target, so more than one chunk
+    full = _c(_mem(TrainingSetup(method="lora", loss="full"), seq=seq), "logits")
+    fused = _c(_mem(TrainingSetup(method="lora", loss=loss), seq=seq), "logits")
+    grad_hidden = seq * LLAMA8B.hidden * 2
+    assert grad_hidden <= fused < full / 2
+
+
+def test_torchtune_chunked_output_loss_keeps_every_chunks_log_softmax() -> None:
+    seq = 8192
+    tt = _c(_mem(TrainingSetup(stack="torchtune", method="lora"), seq=seq), "logits")
+    vocab = LLAMA8B.vocab
+    chunk = seq / 8
+    expected = seq * vocab * 4 + chunk * vocab * (2 + 8) + seq * LLAMA8B.hidden * 2
+    assert tt == pytest.approx(expected)
+
+
+def test_unsloth_fused_kernels_save_less_than_peft_per_layer() -> None:
+    setup = TrainingSetup(stack="unsloth", method="qlora", lora_targets=["all-linear"])
+    ctx = Context.build(LLAMA8B, setup, 2)
+    assert ctx.fused and ctx.compute_bytes == 2
+    acts = layer_activations(ctx, LLAMA8B, LAYER_FULL, MLP_DENSE)
+    h, m = LLAMA8B.hidden, LLAMA8B.intermediate
+    q, kv, heads = 4096, 1024, 32
+    expected = 2 * (2 * h + 4) + 2 * h + 2 * (q + 2 * kv) + 2 * q + 4 * heads + 2 * q
+    expected += 2 * h + 2 * 2 * m
+    assert acts.per_token == expected
+    hf = layer_activations(
+        Context.build(LLAMA8B, TrainingSetup(**QLORA), 2), LLAMA8B, LAYER_FULL, MLP_DENSE
+    )
+    assert acts.per_token < 0.7 * hf.per_token
+    mem = _mem(setup, seq=65536)
+    assert _c(mem, "checkpoints") == 65536 * h * 2  # one layer in flight, the rest on the host
+
+
+def test_selective_checkpointing_keeps_every_other_matmul() -> None:
+    setup = TrainingSetup(stack="torchtitan", method="full", precision="mixed")
+    assert setup.checkpointing == "selective"
+    sel = _mem(setup)
+    gpu = _mem(setup.model_copy(update={"checkpointing": "gpu"}))
+    none = _mem(setup.model_copy(update={"checkpointing": "none"}))
+    h, m, q, kv = 4096, LLAMA8B.intermediate, 4096, 1024
+    per_token = 2 * (h + q + kv + m + h) + 2 * q + 4 * 32
+    assert _c(sel, "checkpoints") == 4096 * per_token * LLAMA8B.layers
+    assert _c(gpu, "checkpoints") < _c(sel, "checkpoints") < _c(none, "checkpoints")
+
+
+def test_optimizer_in_backward_frees_each_gradient_after_its_step() -> None:
+    setup = TrainingSetup(method="full", precision="bf16", optimizer_impl="in-backward")
+    states = _mem(setup).states
+    largest = max(
+        [lin.params // lin.count for lin in LLAMA8B.linears]
+        + [g.params for g in LLAMA8B.others if g.name == "embed_tokens"]
+    )
+    assert states.grads == pytest.approx(largest * 2)
+    fused = _mem(setup.model_copy(update={"optimizer_impl": "fused"}))
+    assert float(_mem(setup).peak[0]) < float(fused.peak[0])
+
+
+def test_paged_optimizer_states_leave_torchs_allocator() -> None:
+    setup = TrainingSetup(method="full", precision="bf16", optimizer="adamw-8bit", paged=True)
+    paged = _mem(setup)
+    plain = _mem(setup.model_copy(update={"paged": False}))
+    moved = plain.states.optimizer - paged.states.optimizer
+    assert moved > 0.99 * plain.states.optimizer
+    assert float(paged.host[0]) - float(plain.host[0]) == pytest.approx(moved)
+    assert float(plain.allocated[0]) - float(paged.allocated[0]) >= 0.99 * moved
+
+
+def test_train_embeddings_adds_peft_modules_to_save_copies() -> None:
+    setup = TrainingSetup(method="lora", train_embeddings=True)
+    states = _mem(setup).states
+    base = _mem(setup.model_copy(update={"train_embeddings": False})).states
+    embed = sum(g.params for g in LLAMA8B.others if g.name == "embed_tokens")
+    head = max(lin.params for lin in LLAMA8B.linears if lin.group == "head")
+    assert states.trainable_params - base.trainable_params == embed + head
+    assert states.weights - base.weights == 2 * (embed + head)
+
+
+def test_int8_base_is_one_byte_plus_a_row_scale() -> None:
+    mem = _mem(TrainingSetup(method="lora", base="int8", kbit_prepare=False))
+    expected = sum(
+        lin.params * (1 + 4 / lin.in_features) for lin in LLAMA8B.linears if lin.group != "head"
+    )
+    expected += (LLAMA8B.params_total - LLAMA8B.params_linear) * 2
+    assert _c(mem, "weights") == pytest.approx(expected)
+
+
+# --- allocated vs reserved --------------------------------------------------------------------
+
+
+def test_segment_rounding_follows_the_caching_allocator() -> None:
+    mib = 2**20
+    assert segment_waste(32 * mib) == 0  # own segment, already a 2 MiB multiple
+    assert segment_waste(33 * mib) == mib  # rounded up to 34 MiB
+    assert segment_waste(8 * mib) == 2 * mib  # two per 20 MiB segment, 4 MiB left
+    assert segment_waste(1000) == 24  # 512-byte blocks
+
+
+def test_reserved_is_allocated_plus_slack_and_the_verdict_uses_it() -> None:
+    for stack in ("probe", "hf", "unsloth"):
+        mem = _mem(TrainingSetup(stack=stack, method="full", precision="bf16"))
+        assert float(mem.reserved[0]) >= float(mem.allocated[0])
+        assert float(mem.peak[0]) == pytest.approx(float(mem.reserved[0]) + _c(mem, "overhead"))
+    probe = _mem(TrainingSetup(stack="probe", method="full"))
+    assert float(probe.reserved[0]) == float(probe.allocated[0])
+    hf = _mem(TrainingSetup(method="full", precision="mixed"))
+    assert float(hf.reserved[0]) > float(hf.allocated[0])  # 32-bit masters of 58.7 MiB, etc.
+    seed = memory_breakdown(
+        LLAMA8B, TrainingSetup(method="full"), [4096], 1, load_profile("seed-000")
+    )
+    assert float(seed.reserved[0]) == float(seed.allocated[0])
+
+
+def test_estimate_rows_report_allocated_and_reserved() -> None:
+    from estimator.document import estimate_document
+    from estimator.request import EstimateRequest
+
+    doc = estimate_document(
+        EstimateRequest.model_validate(
+            {"model": {"preset": "llama-3.1-8b"}, "setup": {"method": "full"}, "gpus": ["h200"]}
+        )
+    )
+    row = doc["rows"][0]
+    assert row["allocated_bytes"] <= row["reserved_bytes"] <= row["peak_bytes"]
+    assert doc["setup"]["stack"] == "hf" and doc["setup"]["optimizer_impl"] == "fused"
+    fit = row["fit"]["h200"]
+    assert fit["peak_bytes"] == row["peak_bytes"]
+
+
+def test_acceptance_unsloth_offload_reaches_further_than_hf() -> None:
+    from estimator.solvers import Budget, max_seq
+    from gpu_catalog import get_gpu
+
+    gpu = get_gpu("h100-80gb")
+    budget = Budget(gpu.capacity_bytes, 0.92)
+    common = {"method": "qlora", "lora_rank": 16, "lora_targets": ["all-linear"]}
+    unsloth = TrainingSetup(stack="unsloth", checkpointing="offload", **common)
+    hf = TrainingSetup(stack="hf", checkpointing="gpu", **common)
+    reach_u = max_seq(LLAMA8B, unsloth, budget, DEFAULT, 256, 1)["seq_len"]
+    reach_h = max_seq(LLAMA8B, hf, budget, DEFAULT, 256, 1)["seq_len"]
+    assert reach_u > 2 * reach_h > 0
+
+
+def test_arrays_broadcast_for_every_stack() -> None:
+    for stack in STACKS:
+        mem = memory_breakdown(
+            LLAMA8B, TrainingSetup(stack=stack, method="lora"), np.array([1024, 8192]), 2, DEFAULT
+        )
+        assert mem.peak.shape == (2,) and mem.peak[1] > mem.peak[0]

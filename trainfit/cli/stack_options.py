@@ -1,0 +1,48 @@
+"""Command-line options for the stack and its overrides (`trainfit ... --stack unsloth`); the
+stacks themselves are data files in `estimator/stacks/`.
+
+Every option defaults to None: unset, the stack's file decides (estimator.setup)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, get_args
+
+from estimator.setup import Base, Checkpointing, Loss, OptimizerImpl, StackName
+
+CHECKPOINTING = get_args(Checkpointing)
+LOSSES = get_args(Loss)
+
+
+def add_stack_options(g: Any) -> None:
+    """Add the options to an argparse group (or parser)."""
+    g.add_argument("--stack", choices=get_args(StackName), help="training framework (default hf)")
+    g.add_argument(
+        "--autocast", action=argparse.BooleanOptionalAction, default=None, help="torch.autocast"
+    )
+    g.add_argument("--optimizer-impl", choices=get_args(OptimizerImpl))
+    g.add_argument("--paged", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--lora-dropout", type=float, help="peft lora_dropout (0 <= p < 1)")
+    g.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step")
+    g.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--train-embeddings", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--kbit-prepare", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--base", choices=get_args(Base), help="base weights: bf16, int8 (LLM.int8)")
+
+
+def stack_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The options the user gave, as TrainingSetup fields."""
+    names = (
+        "stack",
+        "autocast",
+        "optimizer_impl",
+        "paged",
+        "lora_dropout",
+        "grad_accum",
+        "double_quant",
+        "train_embeddings",
+        "kbit_prepare",
+        "base",
+        "loss_chunk",
+    )
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
