@@ -19,6 +19,7 @@ from bench.published import (
     TARGET_MAX_UNDER_PCT,
     UNIT_BYTES,
     CaseResult,
+    figure_bytes,
     load,
     run_case,
 )
@@ -55,13 +56,13 @@ def test_every_published_case_is_kept_with_its_source() -> None:
 
 
 def test_counter_decides_the_compared_figure() -> None:
-    """Reserved counters compare reserved_bytes; allocated/active ones compare peak_bytes."""
+    """Reserved counters compare the reserved figure; allocated/active ones the allocated one."""
     for case in CASES:
         mapping = case["mapping"]
         if "inexpressible" in mapping:
             continue
         metric = case["published"]["memory_metric"].lower()
-        expected = "reserved_bytes" if "reserved" in metric else "peak_bytes"
+        expected = "reserved" if "reserved" in metric else "allocated"
         assert mapping["compare"] == expected, case["id"]
         assert mapping["unit"] in UNIT_BYTES, case["id"]
 
@@ -109,6 +110,16 @@ def test_error_sign_is_positive_for_an_overestimate() -> None:
     case["published"]["reported_memory"] = 1000.0  # MiB: far below any 8B full fine-tune
     result = run_case(case, CONFIGS)
     assert result.error_pct is not None and result.error_pct > 0
+
+
+def test_allocated_figure_takes_the_context_off_a_document_without_allocated_bytes() -> None:
+    row = {"components": {"overhead": 100}, "fit": {"x": {"peak_bytes": 1100}}}
+    assert figure_bytes({"rows": [row]}, "allocated") == 1000
+    assert figure_bytes({"rows": [row]}, "reserved") is None
+    row["fit"]["x"].update(allocated_bytes=900, reserved_bytes=950)
+    assert figure_bytes({"rows": [row]}, "allocated") == 900
+    assert figure_bytes({"rows": [row]}, "reserved") == 950
+    assert figure_bytes({"rows": [row]}, "reserved+context") == 1050
 
 
 def test_inexpressible_case_says_why() -> None:
