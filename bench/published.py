@@ -221,7 +221,7 @@ def run(
     configs, cases = load(path)
     unknown = set(only or []) - {c["id"] for c in cases}
     if unknown:
-        raise SystemExit(f"--only: unknown case ids {sorted(unknown)}")
+        raise ValueError(f"--only: unknown case ids {sorted(unknown)}")
     return [run_case(c, configs, lenient) for c in cases if not only or c["id"] in only]
 
 
@@ -342,7 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     only = [x.strip() for x in args.only.split(",")] if args.only else None
-    results = run(only, lenient=args.lenient)
+    try:
+        results = run(only, lenient=args.lenient)
+    except ValueError as err:
+        parser.error(str(err))  # exit 2
     if args.json:
         print(json.dumps([asdict(r) for r in results], indent=1))
     else:
