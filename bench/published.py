@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from estimator.api import estimate_document  # noqa: E402
+from estimator.document import estimate_document  # noqa: E402
 from estimator.errors import EstimatorInputError  # noqa: E402
 from estimator.request import EstimateRequest  # noqa: E402
 
