@@ -67,3 +67,40 @@ def test_a_solver_without_an_answer_exits_1(capsys: pytest.CaptureFixture[str]) 
     code = main(["max-seq", "--model", "llama-3.1-8b", "--gpu", "1gib"])
     assert code == 1
     assert "nothing fits on 1gib" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_help_shows_defaults_and_an_example(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "example:\n  trainfit " in out
+    if command not in ("presets", "compare", "db"):
+        assert "(default: " in out
+
+
+def test_num_gpus_has_the_old_name_as_an_alias(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["check", "--params", "8e9", "--sharding", "fsdp", "--gpu", "h100-80gb", "--format"]
+    main([*base, "json", "--num-gpus", "8"])
+    new = capsys.readouterr().out
+    main([*base, "json", "--gpus", "8"])
+    assert capsys.readouterr().out == new
+
+
+def test_check_takes_a_list_and_fits_only_if_every_gpu_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = ["check", "--model", "llama-3.1-8b", "--method", "lora", "--seq", "4096"]
+    assert main([*base, "--gpu", "h100-80gb,h200"]) == 0
+    assert capsys.readouterr().out.count("fits: peak") == 2
+    assert main([*base, "--gpu", "h200,8gib"]) == 1
+
+
+def test_solvers_answer_each_gpu_of_a_list(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["max-seq", "--model", "llama-3.1-8b", "--method", "lora"]
+    assert main([*args, "--gpu", "h100-80gb,h200"]) == 0
+    out = capsys.readouterr().out
+    assert "longest sequence on h100-80gb" in out and "longest sequence on h200" in out

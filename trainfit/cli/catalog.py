@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from trainfit.cli.common import EXIT_OK
+from trainfit.cli.common import EXIT_OK, add_command
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
@@ -20,5 +20,5 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    pre = sub.add_parser("presets", help="list the model presets")
+    pre = add_command(sub, "presets", "list the model presets", "trainfit presets")
     pre.set_defaults(func=cmd_presets)

@@ -58,10 +58,10 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model (one of --model or --params)")
     g.add_argument("--model", help="config.json path, preset id, or Hub id ORG/NAME[@revision]")
     g.add_argument("--params", type=float, help="params-only spec, e.g. 8.08e9")
-    g.add_argument("--hidden", type=int)
-    g.add_argument("--layers", type=int)
-    g.add_argument("--vocab", type=int)
-    g.add_argument("--intermediate", type=int)
+    g.add_argument("--hidden", type=int, help="params-only: hidden size (for activations)")
+    g.add_argument("--layers", type=int, help="params-only: decoder layers (for activations)")
+    g.add_argument("--vocab", type=int, help="params-only: vocabulary (for the logits)")
+    g.add_argument("--intermediate", type=int, help="params-only: MLP width (recompute peak)")
     g.add_argument("--name", help="model name shown in outputs")
 
 
@@ -73,18 +73,28 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
         help="axolotl/LLaMA-Factory/torchtune/TRL "
         "YAML or JSON (+ a DeepSpeed JSON / accelerate YAML); options given win",
     )
-    g.add_argument("--method", default="full", choices=["full", "lora", "qlora"])
-    g.add_argument("--lora-rank", type=int, default=16)
-    g.add_argument("--lora-alpha", type=float)
+    g.add_argument(
+        "--method", default="full", choices=["full", "lora", "qlora"], help="what trains"
+    )
+    g.add_argument("--lora-rank", type=int, default=16, help="LoRA r")
+    g.add_argument("--lora-alpha", type=float, help="LoRA alpha (no memory effect)")
     g.add_argument("--lora-targets", default="all-linear", help="comma list or all-linear")
     g.add_argument("--adapter-config", help="a PEFT adapter_config.json (sets rank, targets)")
-    g.add_argument("--adapter-dtype", default="fp32", choices=["fp32", "bf16"])
+    g.add_argument(
+        "--adapter-dtype", default="fp32", choices=["fp32", "bf16"], help="LoRA weights' dtype"
+    )
     g.add_argument(
         "--optimizer",
         default="adamw",
         choices=["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"],
+        help="optimizer (its states per trained parameter)",
     )
-    g.add_argument("--precision", default="mixed", choices=["mixed", "bf16", "fp32"])
+    g.add_argument(
+        "--precision",
+        default="mixed",
+        choices=["mixed", "bf16", "fp32"],
+        help="mixed = bf16 compute + fp32 master weights",
+    )
     g.add_argument(
         "--checkpointing",
         help=f"{'|'.join(CHECKPOINTING)}; a comma list adds rows"
@@ -98,15 +108,23 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
     add_stack_options(g)
     g.add_argument("--seq", default="4096", help="sequence lengths, e.g. 16000,32000,48000")
     g.add_argument("--batch", type=int, default=1, help="micro-batch per device")
-    g.add_argument("--gpus", type=int, default=1, help="number of GPUs the run shards over")
+    g.add_argument(
+        "--num-gpus",
+        "--gpus",
+        dest="num_gpus",
+        type=int,
+        default=1,
+        help="how many cards of each --gpu the run shards over (--gpus is the old name)",
+    )
     g.add_argument(
         "--sharding",
         default="none",
         choices=["none", "fsdp", "zero1", "zero2", "zero3", "device_map"],
+        help="how weights and states are split over --num-gpus cards",
     )
-    g.add_argument("--attention", default="sdpa", choices=["sdpa", "flash", "eager"])
+    g.add_argument("--attention", default="sdpa", choices=["sdpa", "flash", "eager"], help="kernel")
     g.add_argument("--usable", type=float, default=0.92, help="usable fraction of each card")
-    g.add_argument("--profile", default="default", help="assumption profile (default, seed-000)")
+    g.add_argument("--profile", default="default", help="assumption profile: default or seed-000")
 
 
 def model_input(args: argparse.Namespace) -> dict[str, Any]:
@@ -137,7 +155,7 @@ def setup_input(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str
         "precision": args.precision,
         **stack_overrides(args),
         "batch": args.batch,
-        "num_gpus": args.gpus,
+        "num_gpus": args.num_gpus,
         "sharding": args.sharding,
         "attention": args.attention,
     }
@@ -196,7 +214,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--token-cache", help="cache folder (default ~/.cache/trainfit)")
     g.add_argument("--packing", action="store_true", help="pack samples into --seq rows (TRL bfd)")
     g.add_argument("--packing-strategy", choices=["bfd", "bfd_split", "wrapped"], default="bfd")
-    g.add_argument("--epochs", type=float, default=1.0)
+    g.add_argument("--epochs", type=float, default=1.0, help="passes over the data")
     g.add_argument("--truncate", action="store_true", help="truncate long samples, not drop")
     g.add_argument("--price", action="append", default=[], help="ID=USD per GPU-hour")
     g.add_argument("--calibrate", help="gpu=ID,seq=N,batch=N,tps=X (or step=X), or memtest.json")
@@ -267,3 +285,27 @@ def read_memtest(path_text: str, field: str) -> dict[str, Any]:
     except MemtestSchemaError as err:
         prefix = "" if field == "memtest" else f"{field}: "
         raise InputError(f"{prefix}memtest.{err.field}: {err.message}") from None
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help that shows each option's default (when it has one) and keeps the example as typed."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        shown = default not in (None, False, [], argparse.SUPPRESS)
+        if action.option_strings and shown and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+def add_command(sub: Any, name: str, summary: str, example: str) -> argparse.ArgumentParser:
+    """A subcommand whose --help shows the defaults and one example."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=summary,
+        description=summary,
+        formatter_class=HelpFormatter,
+        epilog=f"example:\n  {example}",
+    )
+    return parser

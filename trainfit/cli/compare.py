@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from trainfit.cli.common import EXIT_OK, gib_text, read_memtest, write_json
+from trainfit.cli.common import EXIT_OK, add_command, gib_text, read_memtest, write_json
 
 
 def _gib_or_na(value: int | None) -> str:
@@ -33,8 +33,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    cmp_ = sub.add_parser("compare", help="estimate vs a measured memtest_*.json")
-    cmp_.add_argument("memtest")
-    cmp_.add_argument("--profile", default="default")
-    cmp_.add_argument("--format", default="table", choices=["table", "json", "markdown"])
+    cmp_ = add_command(
+        sub,
+        "compare",
+        "estimate vs a measured memtest_*.json",
+        "trainfit compare memtest_h200.json --format markdown",
+    )
+    cmp_.add_argument("memtest", help="a trainfit.memtest/1 file written by trainfit-probe")
+    cmp_.add_argument("--profile", default="default", help="assumption profile")
+    cmp_.add_argument(
+        "--format", default="table", choices=["table", "json", "markdown"], help="output"
+    )
     cmp_.set_defaults(func=cmd_compare)

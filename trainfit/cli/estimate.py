@@ -12,6 +12,7 @@ from trainfit.cli.common import (
     EXIT_OK,
     InputError,
     ServerUnavailable,
+    add_command,
     add_model_options,
     add_run_options,
     add_setup_options,
@@ -56,6 +57,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """Every listed GPU is checked; exit 0 only when the run fits all of them."""
     from trainfit.cli.train_config import attach_report
 
     setup, variants = setup_input(args)
@@ -65,22 +67,25 @@ def cmd_check(args: argparse.Namespace) -> int:
         "model": model_input(args),
         "setup": setup,
         "seq_lens": int_list(args.seq, "--seq"),
-        "gpu": args.gpu,
         "usable_fraction": args.usable,
         "profile": args.profile,
     }
-    result = _check_remote(args, body) if args.server else _check_local(body)
-    attach_report(result, args)  # estimator.train_config: setup.ignored, train_config
+    results = []
+    for gpu in csv_list(args.gpu) or [args.gpu]:
+        one = {**body, "gpu": gpu}
+        result = _check_remote(args, one) if args.server else _check_local(one)
+        results.append(attach_report(result, args))  # + setup.ignored, train_config
     if args.format == "json":
-        write_json(result)
+        write_json(results[0] if len(results) == 1 else results)
     else:
-        sys.stdout.write(
-            f"{result['verdict']}: peak {gib_text(result['peak_bytes'])} GiB at seq "
-            f"{result['seq_len']} on {result['gpu']}, usable {gib_text(result['usable_bytes'])} "
-            f"GiB ({result['usable_fraction']:.0%}), "
-            f"margin {gib_text(result['margin_bytes'])} GiB\n"
-        )
-    return EXIT_OK if result["fits"] else EXIT_NO_FIT
+        for result in results:
+            sys.stdout.write(
+                f"{result['verdict']}: peak {gib_text(result['peak_bytes'])} GiB at seq "
+                f"{result['seq_len']} on {result['gpu']}, usable "
+                f"{gib_text(result['usable_bytes'])} GiB ({result['usable_fraction']:.0%}), "
+                f"margin {gib_text(result['margin_bytes'])} GiB\n"
+            )
+    return EXIT_OK if all(r["fits"] for r in results) else EXIT_NO_FIT
 
 
 def _check_local(body: dict[str, Any]) -> dict[str, Any]:
@@ -101,22 +106,32 @@ def _check_remote(args: argparse.Namespace, body: dict[str, Any]) -> dict[str, A
 
 
 def register(sub: Any) -> None:
-    est = sub.add_parser("estimate", help="memory per component and fit per GPU")
+    est = add_command(
+        sub,
+        "estimate",
+        "memory per component, time, cost and the verdict per GPU",
+        "trainfit estimate --model llama-3.1-8b --method lora --seq 8192,16384 --gpu h200,2xh200",
+    )
     add_model_options(est)
     add_setup_options(est)
     add_run_options(est)
     est.add_argument("--gpu", default="a100-80gb,h100-80gb,h200", help="GPU ids, e.g. h200,2xh200")
-    est.add_argument("--format", default="table", choices=["table", "json", "csv", "markdown"])
+    est.add_argument(
+        "--format", default="table", choices=["table", "json", "csv", "markdown"], help="output"
+    )
     est.set_defaults(func=cmd_estimate)
 
-    chk = sub.add_parser(
+    chk = add_command(
+        sub,
         "check",
-        help="exit 0 if the setup fits the GPU, 1 if not, 2 bad input, 3 server unreachable",
+        "exit 0 if the setup fits every GPU given, 1 if not, 2 bad input, 3 server unreachable",
+        "trainfit check --train-config examples/train_configs/axolotl-qlora-llama31-8b.yml "
+        "--gpu h100-80gb",
     )
     add_model_options(chk)
     add_setup_options(chk, lists=False)
-    chk.add_argument("--gpu", required=True)
+    chk.add_argument("--gpu", required=True, help="GPU ids, e.g. h100-80gb or a100-80gb,h200")
     chk.add_argument("--server", help="ask a trainfit server instead of computing locally")
-    chk.add_argument("--timeout", type=float, default=30.0)
-    chk.add_argument("--format", default="table", choices=["table", "json"])
+    chk.add_argument("--timeout", type=float, default=30.0, help="seconds, with --server")
+    chk.add_argument("--format", default="table", choices=["table", "json"], help="output")
     chk.set_defaults(func=cmd_check)

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from trainfit.cli.common import EXIT_OK, InputError
+from trainfit.cli.common import EXIT_OK, InputError, add_command
 
 
 def _service_missing(command: str, err: ImportError) -> InputError:
@@ -43,15 +43,22 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    db = sub.add_parser("db", help="back up or restore the service's database")
+    db = add_command(
+        sub,
+        "db",
+        "back up or restore the service's database",
+        "trainfit db backup trainfit-backup.jsonl.gz --database-url sqlite:///trainfit.db",
+    )
     db.add_argument("action", choices=["backup", "restore"])
     db.add_argument("file", help="backup file (gzip'd JSON lines)")
     db.add_argument("--database-url", default=None, help="default $TRAINFIT_DATABASE_URL")
     db.add_argument("--replace", action="store_true", help="restore: empty the tables first")
     db.set_defaults(func=cmd_db)
 
-    srv = sub.add_parser("serve", help="run the web service")
-    srv.add_argument("--host", default="127.0.0.1")
-    srv.add_argument("--port", type=int, default=8000)
+    srv = add_command(
+        sub, "serve", "run the web service", "trainfit serve --host 127.0.0.1 --port 8000"
+    )
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    srv.add_argument("--port", type=int, default=8000, help="TCP port")
     srv.add_argument("--database-url", default=None, help="default sqlite:///trainfit.db")
     srv.set_defaults(func=cmd_serve)

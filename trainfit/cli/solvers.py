@@ -13,6 +13,7 @@ from trainfit.cli.common import (
     EXIT_NO_FIT,
     EXIT_OK,
     InputError,
+    add_command,
     add_model_options,
     add_run_options,
     add_setup_options,
@@ -47,7 +48,7 @@ QUESTIONS = (
         "seq_len",
         False,
         lambda a, req, ans: (
-            f"longest sequence on {a.gpu}: {ans['seq_len']} tokens (granularity {a.granularity})"
+            f"longest sequence on {req.gpu}: {ans['seq_len']} tokens (granularity {a.granularity})"
         ),
     ),
     Question(
@@ -73,7 +74,7 @@ QUESTIONS = (
 )
 
 
-def _solver_request(args: argparse.Namespace, needs_seq: bool) -> Any:
+def _solver_request(args: argparse.Namespace, gpu: str, needs_seq: bool) -> Any:
     from estimator.request import SolverRequest
 
     setup_dict, variants = setup_input(args)
@@ -83,7 +84,7 @@ def _solver_request(args: argparse.Namespace, needs_seq: bool) -> Any:
         {
             "model": model_input(args),
             "setup": setup_dict,
-            "gpu": args.gpu,
+            "gpu": gpu,
             "seq_len": int_list(args.seq, "--seq")[0] if needs_seq else None,
             "granularity": args.granularity,
             "usable_fraction": args.usable,
@@ -92,10 +93,7 @@ def _solver_request(args: argparse.Namespace, needs_seq: bool) -> Any:
     )
 
 
-def _print_answer(args: argparse.Namespace, answer: dict[str, Any], headline: str) -> None:
-    if args.format == "json":
-        write_json(answer)
-        return
+def _answer_text(args: argparse.Namespace, answer: dict[str, Any], headline: str) -> str:
     lines = [headline]
     for key in (
         "peak_bytes",
@@ -115,23 +113,30 @@ def _print_answer(args: argparse.Namespace, answer: dict[str, Any], headline: st
             for line in lines[1:]
         ]
         text = "\n".join(rows) + f"\n\n{headline}"
-    sys.stdout.write(text + "\n")
+    return text + "\n"
 
 
 def answer_question(question: Question, args: argparse.Namespace) -> int:
+    """One answer per GPU given; exit 0 when every GPU has one."""
     from estimator import document
 
-    req = _solver_request(args, needs_seq=question.needs_seq)
-    answer = getattr(document, question.document)(req)
-    value = answer[question.answer_key]
-    if value:
-        head = question.headline(args, req, answer)
-    elif question.name == "min-gpus":
-        head = f"no number of {args.gpu} cards fits"
+    answers, texts = [], []
+    for gpu in csv_list(args.gpu) or [args.gpu]:
+        req = _solver_request(args, gpu, needs_seq=question.needs_seq)
+        answer = getattr(document, question.document)(req)
+        if answer[question.answer_key]:
+            head = question.headline(args, req, answer)
+        elif question.name == "min-gpus":
+            head = f"no number of {gpu} cards fits"
+        else:
+            head = f"nothing fits on {gpu}: {answer.get('reason')}"
+        answers.append(answer)
+        texts.append(_answer_text(args, answer, head))
+    if args.format == "json":
+        write_json(answers[0] if len(answers) == 1 else answers)
     else:
-        head = f"nothing fits on {args.gpu}: {answer.get('reason')}"
-    _print_answer(args, answer, head)
-    return EXIT_OK if value else EXIT_NO_FIT
+        sys.stdout.write("\n".join(texts))
+    return EXIT_OK if all(a[question.answer_key] for a in answers) else EXIT_NO_FIT
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
@@ -163,21 +168,37 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+EXAMPLES = {
+    "max-seq": "trainfit max-seq --model llama-3.1-8b --method qlora --gpu rtx-4090,h100-80gb",
+    "max-batch": "trainfit max-batch --model llama-3.1-8b --method lora --seq 4096 --gpu h100-80gb",
+    "min-gpus": "trainfit min-gpus --model llama-3.1-8b --sharding fsdp --seq 8192 --gpu h100-80gb",
+}
+
+
 def register(sub: Any) -> None:
     for question in QUESTIONS:
-        solver = sub.add_parser(question.name, help=question.help)
+        solver = add_command(sub, question.name, question.help, EXAMPLES[question.name])
         add_model_options(solver)
         add_setup_options(solver, lists=False)
-        solver.add_argument("--gpu", required=True)
-        solver.add_argument("--granularity", type=int, default=256)
-        solver.add_argument("--format", default="table", choices=["table", "json", "markdown"])
+        solver.add_argument("--gpu", required=True, help="GPU ids; a comma list answers each")
+        solver.add_argument("--granularity", type=int, default=256, help="search step")
+        solver.add_argument(
+            "--format", default="table", choices=["table", "json", "markdown"], help="output"
+        )
         solver.set_defaults(func=lambda a, q=question: answer_question(q, a))
 
-    rec = sub.add_parser("recommend", help="best fitting setting per GPU, cheapest first")
+    rec = add_command(
+        sub,
+        "recommend",
+        "best fitting setting per GPU, cheapest first",
+        "trainfit recommend --model qwen3.5-27b --method lora --seq 32000 --tokens 6.4e6",
+    )
     add_model_options(rec)
     add_setup_options(rec, lists=False)
     add_run_options(rec)
     rec.set_defaults(seq=None)
-    rec.add_argument("--gpu", default="a100-80gb,rtx-pro-6000,h200")
-    rec.add_argument("--format", default="table", choices=["table", "json", "markdown"])
+    rec.add_argument("--gpu", default="a100-80gb,rtx-pro-6000,h200", help="GPU ids to compare")
+    rec.add_argument(
+        "--format", default="table", choices=["table", "json", "markdown"], help="output"
+    )
     rec.set_defaults(func=cmd_recommend)

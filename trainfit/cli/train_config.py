@@ -18,7 +18,7 @@ from estimator.train_config.load import read_train_configs
 from estimator.train_config.result import Ignored, TrainConfigMapping, split_supported
 
 # setup field -> argparse dest where the two differ
-CLI_DEST = {"num_gpus": "gpus"}
+CLI_DEST: dict[str, str] = {}
 
 
 def given_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
