@@ -18,6 +18,7 @@ from service_support import (
     make_settings,
     memtest_bytes,
     memtest_doc,
+    requester_headers,
     upload_headers,
 )
 
@@ -42,9 +43,13 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
 
 
 def _quote(client: TestClient, **fields: object) -> str:
-    r = client.post("/v1/quotes", json={"request": REQUEST, **fields})
+    r = client.post("/v1/quotes", json={"request": REQUEST, **fields}, headers=requester_headers())
     assert r.status_code == 201, r.text
     return str(r.json()["id"])
+
+
+def _hash(client: TestClient, quote_id: str) -> dict[str, str]:
+    return {"content_hash": client.get(f"/v1/quotes/{quote_id}").json()["content_hash"]}
 
 
 @pytest.mark.parametrize("action", ["approve", "reject"])
@@ -57,10 +62,10 @@ def test_decisions_need_an_approver_token(client: TestClient, action: str) -> No
         )
         assert r.status_code == 403
     assert client.get(f"/v1/quotes/{quote_id}").json()["status"] == "pending"
-    assert (
-        client.post(f"/v1/quotes/{quote_id}/{action}", headers=approver_headers()).status_code
-        == 200
+    r = client.post(
+        f"/v1/quotes/{quote_id}/{action}", json=_hash(client, quote_id), headers=approver_headers()
     )
+    assert r.status_code == 200
 
 
 def test_upload_needs_an_upload_token(client: TestClient) -> None:
@@ -154,9 +159,13 @@ def test_no_secrets_in_logs(tmp_path: Path) -> None:
             http.post(
                 "/v1/memtests", content=b"{}", headers={"Authorization": "Bearer guessed-secret-1"}
             )
-            quote = http.post("/v1/quotes", json={"request": REQUEST}).json()["id"]
             ap = {"Authorization": f"Bearer {durability.APPROVER_TOKEN}"}
-            assert http.post(f"/v1/quotes/{quote}/approve", headers=ap).status_code == 200
+            made = http.post("/v1/quotes", json={"request": REQUEST}, headers=ap).json()
+            quote = made["id"]
+            seen = {"content_hash": made["content_hash"]}
+            assert (
+                http.post(f"/v1/quotes/{quote}/approve", json=seen, headers=ap).status_code == 200
+            )
             http.post(f"/quotes/{quote}/decision", data={"token": durability.APPROVER_TOKEN})
     finally:
         server.stop()
@@ -196,16 +205,15 @@ def test_xss_payloads_are_inert_in_the_browser(tmp_path: Path) -> None:
                 body = {
                     "request": {**REQUEST, "model": {"preset": "qwen3.5-27b"}},
                     "title": payload,
-                    "created_by": payload[:100],
                     "comment": payload,
                 }
-                quote = http.post("/v1/quotes", json=body)
+                quote = http.post("/v1/quotes", json=body, headers=ap)
                 assert quote.status_code == 201, quote.text
                 qid = quote.json()["id"]
+                seen = quote.json()["content_hash"]
+                decision = {"comment": payload, "content_hash": seen}
                 assert (
-                    http.post(
-                        f"/v1/quotes/{qid}/approve", json={"comment": payload}, headers=ap
-                    ).status_code
+                    http.post(f"/v1/quotes/{qid}/approve", json=decision, headers=ap).status_code
                     == 200
                 )
                 doc = memtest_doc(created_at=f"2026-10-0{n + 1}T09:30:00Z")
