@@ -17,6 +17,7 @@ AdapterDtype = Literal["fp32", "bf16"]
 
 MAX_BATCH = 1_000_000
 MAX_GPUS = 100_000
+MAX_LORA_TARGETS = 256  # module-name patterns; real adapters name < 20 (issue 16: was unbounded)
 
 
 class TrainingSetup(BaseModel):
@@ -32,8 +33,10 @@ class TrainingSetup(BaseModel):
 
     method: Method = "full"
     lora_rank: int = Field(16, ge=1, le=65536)
-    lora_alpha: float | None = None
-    lora_targets: list[str] = Field(default_factory=lambda: ["all-linear"])
+    lora_alpha: float | None = Field(None, gt=0, le=1e6)
+    lora_targets: list[str] = Field(
+        default_factory=lambda: ["all-linear"], max_length=MAX_LORA_TARGETS
+    )
     adapter_dtype: AdapterDtype = "fp32"
     optimizer: Optimizer = "adamw"
     precision: Precision = "mixed"

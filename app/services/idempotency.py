@@ -4,6 +4,7 @@ Keys are per (scope, actor): two clients cannot collide, nor read each other's a
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated
 
 from fastapi import Header, HTTPException
@@ -42,3 +43,10 @@ def replay_or_claim(
             scope, actor, key, body_sha256, record.status_code
         )
     return None, repository.IdempotencyClaim(scope, actor, key, body_sha256, status_code)
+
+
+def record_key(session: Session, claim: repository.IdempotencyClaim, resource_id: str) -> None:
+    """Store the key after its resource was made (memtests: the file's row is content-addressed,
+    so a concurrent retry that recorded the key first made the same row: nothing to do)."""
+    with contextlib.suppress(repository.IdempotencyReplay):
+        repository.record_idempotency(session, claim, resource_id)

@@ -325,7 +325,8 @@ async def decide_quote(request: Request, session: SessionDep, quote_id: str) -> 
 @router.get("/memtests", response_class=HTMLResponse)
 def memtests_page(request: Request, session: SessionDep) -> HTMLResponse:
     rows, _ = repository.list_memtests(session, limit=500)
-    return _render(request, "memtests.html", {"items": rows, "base_url": str(request.base_url)})
+    base_url = request.app.state.settings.base_url.rstrip("/") + "/"  # never the Host header
+    return _render(request, "memtests.html", {"items": rows, "base_url": base_url})
 
 
 @router.get("/memtests/{memtest_id}", response_class=HTMLResponse)
@@ -342,8 +343,14 @@ def memtest_page(
     error = None
     try:
         rows = report.comparison_rows(estimates.compare_memtest(doc, profile=profile))
-    except EstimatorInputError as exc:
-        error = f"{exc.field}: {exc.message}"
+    except (EstimatorInputError, ValidationError) as exc:  # the stored file, not this request
+        error = (
+            f"{exc.field}: {exc.message}"
+            if isinstance(exc, EstimatorInputError)
+            else "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:3]
+            )
+        )
         rows = [
             report.ComparisonRow(
                 r["seq_len"], r["status"], r.get("peak_allocated_bytes"), None, None, None

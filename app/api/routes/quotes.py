@@ -14,10 +14,14 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
 from app.api.deps import SessionDep
+from app.api.strict import StrictJsonRoute
 from app.db import repository
 from app.db.models import Quote
+from app.errors import estimator_field_path
 from app.schemas import (
     MAX_OFFSET,
     DecisionIn,
@@ -30,8 +34,9 @@ from app.schemas import (
 from app.security import Identity, bearer_token, quote_identity, require_quote_identity
 from app.services import content, quotes
 from app.services.idempotency import IdempotencyKeyHeader, replay_or_claim
+from estimator.errors import EstimatorInputError
 
-router = APIRouter(prefix="/v1/quotes", tags=["quotes"])
+router = APIRouter(prefix="/v1/quotes", tags=["quotes"], route_class=StrictJsonRoute)
 
 IdentityDep = Annotated[Identity, Depends(require_quote_identity)]
 IfMatch = Annotated[
@@ -96,6 +101,14 @@ def create(
             return _document(session, _found(session, replayed), response)
     try:
         quote = quotes.create_from_api(session, body, identity.name, claim)
+    except EstimatorInputError as exc:  # the estimator names fields of the request: nest them
+        raise EstimatorInputError(
+            f"request.{estimator_field_path(exc.field)}", exc.message
+        ) from None
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**e, "loc": ["body", "request", *e["loc"]]} for e in exc.errors(include_url=False)]
+        ) from None
     except repository.IdempotencyReplay as race:  # a concurrent retry won: answer as it did
         if claim is None or race.record.body_sha256 != claim.body_sha256:
             raise HTTPException(422, detail="Idempotency-Key reused with another body") from None
