@@ -17,7 +17,7 @@ AdapterDtype = Literal["fp32", "bf16"]
 
 MAX_BATCH = 1_000_000
 MAX_GPUS = 100_000
-MAX_LORA_TARGETS = 256  # module-name patterns; real adapters name < 20 (issue 16: was unbounded)
+MAX_LORA_TARGETS = 64  # module-name patterns; real adapters name < 20 (issue 16: was unbounded)
 
 
 class TrainingSetup(BaseModel):

@@ -12,6 +12,7 @@ A body that is not JSON at all is left to FastAPI (its 422 `json_invalid`).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -72,17 +73,68 @@ def find_problem(value: Any, loc: Loc) -> tuple[Loc, str, str] | None:
     return None
 
 
-def check_json_body(raw: bytes) -> Any:
-    """The parsed body; RequestValidationError for the problems above; None if not JSON."""
+# A lone surrogate can reach us only as a `\\uD800`-`\\uDFFF` escape (UTF-8 cannot carry one):
+# the costly path-finding walk runs only when such an escape (or a paired one) is in the body.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _raise(problem: tuple[Loc, str, str]) -> None:
+    loc, msg, kind = problem
+    raise RequestValidationError([{"loc": loc, "msg": msg, "type": kind}])
+
+
+def _suspicious(value: Any) -> bool:
+    """A duplicated key or an overlong string anywhere (no paths: the cheap first pass)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str:
+            if len(item) > MAX_STRING_CHARS:
+                return True
+        elif kind is _Duplicated:
+            return True
+        elif kind is dict:
+            if any(len(k) > MAX_STRING_CHARS for k in item):
+                return True
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(x for x in item if type(x) in (str, dict, list, _Duplicated))
+    return False
+
+
+def check_json_body(raw: bytes, adapter: TypeAdapter[Any] | None = None) -> None:
+    """RequestValidationError for the problems above (a body that is not JSON is left alone).
+    Order: surrogates (only if escaped ones occur), then the strict schema (which rejects an
+    over-long list before anything walks it), then duplicate keys and string lengths."""
+    if _SURROGATE_ESCAPE.search(raw):
+        try:
+            parsed = json.loads(raw, object_pairs_hook=_pairs)
+        except (ValueError, RecursionError):
+            return
+        problem = find_problem(parsed, ["body"])
+        if problem is not None:
+            _raise(problem)
+    if adapter is not None:
+        try:
+            adapter.validate_json(raw, strict=True)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+            if not (len(errors) == 1 and errors[0]["type"] == "json_invalid"):
+                raise RequestValidationError(
+                    [
+                        {"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
+                        for e in errors[:20]
+                    ]
+                ) from None
     try:
         parsed = json.loads(raw, object_pairs_hook=_pairs)
     except (ValueError, RecursionError):
-        return None
-    problem = find_problem(parsed, ["body"])
-    if problem is not None:
-        loc, msg, kind = problem
-        raise RequestValidationError([{"loc": loc, "msg": msg, "type": kind}])
-    return parsed
+        return  # FastAPI answers it (422 json_invalid)
+    if _suspicious(parsed):
+        problem = find_problem(parsed, ["body"])
+        if problem is not None:
+            _raise(problem)
 
 
 def _body_adapter(route: APIRoute) -> TypeAdapter[Any] | None:
@@ -94,7 +146,7 @@ def _body_adapter(route: APIRoute) -> TypeAdapter[Any] | None:
 
 def _is_json(request: Request) -> bool:
     content_type = request.headers.get("content-type", "")
-    return content_type.split(";")[0].strip().lower() in ("application/json", "")
+    return content_type.split(";")[0].strip().lower() == "application/json"
 
 
 class StrictJsonRoute(APIRoute):
@@ -107,16 +159,8 @@ class StrictJsonRoute(APIRoute):
         async def strict_handler(request: Request) -> Response:
             if request.method in ("POST", "PUT", "PATCH") and _is_json(request):
                 raw = await request.body()  # cached: FastAPI reads the same bytes
-                if raw.strip() and check_json_body(raw) is not None:
-                    try:
-                        adapter.validate_json(raw, strict=True)
-                    except ValidationError as exc:
-                        raise RequestValidationError(
-                            [
-                                {"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
-                                for e in exc.errors(include_url=False)[:20]
-                            ]
-                        ) from None
+                if raw.strip():
+                    check_json_body(raw, adapter)
             return await original(request)
 
         return strict_handler
