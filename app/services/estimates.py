@@ -10,7 +10,6 @@ from estimator import api
 from estimator.errors import EstimatorInputError
 from estimator.request import CheckRequest, EstimateRequest, RecommendRequest
 
-
 # Work bounds of one estimate (issue 16): each cap alone is fine, their product is not. 256
 # lengths x 64 GPU options was 49 s of CPU and a 23 MB answer; 256 lengths x 2.7 M dataset
 # samples another ~50 s (the packing is per length over every sample).
