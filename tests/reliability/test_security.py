@@ -443,3 +443,16 @@ def test_token_create_gives_a_working_requester_token(tmp_path: Path) -> None:
         assert made.status_code == 201 and made.json()["created_by"] == "carol"
     with pytest.raises(ValueError):
         create_token("carol", "root")
+
+
+def test_work_per_estimate_is_bounded(client: TestClient) -> None:
+    """Each cap alone allowed 256 lengths x 64 GPU options: 49 s of CPU and a 23 MB answer."""
+    gpus = [f"{n}xh200" for n in range(1, 65)]
+    body = {**REQUEST, "seq_lens": list(range(1000, 1000 + 256 * 100, 100)), "gpus": gpus}
+    r = client.post("/v1/estimate", json=body)
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == ["body", "seq_lens"]
+    assert "1024" in r.json()["detail"][0]["msg"]
+    scans = {**REQUEST, "seq_lens": [1000, 2000, 4000], "dataset_lengths": [4096] * 7_000_000}
+    too_many = client.post("/v1/estimate", json=scans)
+    assert too_many.status_code in (413, 422)  # the body limit may answer first
