@@ -297,3 +297,17 @@ def test_unknown_quote_is_404_and_bad_bodies_are_422(sqlite_client: TestClient) 
     extra = {"request": seed_request(), "surprise": 1}
     assert sqlite_client.post("/v1/quotes", json=extra, headers=h).status_code == 422
     assert sqlite_client.post("/v1/quotes", content=b"{not json", headers=h).status_code == 422
+
+
+def test_concurrent_retries_with_one_idempotency_key_make_one_quote(client: TestClient) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    headers = {**requester_headers(), "Idempotency-Key": "burst-1"}
+    body = {"request": seed_request(), "title": "burst"}
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        answers = list(
+            pool.map(lambda _: client.post("/v1/quotes", json=body, headers=headers), range(6))
+        )
+    assert [a.status_code for a in answers] == [201] * 6, [a.text for a in answers]
+    assert len({a.json()["id"] for a in answers}) == 1
+    assert len(client.get("/v1/quotes", headers=approver_headers()).json()) == 1
