@@ -14,6 +14,10 @@ demo: setup
 	.venv/bin/trainfit estimate $(SEED_CASE) --profile default
 
 run: demo
+	@echo "To save and approve quotes, create tokens and pass them in the environment:"
+	@echo "  .venv/bin/trainfit token create --role requester --name YOU"
+	@echo "  .venv/bin/trainfit token create --role approver --name APPROVER"
+	@echo "  TRAINFIT_REQUESTER_TOKENS='YOU=sha256:...' TRAINFIT_APPROVER_TOKENS='APPROVER=sha256:...' make serve"
 	.venv/bin/trainfit serve --host 127.0.0.1 --port 8000
 
 serve: setup

@@ -1,8 +1,13 @@
 """Input errors of the library -> HTTP 422 in FastAPI's own shape:
-`{"detail": [{"loc": ["body", ...field path...], "msg": ..., "type": ...}]}`."""
+`{"detail": [{"loc": ["body", ...field path...], "msg": ..., "type": ...}]}`.
+
+Every error body is bounded and encodable whatever the input: at most MAX_ERRORS items, each
+`msg` at most MAX_MSG_CHARS, `input` echoed only when its JSON is at most MAX_ECHO_BYTES, and
+JSON written ASCII-only (a lone surrogate in the input is escaped, not a 500)."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -29,9 +34,74 @@ def field_loc(field: str, root: str = "body") -> list[str | int]:
     return loc
 
 
+MAX_ERRORS = 10
+MAX_MSG_CHARS = 300
+MAX_ECHO_BYTES = 120
+MAX_LOC_PARTS = 12
+
+
+class SafeJSONResponse(JSONResponse):
+    """ASCII JSON (`\\uXXXX` escapes): encodes lone surrogates instead of failing."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(
+            content, ensure_ascii=True, allow_nan=False, separators=(",", ":")
+        ).encode("ascii")
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _echo(value: Any) -> Any:
+    """`value` when its JSON is small, else nothing (the caller drops the key)."""
+    try:
+        encoded = json.dumps(value, ensure_ascii=True, allow_nan=False)
+    except (TypeError, ValueError):
+        return _NO_ECHO
+    return value if len(encoded) <= MAX_ECHO_BYTES else _NO_ECHO
+
+
+_NO_ECHO = object()
+
+
+def bounded_errors(errors: Any) -> list[dict[str, Any]]:
+    """At most MAX_ERRORS items of loc/msg/type (+ a small `input`), each part truncated."""
+    items = list(errors) if isinstance(errors, list | tuple) else [errors]
+    out: list[dict[str, Any]] = []
+    for err in items[:MAX_ERRORS]:
+        if not isinstance(err, dict):
+            out.append({"loc": ["body"], "msg": _short(str(err), MAX_MSG_CHARS), "type": "error"})
+            continue
+        loc = [
+            part if isinstance(part, int) else _short(str(part), 100)
+            for part in list(err.get("loc", []))[:MAX_LOC_PARTS]
+        ]
+        item: dict[str, Any] = {
+            "loc": loc,
+            "msg": _short(str(err.get("msg", "")), MAX_MSG_CHARS),
+            "type": _short(str(err.get("type", "value_error")), 64),
+        }
+        if "input" in err:
+            echoed = _echo(_finite(err["input"]))
+            if echoed is not _NO_ECHO:
+                item["input"] = echoed
+        out.append(item)
+    if len(items) > MAX_ERRORS:
+        out.append(
+            {
+                "loc": ["body"],
+                "msg": f"{len(items) - MAX_ERRORS} more errors not shown",
+                "type": "too_many_errors",
+            }
+        )
+    return out
+
+
 def unprocessable(loc: list[str | int], msg: str, kind: str = "value_error") -> JSONResponse:
-    return JSONResponse(
-        status_code=422, content={"detail": [{"loc": loc, "msg": msg, "type": kind}]}
+    return SafeJSONResponse(
+        status_code=422,
+        content={"detail": bounded_errors([{"loc": loc, "msg": msg, "type": kind}])},
     )
 
 
@@ -58,7 +128,7 @@ async def _pydantic(_request: Request, exc: Exception) -> JSONResponse:
         {"loc": ["body", *err["loc"]], "msg": err["msg"], "type": err["type"]}
         for err in exc.errors(include_url=False, include_context=False, include_input=False)
     ]
-    return JSONResponse(status_code=422, content={"detail": detail})
+    return SafeJSONResponse(status_code=422, content={"detail": bounded_errors(detail)})
 
 
 # FastAPI answers a JSON body it cannot decode (e.g. invalid UTF-8) with this bare 400; every
@@ -70,7 +140,16 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400 and exc.detail == _BODY_PARSE_ERROR:
         return unprocessable(["body"], "the body is not valid JSON in UTF-8", "json_invalid")
-    return await http_exception_handler(request, exc)
+    if exc.status_code in (204, 304) or exc.status_code < 400:
+        return await http_exception_handler(request, exc)
+    detail: Any = exc.detail
+    if isinstance(detail, str):
+        detail = _short(detail, 2 * MAX_MSG_CHARS)
+    elif exc.status_code == 422:
+        detail = bounded_errors(detail)
+    return SafeJSONResponse(
+        status_code=exc.status_code, content={"detail": detail}, headers=exc.headers
+    )
 
 
 def _finite(value: Any) -> Any:
@@ -87,8 +166,8 @@ def _finite(value: Any) -> Any:
 
 async def _request_validation(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return JSONResponse(
-        status_code=422, content={"detail": _finite(jsonable_encoder(exc.errors()))}
+    return SafeJSONResponse(
+        status_code=422, content={"detail": jsonable_encoder(bounded_errors(exc.errors()))}
     )
 
 

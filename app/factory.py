@@ -14,6 +14,7 @@ from app.api.routes import catalog, estimates, health, memtests, pages, quotes, 
 from app.db.engine import make_engine, make_session_factory
 from app.db.migrate import upgrade_head
 from app.errors import install_error_handlers
+from app.headers import SecurityHeaders
 from app.limits import BodySizeLimit, RejectNul
 from app.settings import Settings
 
@@ -62,4 +63,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_upload_bytes)
     app.add_middleware(RejectNul)
+    app.add_middleware(SecurityHeaders)  # outermost: 413/422 from the limits get them too
     return app

@@ -141,8 +141,9 @@ class MemtestDetail(MemtestSummary):
 
 
 class QuoteCreate(BaseModel):
-    """`POST /v1/quotes`: the estimate request to quote. The estimate is computed now and stored
-    with the quote, so the approver sees exactly the numbers it was asked about."""
+    """`POST /v1/quotes` (requester or approver token): the estimate request to quote. The
+    estimate is computed now and stored with the quote, so the approver sees exactly the numbers
+    it was asked about. The creator is the token's name: a `created_by` field is refused (422)."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -150,7 +151,6 @@ class QuoteCreate(BaseModel):
             "examples": [
                 {
                     "title": "Qwen3.5-27B LoRA 48k, offload + chunked loss",
-                    "created_by": "alice",
                     "request": SEED_REQUEST_EXAMPLE,
                     "submit": True,
                 }
@@ -160,7 +160,6 @@ class QuoteCreate(BaseModel):
 
     request: EstimateRequest
     title: str = Field("", max_length=200, pattern=NO_NUL)
-    created_by: str = Field("anonymous", min_length=1, max_length=100, pattern=NO_NUL)
     comment: str | None = Field(None, max_length=10_000, pattern=NO_NUL)
     submit: bool = Field(True, description="true: pending approval; false: a draft")
 
@@ -171,6 +170,12 @@ class DecisionIn(BaseModel):
     )
 
     comment: str | None = Field(None, max_length=10_000, pattern=NO_NUL)
+    content_hash: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="approve: the quote's `content_hash` as you saw it (or send it as "
+        "`If-Match`); 409 when the quote changed since, 428 without it",
+    )
 
 
 class AuditOut(BaseModel):
@@ -179,6 +184,9 @@ class AuditOut(BaseModel):
     actor: str
     comment: str | None
     at: datetime
+    outcome: Literal["ok", "denied", "repriced"] = Field(
+        "ok", description="denied: a refused attempt (reason in comment), nothing changed"
+    )
 
 
 class QuoteOut(BaseModel):
@@ -194,6 +202,16 @@ class QuoteOut(BaseModel):
     request: dict[str, Any]
     estimate: dict[str, Any]
     audit: list[AuditOut]
+    content_hash: str | None = Field(
+        description="sha256 over request + estimate + catalog and profile versions: approve "
+        "needs it (also the ETag); null for a quote stored before hashing: re-price it"
+    )
+    version: int = Field(description="1 when created, +1 per re-pricing")
+    catalog_version: str | None
+    profile_version: str | None
+    stale: str | None = Field(
+        description="why the stored numbers may no longer hold (re-price the quote), or null"
+    )
 
 
 class QuoteSummary(BaseModel):

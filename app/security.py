@@ -11,6 +11,8 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from fastapi import HTTPException, Request, Response, status
 
@@ -63,6 +65,41 @@ def require_uploader(request: Request) -> str:
 def require_approver(request: Request) -> str:
     settings: Settings = request.app.state.settings
     return authenticate(bearer_token(request), settings.approver_tokens, "approve quotes")
+
+
+Role = Literal["requester", "approver"]
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a quote request comes from: the token's name and its role. An approver may also do
+    everything a requester may (create and submit quotes, see every quote)."""
+
+    name: str
+    role: Role
+
+    @property
+    def is_approver(self) -> bool:
+        return self.role == "approver"
+
+
+def quote_identity(presented: str | None, settings: Settings, what: str) -> Identity:
+    """The identity of a requester or approver token; 401 without one, 403 for any other.
+    Both lists are always compared in full (constant time whatever matches)."""
+    if presented is None:
+        authenticate(None, (), what)  # raises the 401
+    approver = match_token(presented or "", settings.approver_tokens)
+    requester = match_token(presented or "", settings.requester_tokens)
+    if approver is not None:
+        return Identity(approver.name, "approver")
+    if requester is not None:
+        return Identity(requester.name, "requester")
+    raise HTTPException(status.HTTP_403_FORBIDDEN, detail=f"this token may not {what}")
+
+
+def require_quote_identity(request: Request) -> Identity:
+    settings: Settings = request.app.state.settings
+    return quote_identity(bearer_token(request), settings, "create or see quotes")
 
 
 def _sign(secret_key: str, nonce: str) -> str:

@@ -1,10 +1,11 @@
 """All service settings in one place, read from `TRAINFIT_*` environment variables.
 
-Tokens: `TRAINFIT_UPLOAD_TOKENS` and `TRAINFIT_APPROVER_TOKENS` are comma-separated entries
-`[name=]secret`, where `secret` is the token itself or `sha256:<64 hex>` (its hash, so the
-plain token never has to be written into the environment). Only the sha256 hashes are kept:
-they are computed while the settings are parsed. `name` is recorded as the actor (uploaded_by,
-approver); without it the actor is `token-<first 8 hex of the hash>`.
+Tokens: `TRAINFIT_UPLOAD_TOKENS`, `TRAINFIT_APPROVER_TOKENS` and `TRAINFIT_REQUESTER_TOKENS`
+(quote requesters) are comma-separated entries `[name=]secret`, where `secret` is the token
+itself or `sha256:<64 hex>` (its hash, so the plain token never has to be written into the
+environment). Only the sha256 hashes are kept: they are computed while the settings are parsed.
+`name` is recorded as the actor (uploaded_by, created_by, approver); without it the actor is
+`token-<first 8 hex of the hash>`.
 """
 
 from __future__ import annotations
@@ -77,6 +78,12 @@ class Settings(BaseSettings):
     )
     upload_tokens: TokenHashes = ()
     approver_tokens: TokenHashes = ()
+    requester_tokens: TokenHashes = Field((), description="may create and submit quotes")
+    base_url: str = Field(
+        "http://127.0.0.1:8000",
+        pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
+        description="public URL of the service: absolute links are built from it, never Host",
+    )
     max_upload_bytes: int = Field(16 * 2**20, ge=1024, description="request body limit, bytes")
     secret_key: str = Field(
         default_factory=lambda: secrets.token_hex(32),

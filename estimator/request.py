@@ -18,6 +18,12 @@ from estimator.setup import TrainingSetup
 
 MAX_SEQ_LEN = 100_000_000
 MAX_SEQ_LENS = 256
+# request caps (issue 16): names and ids, GPU options like "8xh100-80gb", top-level keys of a
+# config.json (real ones have < 200), dataset sample lengths (a 16 MiB body holds ~2 M anyway)
+MAX_NAME_CHARS = 200
+MAX_GPU_OPTION_CHARS = 64
+MAX_CONFIG_KEYS = 2000
+MAX_DATASET_LENGTHS = 10_000_000
 
 
 class ModelInput(BaseModel):
@@ -26,9 +32,9 @@ class ModelInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    config: dict[str, Any] | None = None
-    preset: str | None = None
-    hub: str | None = Field(None, max_length=300)  # Hub id ORG/NAME[@revision] (estimator.hub)
+    config: dict[str, Any] | None = Field(None, max_length=MAX_CONFIG_KEYS)
+    preset: str | None = Field(None, min_length=1, max_length=MAX_NAME_CHARS)
+    hub: str | None = Field(None, min_length=1, max_length=300)  # ORG/NAME[@rev] (estimator.hub)
     params: float | None = Field(None, ge=1, le=1e15)
     hidden: int | None = Field(None, ge=1, le=10**7)
     layers: int | None = Field(None, ge=1, le=10**6)
@@ -50,7 +56,7 @@ class CalibrationInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    gpu: str
+    gpu: str = Field(min_length=1, max_length=MAX_GPU_OPTION_CHARS)
     seq_len: int = Field(ge=1, le=MAX_SEQ_LEN)
     batch: int = Field(1, ge=1, le=1_000_000)
     step_seconds: float | None = Field(None, gt=0, le=1e7)
@@ -140,13 +146,13 @@ class EstimateRequest(_WithTrainConfig):
     )
     gpus: list[str] = Field(default_factory=lambda: ["h100-80gb"], min_length=1, max_length=64)
     usable_fraction: float = Field(0.92, gt=0, le=1)
-    profile: str = "default"
+    profile: str = Field("default", min_length=1, max_length=MAX_NAME_CHARS)
     tokens: float | None = Field(None, gt=0, le=1e16)
     target_tokens: Literal["chinchilla"] | None = None
-    dataset_lengths: list[int] | None = Field(None, min_length=1, max_length=10_000_000)
+    dataset_lengths: list[int] | None = Field(None, min_length=1, max_length=MAX_DATASET_LENGTHS)
     epochs: float = Field(1.0, gt=0, le=1e6)
     overflow: Literal["drop", "truncate"] = "drop"
-    prices: dict[str, float] = Field(default_factory=dict)
+    prices: dict[str, float] = Field(default_factory=dict, max_length=64)
     calibration: CalibrationInput | None = None
 
     @model_validator(mode="after")
@@ -168,9 +174,9 @@ class CheckRequest(_WithTrainConfig):
     model: ModelInput
     setup: TrainingSetup = Field(default_factory=TrainingSetup)
     seq_lens: list[int] = Field(min_length=1, max_length=MAX_SEQ_LENS)
-    gpu: str
+    gpu: str = Field(min_length=1, max_length=MAX_GPU_OPTION_CHARS)
     usable_fraction: float = Field(0.92, gt=0, le=1)
-    profile: str = "default"
+    profile: str = Field("default", min_length=1, max_length=MAX_NAME_CHARS)
 
     def as_estimate_request(self) -> EstimateRequest:
         req = EstimateRequest(
@@ -193,11 +199,11 @@ class SolverRequest(BaseModel):
 
     model: ModelInput
     setup: TrainingSetup = Field(default_factory=TrainingSetup)
-    gpu: str
+    gpu: str = Field(min_length=1, max_length=MAX_GPU_OPTION_CHARS)
     seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN)
     granularity: int = Field(256, ge=1, le=1_000_000)
     usable_fraction: float = Field(0.92, gt=0, le=1)
-    profile: str = "default"
+    profile: str = Field("default", min_length=1, max_length=MAX_NAME_CHARS)
 
 
 class RecommendRequest(BaseModel):
@@ -210,10 +216,10 @@ class RecommendRequest(BaseModel):
     setup: TrainingSetup = Field(default_factory=TrainingSetup)
     gpus: list[str] = Field(min_length=1, max_length=64)
     seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN)
-    dataset_lengths: list[int] | None = Field(None, min_length=1, max_length=10_000_000)
+    dataset_lengths: list[int] | None = Field(None, min_length=1, max_length=MAX_DATASET_LENGTHS)
     tokens: float | None = Field(None, gt=0, le=1e16)
     epochs: float = Field(1.0, gt=0, le=1e6)
     overflow: Literal["drop", "truncate"] = "drop"
-    prices: dict[str, float] = Field(default_factory=dict)
+    prices: dict[str, float] = Field(default_factory=dict, max_length=64)
     usable_fraction: float = Field(0.92, gt=0, le=1)
-    profile: str = "default"
+    profile: str = Field("default", min_length=1, max_length=MAX_NAME_CHARS)

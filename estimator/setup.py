@@ -22,6 +22,7 @@ AdapterDtype = Literal["fp32", "bf16"]
 
 MAX_BATCH = 1_000_000
 MAX_GPUS = 100_000
+MAX_LORA_TARGETS = 64  # module-name patterns; real adapters name < 20 (issue 16: was unbounded)
 
 
 class TrainingSetup(BaseModel):
@@ -44,7 +45,9 @@ class TrainingSetup(BaseModel):
     lora_rank: int = Field(16, ge=1, le=65536)
     lora_alpha: float | None = Field(None, gt=0, le=1e6)
     lora_dropout: float | None = Field(None, ge=0, lt=1)
-    lora_targets: list[str] = Field(default_factory=lambda: ["all-linear"])
+    lora_targets: list[str] = Field(
+        default_factory=lambda: ["all-linear"], max_length=MAX_LORA_TARGETS
+    )
     adapter_dtype: AdapterDtype = "fp32"
     optimizer: Optimizer = "adamw"
     precision: Precision = "mixed"

@@ -83,7 +83,7 @@ class Quote(Base):
     title: Mapped[str] = mapped_column(String(200), nullable=False, default="")
     request_json: Mapped[str] = mapped_column(Text, nullable=False)
     estimate_json: Mapped[str] = mapped_column(Text, nullable=False)
-    created_by: Mapped[str] = mapped_column(String(100), nullable=False)
+    created_by: Mapped[str] = mapped_column(String(100), nullable=False, index=True)
     status: Mapped[str] = mapped_column(String(16), nullable=False, index=True)
     approver: Mapped[str | None] = mapped_column(String(100))
     decided_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -91,10 +91,19 @@ class Quote(Base):
     created_at: Mapped[datetime] = mapped_column(
         UTCDateTime, nullable=False, default=utcnow, index=True
     )
+    # what an approval is bound to (app.services.content): sha256 over the canonical JSON of
+    # request + estimate + the catalog and profile versions it was priced with. NULL for quotes
+    # stored before revision 0002: they must be re-priced before they can be approved.
+    content_hash: Mapped[str | None] = mapped_column(String(64))
+    catalog_version: Mapped[str | None] = mapped_column(String(64))
+    profile_version: Mapped[str | None] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer, nullable=False, default=1, server_default="1")
 
 
 class AuditEntry(Base):
-    """Every status change of a quote, creation included (`from_status` NULL)."""
+    """Every status change of a quote, creation included (`from_status` NULL), every re-pricing
+    (`outcome` "repriced") and every refused decision or submission (`outcome` "denied", the
+    reason in `comment`; `to_status` is then the status that was asked for)."""
 
     __tablename__ = "audit_log"
 
@@ -107,3 +116,22 @@ class AuditEntry(Base):
     actor: Mapped[str] = mapped_column(String(100), nullable=False)
     comment: Mapped[str | None] = mapped_column(Text)
     at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+    outcome: Mapped[str] = mapped_column(
+        String(16), nullable=False, default="ok", server_default="ok"
+    )
+
+
+class IdempotencyKey(Base):
+    """An `Idempotency-Key` seen on a create: per (scope, actor, key) the sha256 of the body it
+    came with and the resource it made, so a retry gets the same answer and a different body
+    under the same key is refused."""
+
+    __tablename__ = "idempotency_keys"
+
+    scope: Mapped[str] = mapped_column(String(16), primary_key=True)
+    actor: Mapped[str] = mapped_column(String(100), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    body_sha256: Mapped[str] = mapped_column(String(64), nullable=False)
+    resource_id: Mapped[str] = mapped_column(String(32), nullable=False)
+    status_code: Mapped[int] = mapped_column(Integer, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)

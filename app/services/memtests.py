@@ -21,6 +21,28 @@ class ParsedMemtest:
     fields: MemtestFields
 
 
+def lone_surrogate_path(value: Any, path: str) -> str | None:
+    """The dotted path of the first string (or key) holding a lone surrogate, if any."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(value, dict):
+        for key, child in value.items():
+            child_path = f"{path}.{key}" if path else str(key)
+            found = lone_surrogate_path(key, child_path) or lone_surrogate_path(child, child_path)
+            if found is not None:
+                return found.encode("utf-8", "replace").decode("utf-8")
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            found = lone_surrogate_path(child, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
 def parse_upload(raw: bytes) -> ParsedMemtest:
     """Raises `MemtestSchemaError` (field, message) for anything that is not a valid
     `trainfit.memtest/1` document."""
@@ -33,6 +55,9 @@ def parse_upload(raw: bytes) -> ParsedMemtest:
     if "\x00" in text:
         raise MemtestSchemaError("", "NUL character in the document")
     document = load_memtest(raw)
+    surrogate = lone_surrogate_path(document, "")
+    if surrogate is not None:  # valid JSON escapes, but no text column can store them
+        raise MemtestSchemaError(surrogate, "lone UTF-16 surrogate (not valid Unicode text)")
     env = document["environment"]
     model = document["model"]
     for field, value in (

@@ -12,6 +12,8 @@ from app.settings import Settings
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 UPLOAD_TOKEN = "upload-secret-0123"
 APPROVER_TOKEN = "approve-secret-4567"
+REQUESTER_TOKEN = "request-secret-8901"  # alice
+OTHER_REQUESTER_TOKEN = "request-secret-2345"  # bob
 
 
 def postgres_unreachable() -> str | None:
@@ -30,6 +32,7 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "database_url": database_url,
         "upload_tokens": f"ci={UPLOAD_TOKEN}",
         "approver_tokens": f"kral={APPROVER_TOKEN}",
+        "requester_tokens": f"alice={REQUESTER_TOKEN},bob={OTHER_REQUESTER_TOKEN}",
         "secret_key": "test-secret-key",
     }
     values.update(overrides)
@@ -42,6 +45,10 @@ def upload_headers() -> dict[str, str]:
 
 def approver_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {APPROVER_TOKEN}"}
+
+
+def requester_headers(token: str = REQUESTER_TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 SEED_TARGETS = [

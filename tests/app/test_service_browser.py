@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from service_support import APPROVER_TOKEN, SEED_TARGETS
+from service_support import APPROVER_TOKEN, REQUESTER_TOKEN, SEED_TARGETS
 
 CHROMIUM = os.environ.get("TRAINFIT_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -59,7 +59,7 @@ def test_seed_case_in_the_browser(live_server: str) -> None:
             page.screenshot(path=str(ARTIFACTS / "browser_2_result.png"), full_page=True)
 
             page.select_option("#quote-variant", index=0)
-            page.fill("#quote-created-by", "alice")
+            page.fill("#quote-token", REQUESTER_TOKEN)
             page.click("#save-quote")
             expect(page.locator("#quote-status")).to_have_text("pending")
             assert "/quotes/" in page.url
@@ -70,6 +70,7 @@ def test_seed_case_in_the_browser(live_server: str) -> None:
             page.click("#approve")
             expect(page.locator("#quote-status")).to_have_text("approved")
             expect(page.locator("#audit tbody tr")).to_have_count(2)
+            expect(page.locator("#audit tbody tr").first).to_contain_text("alice")
             page.screenshot(path=str(ARTIFACTS / "browser_4_approved.png"), full_page=True)
         finally:
             browser.close()

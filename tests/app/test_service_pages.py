@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from service_support import APPROVER_TOKEN, SEED_TARGETS, memtest_bytes, memtest_doc, upload_headers
+from service_support import (
+    APPROVER_TOKEN,
+    REQUESTER_TOKEN,
+    SEED_TARGETS,
+    approver_headers,
+    memtest_bytes,
+    memtest_doc,
+    upload_headers,
+)
 
 
 def csrf(client: TestClient, path: str = "/") -> str:
@@ -125,7 +133,7 @@ def _save_quote(client: TestClient) -> str:
             "variant": "0",
             "request_json": html.unescape(bodies[0]),
             "title": "seed run",
-            "created_by": "alice",
+            "token": REQUESTER_TOKEN,
         },
         follow_redirects=False,
     )
@@ -139,6 +147,10 @@ def test_save_quote_and_approve_it_with_the_token(sqlite_client: TestClient) -> 
     quote_id = _save_quote(sqlite_client)
     page = sqlite_client.get(f"/quotes/{quote_id}")
     assert 'id="quote-status">pending' in page.text
+    shown = re.search(r'name="content_hash" value="([0-9a-f]{64})"', page.text)
+    assert shown, "the decision form carries the content hash the page shows"
+    content_hash = shown.group(1)
+    assert f'id="content-hash">{content_hash}<' in page.text
     token = csrf(sqlite_client, f"/quotes/{quote_id}")
     wrong = sqlite_client.post(
         f"/quotes/{quote_id}/decision",
@@ -153,14 +165,61 @@ def test_save_quote_and_approve_it_with_the_token(sqlite_client: TestClient) -> 
             "decision": "approve",
             "token": APPROVER_TOKEN,
             "comment": "go <b>now</b>",
+            "content_hash": content_hash,
         },
     )
     assert done.status_code == 200
     assert 'id="quote-status">approved' in done.text
     assert "go &lt;b&gt;now&lt;/b&gt;" in done.text
     api = sqlite_client.get(f"/v1/quotes/{quote_id}").json()
-    assert [a["to_status"] for a in api["audit"]] == ["pending", "approved"]
-    assert api["approver"] == "kral"
+    assert [(a["to_status"], a["outcome"]) for a in api["audit"]] == [
+        ("pending", "ok"),
+        ("approved", "denied"),
+        ("approved", "ok"),
+    ]
+    assert api["approver"] == "kral" and api["created_by"] == "alice"
+
+
+def test_quote_form_needs_a_requester_token(sqlite_client: TestClient) -> None:
+    token = csrf(sqlite_client)
+    page = sqlite_client.post("/estimate", data=seed_form(checkpointing="offload", loss="chunked"))
+    body = re.findall(r'name="request_json" value="([^"]+)"', page.text)[0]
+    import html
+
+    form = {"csrf_token": token, "variant": "0", "request_json": html.unescape(body)}
+    for extra in ({}, {"token": "not-a-token-at-all"}, {"created_by": "kral"}):
+        refused = sqlite_client.post("/quotes", data={**form, **extra}, follow_redirects=False)
+        assert refused.status_code == 403, extra
+    assert sqlite_client.get("/v1/quotes", headers=approver_headers()).json() == []
+
+
+def test_quote_page_decision_with_a_stale_hash_is_409(sqlite_client: TestClient) -> None:
+    quote_id = _save_quote(sqlite_client)
+    token = csrf(sqlite_client, f"/quotes/{quote_id}")
+    form = {"csrf_token": token, "decision": "approve", "token": APPROVER_TOKEN}
+    stale = sqlite_client.post(
+        f"/quotes/{quote_id}/decision", data={**form, "content_hash": "0" * 64}
+    )
+    assert stale.status_code == 409
+    assert "changed since you saw it" in stale.text
+    repriced = sqlite_client.post(
+        f"/quotes/{quote_id}/decision",
+        data={"csrf_token": token, "decision": "reprice", "token": REQUESTER_TOKEN},
+    )
+    assert repriced.status_code == 200 and "Quote repriced." in repriced.text
+    assert sqlite_client.get(f"/v1/quotes/{quote_id}").json()["version"] == 2
+
+
+def test_quote_list_page_needs_a_token(sqlite_client: TestClient) -> None:
+    quote_id = _save_quote(sqlite_client)
+    assert quote_id not in sqlite_client.get("/quotes").text
+    token = csrf(sqlite_client, "/quotes")
+    mine = sqlite_client.post("/quotes/list", data={"csrf_token": token, "token": REQUESTER_TOKEN})
+    assert mine.status_code == 200 and quote_id in mine.text
+    wrong = sqlite_client.post("/quotes/list", data={"csrf_token": token, "token": "nope-nope"})
+    assert wrong.status_code == 403 and quote_id not in wrong.text
+    no_csrf = sqlite_client.post("/quotes/list", data={"token": REQUESTER_TOKEN})
+    assert no_csrf.status_code == 403
 
 
 def test_quote_post_without_matching_csrf_cookie_is_refused(sqlite_client: TestClient) -> None:

@@ -20,6 +20,7 @@ COMMANDS = {
     "presets",
     "db",
     "serve",
+    "token",
 }
 
 
@@ -78,7 +79,7 @@ def test_every_help_shows_defaults_and_an_example(
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert "example:\n  trainfit " in out
-    if command not in ("presets", "compare", "db"):
+    if command not in ("presets", "compare", "db", "token"):
         assert "(default: " in out
 
 
@@ -104,3 +105,18 @@ def test_solvers_answer_each_gpu_of_a_list(capsys: pytest.CaptureFixture[str]) -
     assert main([*args, "--gpu", "h100-80gb,h200"]) == 0
     out = capsys.readouterr().out
     assert "longest sequence on h100-80gb" in out and "longest sequence on h200" in out
+
+
+def test_token_create_prints_the_secret_once_and_a_hashed_entry(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from app.settings import hash_token
+    from app.tokens import ROLE_VARIABLES
+    from trainfit.cli.service import TOKEN_ROLES
+
+    assert set(TOKEN_ROLES) == set(ROLE_VARIABLES)
+    assert main(["token", "create", "--role", "approver", "--name", "kral"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    secret = lines[0].rsplit(" ", 1)[1]
+    assert lines[1] == f"add to TRAINFIT_APPROVER_TOKENS: kral=sha256:{hash_token(secret)}"
+    assert main(["token", "create", "--role", "approver", "--name", "bad name!"]) == 2

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from service_support import approver_headers, make_settings, memtest_bytes, upload_headers
+from service_support import (
+    approver_headers,
+    make_settings,
+    memtest_bytes,
+    requester_headers,
+    upload_headers,
+)
 
 from app.backup import BackupError, backup, restore, snapshot
 from app.factory import create_app
@@ -44,19 +50,26 @@ def _populate(url: str) -> None:
                 == 201
             )
         request = {"model": {"preset": "qwen3.5-27b"}, "seq_lens": [4096], "gpus": ["h200"]}
-        ids = []
+        quotes = []
         for n in range(3):
-            r = client.post("/v1/quotes", json={"request": request, "title": f"q{n} <b>é</b>"})
+            r = client.post(
+                "/v1/quotes",
+                json={"request": request, "title": f"q{n} <b>é</b>"},
+                headers=requester_headers(),
+            )
             assert r.status_code == 201, r.text
-            ids.append(r.json()["id"])
+            quotes.append(r.json())
+        approve = {"comment": "ok", "content_hash": quotes[0]["content_hash"]}
         assert (
             client.post(
-                f"/v1/quotes/{ids[0]}/approve", json={"comment": "ok"}, headers=approver_headers()
+                f"/v1/quotes/{quotes[0]['id']}/approve", json=approve, headers=approver_headers()
             ).status_code
             == 200
         )
         assert (
-            client.post(f"/v1/quotes/{ids[1]}/reject", headers=approver_headers()).status_code
+            client.post(
+                f"/v1/quotes/{quotes[1]['id']}/reject", headers=approver_headers()
+            ).status_code
             == 200
         )
 
@@ -74,8 +87,15 @@ def test_backup_restore_round_trip_across_backends(tmp_path: Path, pg_database: 
     assert snapshot(back) == snapshot(sqlite_url)
     # the restored service works: a new decision appends to the audit log (PG sequence moved)
     with TestClient(create_app(make_settings(pg_database))) as client:
-        pending = client.get("/v1/quotes", params={"status": "pending"}).json()[0]["id"]
-        r = client.post(f"/v1/quotes/{pending}/approve", headers=approver_headers())
+        pending = client.get(
+            "/v1/quotes", params={"status": "pending"}, headers=approver_headers()
+        ).json()[0]["id"]
+        quote = client.get(f"/v1/quotes/{pending}").json()
+        r = client.post(
+            f"/v1/quotes/{pending}/approve",
+            json={"content_hash": quote["content_hash"]},
+            headers=approver_headers(),
+        )
         assert r.status_code == 200 and len(r.json()["audit"]) == 2
         assert client.get("/v1/memtests").json()["total"] == 3
 

@@ -1,4 +1,5 @@
-"""`trainfit serve` (the web service) and `trainfit db backup|restore` (its database)."""
+"""`trainfit serve` (the web service), `trainfit db backup|restore` (its database) and
+`trainfit token create` (a bearer token for it)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,36 @@ def cmd_db(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+TOKEN_ROLES = ("approver", "requester", "uploader")  # app.tokens.ROLE_VARIABLES
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    """Print a new token once, and the `name=sha256:...` entry for the role's variable."""
+    try:
+        from app.tokens import create_token
+    except ImportError as err:
+        raise _service_missing("token", err) from None
+    try:
+        token = create_token(args.name, args.role)
+    except ValueError as err:
+        raise InputError(f"token --name: {err}") from None
+    sys.stdout.write(f"token (shown once, give it to {token.name}): {token.secret}\n")
+    sys.stdout.write(f"add to {token.variable}: {token.entry}\n")
+    return EXIT_OK
+
+
 def register(sub: Any) -> None:
+    tok = add_command(
+        sub,
+        "token",
+        "create a bearer token for the service (the service keeps only its sha256)",
+        "trainfit token create --role approver --name kral",
+    )
+    tok.add_argument("action", choices=["create"], help="what to do")
+    tok.add_argument("--role", required=True, choices=TOKEN_ROLES, help="what the token may do")
+    tok.add_argument("--name", required=True, help="recorded as the actor in the audit trail")
+    tok.set_defaults(func=cmd_token)
+
     db = add_command(
         sub,
         "db",

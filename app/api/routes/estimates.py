@@ -4,12 +4,13 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from app.api.strict import StrictJsonRoute
 from app.schemas import CheckOut, ValidationErrorOut
 from app.services import estimates
 from estimator.errors import EstimatorInputError
 from estimator.request import CheckRequest, EstimateRequest
 
-router = APIRouter(prefix="/v1", tags=["estimates"])
+router = APIRouter(prefix="/v1", tags=["estimates"], route_class=StrictJsonRoute)
 
 _422 = {422: {"model": ValidationErrorOut, "description": "bad input; `loc` names the field"}}
 

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from app.api.deps import SessionDep, UploaderDep
@@ -17,6 +19,7 @@ from app.schemas import (
     MessageOut,
 )
 from app.services import estimates
+from app.services.idempotency import IdempotencyKeyHeader, record_key, replay_or_claim
 from app.services.memtests import load_stored, parse_upload
 
 router = APIRouter(prefix="/v1/memtests", tags=["memtests"])
@@ -101,8 +104,29 @@ def upload(
     session: SessionDep,
     uploaded_by: UploaderDep,
     raw: Annotated[bytes, Depends(upload_bytes)],
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> MemtestCreated:
     parsed = parse_upload(raw)
+    claim = None
+    if idempotency_key is not None:  # same key + same file: the first answer (201) again
+        replayed, claim = replay_or_claim(
+            session,
+            scope="memtest",
+            actor=uploaded_by,
+            key=idempotency_key,
+            body_sha256=parsed.sha256,
+        )
+        if replayed is not None:
+            response.status_code = claim.status_code
+            row = _get(session, replayed)
+            response.headers["Location"] = f"/v1/memtests/{row.id}"
+            created = claim.status_code == 201
+            return MemtestCreated(
+                id=row.id,
+                sha256=row.content_sha256,
+                duplicate=not created,
+                url=f"/memtests/{row.id}",
+            )
     row, created = repository.add_memtest(
         session,
         raw=parsed.text,
@@ -110,6 +134,8 @@ def upload(
         fields=parsed.fields,
         uploaded_by=uploaded_by,
     )
+    if claim is not None:
+        record_key(session, replace(claim, status_code=201 if created else 200), row.id)
     url = f"/memtests/{row.id}"
     response.headers["Location"] = f"/v1/memtests/{row.id}"
     if not created:
@@ -172,4 +198,9 @@ def get_raw(session: SessionDep, memtest_id: str) -> Response:
 )
 def comparison(session: SessionDep, memtest_id: str, profile: str = "default") -> dict[str, Any]:
     row = _get(session, memtest_id)
-    return estimates.compare_memtest(load_stored(row.raw_json), profile=profile)
+    try:
+        return estimates.compare_memtest(load_stored(row.raw_json), profile=profile)
+    except ValidationError as exc:  # the stored file does not make a request (e.g. a long name)
+        raise HTTPException(
+            422, detail=f"the stored memtest cannot be compared: {exc.errors()[0]['msg']}"
+        ) from None

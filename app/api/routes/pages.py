@@ -17,8 +17,9 @@ from app.api.deps import SessionDep
 from app.db import repository
 from app.security import (
     CSRF_FIELD,
-    authenticate,
+    Identity,
     csrf_token_for,
+    quote_identity,
     set_csrf_cookie,
     verify_csrf,
 )
@@ -183,17 +184,19 @@ async def save_quote(request: Request, session: SessionDep) -> Response:
     except (ValueError, IndexError, ValidationError):
         return _error_page(request, 422, "The quote form is incomplete: make the estimate again.")
     title = str(form.get("title", ""))[:200]
-    created_by = str(form.get("created_by", "")).strip()[:100] or "anonymous"
     comment = str(form.get("comment", "")).strip()[:10_000] or None
-    if "\x00" in f"{title}{created_by}{comment or ''}":
-        return _error_page(request, 422, "Title, name and comment may not contain NUL characters.")
+    if "\x00" in f"{title}{comment or ''}":
+        return _error_page(request, 422, "Title and comment may not contain NUL characters.")
+    identity = _form_identity(request, form, "save quotes")
+    if identity is None:
+        return _error_page(request, 403, "That is not a requester or approver token.")
     try:
         quote = await run_in_threadpool(
             quotes.create_quote,
             session,
             body,
             title=title,
-            created_by=created_by,
+            created_by=identity.name,
             comment=comment,
         )
     except EstimatorInputError as exc:
@@ -201,10 +204,37 @@ async def save_quote(request: Request, session: SessionDep) -> Response:
     return RedirectResponse(quotes.quote_url(quote.id), status_code=303)
 
 
+def _form_identity(request: Request, form: Any, what: str) -> Identity | None:
+    """The requester or approver behind the form's `token` field, or None."""
+    token = str(form.get("token", "")).strip() or None
+    if token is None:
+        return None
+    try:
+        return quote_identity(token, request.app.state.settings, what)
+    except HTTPException:
+        return None
+
+
 @router.get("/quotes", response_class=HTMLResponse)
-def quotes_page(request: Request, session: SessionDep) -> HTMLResponse:
-    rows = [quotes.to_summary(q) for q in repository.list_quotes(session)]
-    return _render(request, "quotes.html", {"quotes": rows})
+def quotes_page(request: Request) -> HTMLResponse:
+    """The list needs a token (a requester sees their own quotes, an approver all): the page
+    asks for it and posts it (never in the URL)."""
+    return _render(request, "quotes.html", {"quotes": None})
+
+
+@router.post("/quotes/list", response_class=HTMLResponse)
+async def quotes_list_page(request: Request, session: SessionDep) -> HTMLResponse:
+    form = await request.form(max_files=0, max_fields=10)
+    submitted = form.get(CSRF_FIELD)
+    verify_csrf(request, submitted if isinstance(submitted, str) else None)
+    identity = _form_identity(request, form, "list quotes")
+    if identity is None:
+        context = {"quotes": None, "error": "That is not a requester or approver token."}
+        return _render(request, "quotes.html", context, 403)
+    owner = None if identity.is_approver else identity.name
+    rows = await run_in_threadpool(repository.list_quotes, session, created_by=owner, limit=500)
+    context = {"quotes": [quotes.to_summary(q) for q in rows], "who": identity}
+    return _render(request, "quotes.html", context)
 
 
 def _quote_context(session: SessionDep, quote_id: str) -> dict[str, Any] | None:
@@ -232,20 +262,22 @@ def quote_page(request: Request, session: SessionDep, quote_id: str) -> HTMLResp
     if context is None:
         return _error_page(request, 404, f"No quote {quote_id!r}.")
     done = request.query_params.get("done")
-    if done in ("approved", "rejected"):
+    if done in ("approved", "rejected", "repriced"):
         context["message"] = f"Quote {done}."
     return _render(request, "quote.html", context)
 
 
 @router.post("/quotes/{quote_id}/decision", response_class=HTMLResponse)
 async def decide_quote(request: Request, session: SessionDep, quote_id: str) -> Response:
+    """Approve, reject or re-price from the quote page (a token field; CSRF checked). Approving
+    binds to the content hash the page was rendered with (hidden field)."""
     form = await request.form(max_files=0, max_fields=20)
     submitted = form.get(CSRF_FIELD)
     verify_csrf(request, submitted if isinstance(submitted, str) else None)
-    decision = form.get("decision")
-    token = str(form.get("token", "")).strip() or None
+    decision = str(form.get("decision"))
     comment = str(form.get("comment", "")).strip()[:10_000] or None
-    to_status = {"approve": "approved", "reject": "rejected"}.get(str(decision))
+    seen_hash = str(form.get("content_hash", "")).strip()[:64] or None
+    to_status = {"approve": "approved", "reject": "rejected", "reprice": "repriced"}.get(decision)
 
     def fail(status_code: int, message: str) -> HTMLResponse:
         context = _quote_context(session, quote_id)
@@ -254,34 +286,47 @@ async def decide_quote(request: Request, session: SessionDep, quote_id: str) -> 
         context["error"] = message
         return _render(request, "quote.html", context, status_code)
 
-    if to_status is None:
-        return fail(422, "Choose approve or reject.")
-    if comment and "\x00" in comment:
-        return fail(422, "The comment may not contain NUL characters.")
-    try:
-        actor = authenticate(token, request.app.state.settings.approver_tokens, "approve quotes")
-    except HTTPException as exc:
-        return fail(exc.status_code, "That is not an approver token.")
-    try:
-        quote = await run_in_threadpool(
-            repository.change_quote_status,
-            session,
-            quote_id,
-            to_status=to_status,
-            actor=actor,
-            comment=comment,
-        )
-    except repository.TransitionError as exc:
-        return fail(409, str(exc))
+    quote = repository.get_quote(session, quote_id)
     if quote is None:
         return _error_page(request, 404, f"No quote {quote_id!r}.")
+    if to_status is None:
+        return fail(422, "Choose approve, reject or re-price.")
+    if comment and "\x00" in comment:
+        return fail(422, "The comment may not contain NUL characters.")
+    identity = _form_identity(request, form, "decide quotes")
+    if to_status == "repriced":
+        if identity is None or not (identity.is_approver or identity.name == quote.created_by):
+            return fail(403, "Re-pricing needs the creator's token or an approver token.")
+        try:
+            await run_in_threadpool(quotes.reprice, session, quote, identity.name)
+        except (repository.TransitionError, repository.ContentChanged) as exc:
+            return fail(409, str(exc))
+        return RedirectResponse(f"{quotes.quote_url(quote_id)}?done=repriced", status_code=303)
+    if identity is None or not identity.is_approver:
+        actor = identity.name if identity else "invalid-token"
+        reason = "That is not an approver token."
+        repository.record_denied(session, quote, wanted=to_status, actor=actor, reason=reason)
+        return fail(403, reason)
+    try:
+        await run_in_threadpool(
+            quotes.decide,
+            session,
+            quote,
+            to_status=to_status,
+            actor=identity.name,
+            comment=comment,
+            presented_hash=seen_hash,
+        )
+    except quotes.DecisionRefused as exc:
+        return fail(exc.status_code, exc.reason)
     return RedirectResponse(f"{quotes.quote_url(quote_id)}?done={to_status}", status_code=303)
 
 
 @router.get("/memtests", response_class=HTMLResponse)
 def memtests_page(request: Request, session: SessionDep) -> HTMLResponse:
     rows, _ = repository.list_memtests(session, limit=500)
-    return _render(request, "memtests.html", {"items": rows, "base_url": str(request.base_url)})
+    base_url = request.app.state.settings.base_url.rstrip("/") + "/"  # never the Host header
+    return _render(request, "memtests.html", {"items": rows, "base_url": base_url})
 
 
 @router.get("/memtests/{memtest_id}", response_class=HTMLResponse)
@@ -298,8 +343,14 @@ def memtest_page(
     error = None
     try:
         rows = report.comparison_rows(estimates.compare_memtest(doc, profile=profile))
-    except EstimatorInputError as exc:
-        error = f"{exc.field}: {exc.message}"
+    except (EstimatorInputError, ValidationError) as exc:  # the stored file, not this request
+        error = (
+            f"{exc.field}: {exc.message}"
+            if isinstance(exc, EstimatorInputError)
+            else "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:3]
+            )
+        )
         rows = [
             report.ComparisonRow(
                 r["seq_len"], r["status"], r.get("peak_allocated_bytes"), None, None, None

@@ -6,11 +6,12 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from app.api.strict import StrictJsonRoute
 from app.schemas import ValidationErrorOut
 from estimator import document as api
 from estimator.request import RecommendRequest, SolverRequest
 
-router = APIRouter(prefix="/v1", tags=["solvers"])
+router = APIRouter(prefix="/v1", tags=["solvers"], route_class=StrictJsonRoute)
 
 _422 = {422: {"model": ValidationErrorOut, "description": "bad input; `loc` names the field"}}
 
