@@ -2,7 +2,8 @@
 
 For each sequence length: one probe run (`probe.runner.run_probe`, device `cpu`, or `fake` for
 models too large for this machine: the model is built, then `--steps` training steps) is
-recorded with `probe.allocator_trace`, and the trace is
+recorded with `probe.allocator_trace` (through the probe's tracker, with the runner's
+per-length empty_cache + peak reset, so the peaks are those of the steps), and the trace is
 replayed through `probe.allocator` twice, with `expandable_segments` off and on. The table shows
 the allocated peak (the probe's own storage tracker, and the replay's, which also covers model
 building), the simulated `max_memory_reserved`, and the slack ratio reserved / allocated that
@@ -39,17 +40,22 @@ def record_run(
     seq: int,
     steps: int,
     device: str = "cpu",
+    recorder: str = "tracker",
 ) -> tuple[list[Event], int]:
     """Trace one probe run of one length; returns the events and the probe tracker's peak.
 
-    `cpu`: real tensors, recorded by the recorder's own dispatch mode around the run;
-    `fake`: FakeTensorMode, recorded through the probe's tracker (`record_probe_tracker`).
+    `recorder="tracker"` (cpu or fake): through the probe's tracker (`record_probe_tracker`),
+    with the runner's per-length `empty_cache` + `reset_peak` marks, so the replay's peaks are
+    those of the measured length, as in a GPU memtest. `recorder="dispatch"` (cpu only): the
+    recorder's own dispatch mode around the whole run (build + steps, no marks).
     """
     from probe import runner
     from probe.allocator_trace import record_allocations, record_probe_tracker
 
-    recorder = record_probe_tracker() if device == "fake" else record_allocations(device="cpu")
-    with recorder as trace:
+    if recorder == "dispatch" and device != "cpu":
+        raise ValueError("recorder: 'dispatch' sees real tensors only; use device 'cpu'")
+    rec = record_allocations(device="cpu") if recorder == "dispatch" else record_probe_tracker()
+    with rec as trace:
         doc = runner.run_probe(config, setup, [seq], steps=steps, device=device)
     result = doc["results"][0]
     if result["status"] != "ok":

@@ -58,11 +58,11 @@ counter (cudaMalloc's real addresses only break ties between equal-sized free bl
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Hashable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from probe.allocator_blocks import Block, BlockPool, Segment, expandable_size, has_space
 from probe.allocator_events import Event, TraceError
 
 __all__ = [
@@ -149,99 +149,6 @@ class SimulatedOOM(Exception):
         )
 
 
-# -- internal structures: a Block is a slice of a segment; free mapped blocks sit in a pool ---
-
-
-class _Segment:
-    """One cudaMalloc segment, or one expandable segment (`page` set) with its address space."""
-
-    __slots__ = ("base", "size", "page")
-
-    def __init__(self, base: int, size: int, page: int | None) -> None:
-        self.base = base
-        self.size = size
-        self.page = page
-
-    @property
-    def expandable(self) -> bool:
-        return self.page is not None
-
-
-class _Block:
-    """`struct Block`: address range, in-use flag, neighbours in the same segment."""
-
-    __slots__ = ("ptr", "size", "small", "segment", "allocated", "mapped", "prev", "next")
-
-    def __init__(self, ptr: int, size: int, small: bool, segment: _Segment, mapped: bool = True):
-        self.ptr = ptr
-        self.size = size
-        self.small = small
-        self.segment = segment
-        self.allocated = False
-        self.mapped = mapped
-        self.prev: _Block | None = None
-        self.next: _Block | None = None
-
-    def is_split(self) -> bool:
-        return self.prev is not None or self.next is not None
-
-    def splice(self, before: _Block | None, after: _Block | None) -> None:
-        """`Block::splice`: put this block between `before` and `after`."""
-        if before is not None:
-            before.next = self
-        self.prev = before
-        if after is not None:
-            after.prev = self
-        self.next = after
-
-
-class _Pool:
-    """`struct BlockPool`: free mapped blocks ordered by (size, address), unmapped by address."""
-
-    def __init__(self, small: bool) -> None:
-        self.small = small
-        self._keys: list[tuple[int, int]] = []
-        self._blocks: dict[int, _Block] = {}
-        self._unmapped_keys: list[int] = []
-        self._unmapped: dict[int, _Block] = {}
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def insert(self, b: _Block) -> None:
-        bisect.insort(self._keys, (b.size, b.ptr))
-        self._blocks[b.ptr] = b
-
-    def remove(self, b: _Block) -> None:
-        i = bisect.bisect_left(self._keys, (b.size, b.ptr))
-        assert self._keys[i] == (b.size, b.ptr), "block not in pool"
-        del self._keys[i]
-        del self._blocks[b.ptr]
-
-    def lower_bound(self, size: int) -> int:
-        """Index of the smallest free block with at least `size` bytes (lowest address first)."""
-        return bisect.bisect_left(self._keys, (size, -1))
-
-    def at(self, i: int) -> _Block:
-        return self._blocks[self._keys[i][1]]
-
-    def free_blocks(self) -> list[_Block]:
-        return [self._blocks[ptr] for _, ptr in self._keys]
-
-    def insert_unmapped(self, b: _Block) -> None:
-        bisect.insort(self._unmapped_keys, b.ptr)
-        self._unmapped[b.ptr] = b
-
-    def remove_unmapped(self, b: _Block) -> None:
-        i = bisect.bisect_left(self._unmapped_keys, b.ptr)
-        assert self._unmapped_keys[i] == b.ptr, "block not in the unmapped set"
-        del self._unmapped_keys[i]
-        del self._unmapped[b.ptr]
-
-    def unmapped_blocks(self) -> list[_Block]:
-        return [self._unmapped[ptr] for ptr in self._unmapped_keys]
-
-
 @dataclass
 class AllocatorStats:
     """Counters named after `DeviceStats` (bytes unless the name says otherwise)."""
@@ -270,9 +177,9 @@ class CachingAllocatorSim:
     def __init__(self, config: AllocatorConfig | None = None) -> None:
         self.config = config or AllocatorConfig()
         self.stats = AllocatorStats()
-        self._small = _Pool(small=True)
-        self._large = _Pool(small=False)
-        self._live: dict[Hashable, _Block | None] = {}  # None: a 0-byte request (no block)
+        self._small = BlockPool(small=True)
+        self._large = BlockPool(small=False)
+        self._live: dict[Hashable, Block | None] = {}  # None: a 0-byte request (no block)
         self._next_address = 1 << 40
         mss = self.config.max_split_size
         self._mss = mss if mss is not None else 1 << 64  # SIZE_MAX: no block is oversize
@@ -296,7 +203,7 @@ class CachingAllocatorSim:
             return self.config.large_segment_size
         return -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
 
-    def _pool(self, size: int) -> _Pool:
+    def _pool(self, size: int) -> BlockPool:
         """`get_pool`: requests up to kSmallSize go to the small pool."""
         return self._small if size <= K_SMALL_SIZE else self._large
 
@@ -365,13 +272,13 @@ class CachingAllocatorSim:
 
     def segments(self) -> list[dict[str, int | bool]]:
         """Per mapped range of memory (like `snapshot()`): total, allocated and free bytes."""
-        heads: dict[int, _Block] = {}
+        heads: dict[int, Block] = {}
         for b in self._all_blocks():
             if b.mapped and (b.prev is None or not b.prev.mapped):
                 heads[b.ptr] = b
         out: list[dict[str, int | bool]] = []
         for ptr in sorted(heads):
-            b: _Block | None = heads[ptr]
+            b: Block | None = heads[ptr]
             total = used = 0
             large = not heads[ptr].small
             expandable = heads[ptr].segment.expandable
@@ -398,7 +305,7 @@ class CachingAllocatorSim:
 
     # -- block search and splitting --------------------------------------------------------
 
-    def _get_free_block(self, pool: _Pool, size: int) -> _Block | None:
+    def _get_free_block(self, pool: BlockPool, size: int) -> Block | None:
         """`get_free_block`: best fit, with the expandable-tail and oversize-block rules."""
         i = pool.lower_bound(size)
         if i == len(pool):
@@ -407,7 +314,7 @@ class CachingAllocatorSim:
         if b.segment.expandable:
             # a free block at the end of an expandable segment counts as the size it can grow to,
             # so a block that fits without growing the segment is preferred
-            while i + 1 < len(pool) and _expandable_size(pool.at(i + 1)) < _expandable_size(b):
+            while i + 1 < len(pool) and expandable_size(pool.at(i + 1)) < expandable_size(b):
                 i += 1
                 b = pool.at(i)
                 if not b.segment.expandable:
@@ -419,17 +326,17 @@ class CachingAllocatorSim:
         pool.remove(b)
         return b
 
-    def _should_split(self, pool: _Pool, block: _Block, size: int) -> bool:
+    def _should_split(self, pool: BlockPool, block: Block, size: int) -> bool:
         """`should_split`."""
         remaining = block.size - size
         if pool.small or self.config.expandable_segments:
             return remaining >= K_MIN_BLOCK_SIZE
         return size < self._mss and remaining > K_SMALL_SIZE
 
-    def _alloc_found_block(self, key: Hashable, pool: _Pool, block: _Block, size: int) -> None:
+    def _alloc_found_block(self, key: Hashable, pool: BlockPool, block: Block, size: int) -> None:
         """`alloc_found_block`: split off the tail into the pool when `should_split` says so."""
         if self._should_split(pool, block, size):
-            head = _Block(block.ptr, size, block.small, block.segment)
+            head = Block(block.ptr, size, block.small, block.segment)
             head.splice(block.prev, block)
             block.ptr += size
             block.size -= size
@@ -446,7 +353,7 @@ class CachingAllocatorSim:
         if s.reserved == s.peak_reserved and s.allocated > s.allocated_at_peak_reserved:
             self._snapshot_peak()
 
-    def _try_merge(self, pool: _Pool, dst: _Block, src: _Block | None) -> int:
+    def _try_merge(self, pool: BlockPool, dst: Block, src: Block | None) -> int:
         """`try_merge_blocks`: absorb a free neighbour with the same mapped state."""
         if src is None or src.allocated or src.mapped != dst.mapped:
             return 0
@@ -482,15 +389,17 @@ class CachingAllocatorSim:
             s.peak_reserved = s.reserved
             self._snapshot_peak()
 
-    def _add_segment(self, size: int, page: int | None) -> _Segment:
-        seg = _Segment(self._next_address, size, page)
+    def _add_segment(self, size: int, page: int | None) -> Segment:
+        seg = Segment(self._next_address, size, page)
         self._next_address += size + K_ROUND_LARGE
         s = self.stats
         s.segments += 1
         s.peak_segments = max(s.peak_segments, s.segments)
         return seg
 
-    def _alloc_block(self, pool: _Pool, size: int, alloc_size: int, retry: bool) -> _Block | None:
+    def _alloc_block(
+        self, pool: BlockPool, size: int, alloc_size: int, retry: bool
+    ) -> Block | None:
         """`alloc_block`: a new cudaMalloc segment of `alloc_size`, or expandable pages."""
         if retry:
             self.stats.alloc_retries += 1
@@ -500,9 +409,9 @@ class CachingAllocatorSim:
             return None  # cudaMalloc -> cudaErrorMemoryAllocation
         seg = self._add_segment(alloc_size, None)
         self._grow_reserved(alloc_size, pool.small)
-        return _Block(seg.base, alloc_size, pool.small, seg)
+        return Block(seg.base, alloc_size, pool.small, seg)
 
-    def _release_block(self, pool: _Pool, block: _Block) -> None:
+    def _release_block(self, pool: BlockPool, block: Block) -> None:
         """`release_block`: cudaFree a whole cached segment."""
         pool.remove(block)
         s = self.stats
@@ -512,7 +421,7 @@ class CachingAllocatorSim:
         s.segments -= 1
         s.device_frees += 1
 
-    def _release_available_cached_blocks(self, pool: _Pool, size: int) -> bool:
+    def _release_available_cached_blocks(self, pool: BlockPool, size: int) -> bool:
         """`release_available_cached_blocks`: free oversize cached blocks (max_split_size set)."""
         if self.config.max_split_size is None:
             return False
@@ -537,7 +446,7 @@ class CachingAllocatorSim:
     def _release_cached_blocks(self) -> bool:
         """`release_cached_blocks` -> `release_blocks` for the large, then the small pool."""
         for pool in (self._large, self._small):
-            to_unmap: list[_Block] = []
+            to_unmap: list[Block] = []
             for b in pool.free_blocks():
                 if b.segment.expandable:
                     to_unmap.append(b)
@@ -551,21 +460,21 @@ class CachingAllocatorSim:
 
     # -- expandable segments --------------------------------------------------------------
 
-    def _find_expandable_block(self, pool: _Pool, size: int) -> _Block:
+    def _find_expandable_block(self, pool: BlockPool, size: int) -> Block:
         """`find_expandable_block`: lowest address with enough free + unmapped space."""
         for c in pool.unmapped_blocks():
             if c.prev is not None and not c.prev.allocated:
                 c = c.prev
-            if _has_space(c, size):
+            if has_space(c, size):
                 return c
         page = K_SMALL_BUFFER if pool.small else self.config.large_segment_size
         space = self.config.device_memory + self.config.device_memory // 8
         seg = self._add_segment(-(-space // page) * page, page)
-        candidate = _Block(seg.base, seg.size, pool.small, seg, mapped=False)
+        candidate = Block(seg.base, seg.size, pool.small, seg, mapped=False)
         pool.insert_unmapped(candidate)
         return candidate
 
-    def _map_block(self, pool: _Pool, to_map: _Block, size: int) -> bool:
+    def _map_block(self, pool: BlockPool, to_map: Block, size: int) -> bool:
         """`map_block` + `ExpandableSegment::map`: back `size` bytes with whole pages."""
         seg = to_map.segment
         assert seg.page is not None
@@ -577,7 +486,7 @@ class CachingAllocatorSim:
         pool.remove_unmapped(to_map)
         to_map.mapped = True
         if mapped < to_map.size:
-            rest = _Block(to_map.ptr + mapped, to_map.size - mapped, pool.small, seg, mapped=False)
+            rest = Block(to_map.ptr + mapped, to_map.size - mapped, pool.small, seg, mapped=False)
             rest.splice(to_map, to_map.next)
             pool.insert_unmapped(rest)
             to_map.size = mapped
@@ -587,7 +496,7 @@ class CachingAllocatorSim:
         self._grow_reserved(mapped, pool.small)
         return True
 
-    def _try_allocate_expandable_block(self, pool: _Pool, size: int) -> _Block | None:
+    def _try_allocate_expandable_block(self, pool: BlockPool, size: int) -> Block | None:
         """`try_allocate_expandable_block`: map pages until a free block of `size` exists."""
         c = self._find_expandable_block(pool, size)
         if not c.mapped and not self._map_block(pool, c, min(c.size, size)):
@@ -601,7 +510,7 @@ class CachingAllocatorSim:
         pool.remove(c)
         return c
 
-    def _unmap_block(self, pool: _Pool, block: _Block) -> None:
+    def _unmap_block(self, pool: BlockPool, block: Block) -> None:
         """`unmap_block`: give back the whole pages inside a free block of an expandable segment."""
         seg = block.segment
         assert seg.page is not None
@@ -614,12 +523,12 @@ class CachingAllocatorSim:
         pool.remove(block)
         before = u_ptr - block.ptr
         if before > 0:
-            head = _Block(block.ptr, before, pool.small, seg)
+            head = Block(block.ptr, before, pool.small, seg)
             head.splice(block.prev, block)
             pool.insert(head)
         after = block.size - before - u_size
         if after > 0:
-            tail = _Block(u_ptr + u_size, after, pool.small, seg)
+            tail = Block(u_ptr + u_size, after, pool.small, seg)
             tail.splice(block, block.next)
             pool.insert(tail)
         block.ptr = u_ptr
@@ -633,30 +542,15 @@ class CachingAllocatorSim:
             self.stats.small_reserved -= u_size
         self.stats.device_frees += 1
 
-    def _release_expandable_segment(self, pool: _Pool, block: _Block) -> None:
+    def _release_expandable_segment(self, pool: BlockPool, block: Block) -> None:
         """`release_expandable_segment`: drop a segment whose pages are all unmapped."""
         pool.remove_unmapped(block)
         self.stats.segments -= 1
 
-    def _all_blocks(self) -> list[_Block]:
+    def _all_blocks(self) -> list[Block]:
         blocks = self._small.free_blocks() + self._large.free_blocks()
         blocks += [b for b in self._live.values() if b is not None]
         return blocks
-
-
-def _expandable_size(b: _Block) -> int:
-    """`get_free_block`'s `expandable_size`: a block plus the unmapped space right after it."""
-    nxt = b.next
-    return b.size + (nxt.size if nxt is not None and not nxt.mapped else 0)
-
-
-def _has_space(b: _Block | None, size: int) -> bool:
-    """`find_expandable_block`'s `has_available_address_space`."""
-    total = 0
-    while total < size and b is not None and not b.allocated:
-        total += b.size
-        b = b.next
-    return total >= size
 
 
 def _roundup_power2_next_division(size: int, divisions: int) -> int:

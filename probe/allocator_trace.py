@@ -12,7 +12,10 @@ full event order instead of a running sum:
   fake mode answers the ops itself; see probe-notes): while active, `probe.runner` builds its
   `StorageTracker` as a subclass that also logs every storage it counts, so a fake trace of a
   70 B model costs what the fake probe run costs. Offloaded copies (`mark_host`) leave the
-  device, so they are logged as freed.
+  device, so they are logged as freed. Where the runner resets the tracker's peak (the start of
+  each length, where on CUDA it empties the cache and resets the peak stats) the trace gets
+  `empty_cache` and `reset_peak` events, so a replay gives per-length peaks like a GPU memtest.
+  Works for `cpu` runs too.
 
 What a trace cannot show: storages created outside the dispatcher (none in a plain training
 step), memory that CUDA kernels would allocate but CPU kernels do not (cuBLAS workspaces,
@@ -170,6 +173,13 @@ def _recording_tracker_class(base: type[Any], log: _StorageLog) -> type[Any]:
         def mark_host(self, tensor: Any) -> None:
             super().mark_host(tensor)
             log.leave_device(tensor)
+
+        def reset_peak(self) -> None:
+            # the runner resets the tracker where, on CUDA, it calls empty_cache() and
+            # reset_peak_memory_stats() (start of each length): mark both in the trace
+            super().reset_peak()
+            log.trace.empty_cache()
+            log.trace.reset_peak()
 
     return RecordingTracker
 

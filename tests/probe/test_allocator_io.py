@@ -83,7 +83,8 @@ def test_the_simulation_imports_without_torch() -> None:
     import sys
 
     code = (
-        "import sys; import probe.allocator, probe.allocator_events, probe.allocator_cli, "
+        "import sys; import probe.allocator, probe.allocator_blocks, probe.allocator_events, "
+        "probe.allocator_cli, "
         "probe.allocator_trace; print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
