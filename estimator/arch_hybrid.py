@@ -83,7 +83,7 @@ def _moe_block(
     shared = c.integer("shared_expert_intermediate_size", 0, minimum=0)
     sparse = moe_layers(c, layers, n_exp)
     n_sparse = sum(sparse)
-    lins = [Linear("gate", hidden, n_exp, n_sparse, group="router")]
+    lins = [Linear("gate", hidden, n_exp, n_sparse, group="router", nn_linear=False)]
     lins += swiglu(hidden, e_inter, n_sparse, "experts", experts=n_exp, active=k)
     if shared:
         lins += swiglu(hidden, shared, n_sparse, "shared_expert")
@@ -150,4 +150,5 @@ def hybrid(c: ConfigReader, family: str) -> ModelSpec:
         qk_norm=True,
         linear_attention=geo,
         moe=moe,
+        peft_fused_experts=family == "qwen3_next",  # in peft's conversion table; Qwen3.5-MoE not
     )

@@ -82,7 +82,7 @@ def deepseek_v3(c: ConfigReader, family: str) -> ModelSpec:
     first_dense = min(c.integer("first_k_dense_replace", 0, minimum=0), layers)
     sparse = [i >= first_dense for i in range(layers)]
     n_sparse = sum(sparse)
-    lins += [Linear("gate", hidden, n_exp, n_sparse, group="router")]
+    lins += [Linear("gate", hidden, n_exp, n_sparse, group="router", nn_linear=False)]
     lins += swiglu(hidden, e_inter, n_sparse, "experts", experts=n_exp, active=k)
     if shared:
         lins += swiglu(hidden, shared, n_sparse, "shared_expert")
@@ -113,6 +113,7 @@ def deepseek_v3(c: ConfigReader, family: str) -> ModelSpec:
         tied_embeddings=tied,
         moe=MoEGeometry(n_exp, k, e_inter, shared),
         mla=geo,
+        peft_fused_experts=True,  # transformers conversion_mapping.py: deepseek_v3 -> qwen2_moe
     )
 
 

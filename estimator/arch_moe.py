@@ -62,7 +62,7 @@ def gpt_oss(c: ConfigReader, family: str) -> ModelSpec:
     inter = c.integer("intermediate_size")
     stored = _stored_dtype(c)
     experts = swiglu(hidden, inter, layers, "experts", bias=True, experts=n_exp, active=k)
-    lins += [Linear("router", hidden, n_exp, layers, True, "router")]
+    lins += [Linear("router", hidden, n_exp, layers, True, "router", nn_linear=False)]
     lins += [replace(lin, stored_dtype=stored) for lin in experts]
     fields = base_fields(c, family, hidden, layers)
     tied = c.flag("tie_word_embeddings", False)

@@ -52,6 +52,8 @@ FOUR_NORMS = ("gemma2", "gemma3_text", "glm4")  # pre/post attention and pre/pos
 POST_NORMS = ("olmo2", "olmo3")  # post-attention and post-feedforward only, q/k norm full width
 QK_NORM = ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_vl_text")  # per-head q_norm/k_norm
 QKV_BIAS = ("qwen2", "qwen2_moe", "qwen2_5_vl_text")  # q/k/v with bias, o_proj without
+# peft 0.21 adapts these types' fused experts under all-linear (transformers conversion_mapping.py)
+PEFT_FUSED_EXPERTS = ("mixtral", "qwen3_moe", "qwen3_next", "deepseek_v3")
 TIED_DEFAULT = ("gemma2", "gemma3_text", "smollm3")
 
 
@@ -81,7 +83,9 @@ def _sparse_mlp(
     shared = 0
     if family == "qwen2_moe":
         shared = c.integer("shared_expert_intermediate_size", 0, minimum=0)
-    lins = [Linear("gate", hidden, n_exp, n_sparse, group="router")]
+    # Qwen2MoeTopKRouter holds a bare weight parameter; Qwen3-MoE's and Mixtral's routers are
+    # adapted through peft's conversion table (see ModelSpec.peft_fused_experts)
+    lins = [Linear("gate", hidden, n_exp, n_sparse, group="router", nn_linear=False)]
     lins += swiglu(hidden, e_inter, n_sparse, "experts", experts=n_exp, active=k)
     if shared:
         lins += swiglu(hidden, shared, n_sparse, "shared_expert")
@@ -135,6 +139,7 @@ def _decoder(c: ConfigReader, family: str) -> ModelSpec:
         sliding_window=sliding or None,
         moe=moe,
         norms_per_layer=per_layer,
+        peft_fused_experts=family in PEFT_FUSED_EXPERTS,
     )
 
 
@@ -193,6 +198,8 @@ _DECODER_FAMILIES = (
     "granite",
     "glm4",
     "smollm3",
+    "qwen2_5_vl_text",
+    "qwen3_vl_text",
 )
 _BUILDERS: dict[str, Builder] = {name: _decoder for name in _DECODER_FAMILIES}
 _BUILDERS.update(
@@ -228,13 +235,8 @@ _TEXT_FAMILIES = {
     "ministral": "mistral",
     "ministral3": "mistral",
     "llama": "llama",
-    "qwen2_5_vl_text": "qwen2",
-    "qwen3_vl_text": "qwen3",
 }
-SUPPORTED_MODEL_TYPES = tuple(
-    sorted({*_BUILDERS, *COMPOSITES, "qwen2_5_vl_text", "qwen3_vl_text"} - {"gemma3_text"})
-    + ["gemma3_text"]
-)
+SUPPORTED_MODEL_TYPES = tuple(sorted({*_BUILDERS, *COMPOSITES}))
 
 
 def _reject_non_finite(value: Any, path: str, depth: int = 0) -> None:

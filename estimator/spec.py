@@ -39,6 +39,7 @@ class Linear:
     experts: int = 1
     active_experts: int = 1
     stored_dtype: str | None = None  # as in the checkpoint when not the model's dtype ("mxfp4")
+    nn_linear: bool = True  # False: a bare nn.Parameter (custom MoE routers), not nn.Linear
 
     @property
     def params_each(self) -> int:
@@ -152,6 +153,10 @@ class ModelSpec:
     attention_sinks: bool = False  # gpt-oss: a learned logit per head joins the softmax
     requires_eager: bool = False  # transformers has no SDPA path for the model (gpt-oss sinks)
     norms_per_layer: int = 2  # RMSNorms on the residual stream per decoder layer
+    # peft's `all-linear` adapts the fused expert banks and the router (peft 0.21
+    # `_convert_peft_config_moe`: model types that transformers' conversion_mapping.py
+    # `_MODEL_TO_CONVERSION_PATTERN` maps to the mixtral or qwen2_moe pattern)
+    peft_fused_experts: bool = False
 
     @property
     def qk_head_dim(self) -> int | None:

@@ -47,6 +47,19 @@ def test_qwen3_5_extras_are_counted_separately() -> None:
     assert spec.count_layers("full_attention") == 16
 
 
+# token ids inside the tiny vocabulary (some config classes default to ids of the real one)
+_BASE = {
+    "hidden_size": 64,
+    "intermediate_size": 160,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 300,
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
 TINY = {
     "llama": {
         "hidden_size": 64,
@@ -151,6 +164,61 @@ TINY = {
         "shared_expert_intermediate_size": 48,
         "full_attention_interval": 2,
     },
+    "qwen2_moe": {
+        **_BASE,
+        "num_hidden_layers": 3,
+        "moe_intermediate_size": 32,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "shared_expert_intermediate_size": 48,
+        "mlp_only_layers": [1],
+    },
+    "olmo2": {**_BASE, "attention_bias": True},
+    "olmo3": {**_BASE, "num_hidden_layers": 4, "sliding_window": 16},
+    "granite": {**_BASE, "mlp_bias": True, "attention_bias": True},
+    "glm4": {**_BASE, "head_dim": 24},
+    "smollm3": {**_BASE, "tie_word_embeddings": False},
+    "deepseek_v3": {
+        **_BASE,
+        "num_hidden_layers": 3,
+        "first_k_dense_replace": 1,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "n_shared_experts": 2,
+        "q_lora_rank": 48,
+        "kv_lora_rank": 32,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 16,
+        "n_group": 2,
+        "topk_group": 1,
+    },
+    "gpt_oss": {**_BASE, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2},
+    "llama4_text": {
+        **_BASE,
+        "num_hidden_layers": 4,
+        "head_dim": 16,
+        "intermediate_size_mlp": 96,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 2,
+        "attention_chunk_size": 32,
+    },
+    "qwen3_5_moe_text": {
+        **_BASE,
+        "num_hidden_layers": 4,
+        "head_dim": 16,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 16,
+        "linear_value_head_dim": 16,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 48,
+        "full_attention_interval": 2,
+    },
 }
 
 
@@ -221,3 +289,163 @@ def test_bad_config_names_the_field(mutation: dict, field: str) -> None:
     with pytest.raises(EstimatorInputError) as err:
         spec_from_config(config)
     assert err.value.field == field
+
+
+_TOKENS = {
+    "image_token_id": 5,
+    "video_token_id": 6,
+    "vision_start_token_id": 7,
+    "vision_end_token_id": 8,
+}
+_QWEN_VISION = {"hidden_size": 32, "intermediate_size": 48, "num_heads": 2, "out_hidden_size": 64}
+# model_type: (ForConditionalGeneration class, text_config, vision_config, top-level overrides)
+MULTIMODAL: dict[str, tuple[str, dict, dict, dict]] = {
+    "qwen2_5_vl": (
+        "Qwen2_5_VLForConditionalGeneration",
+        {**_BASE},
+        {**_QWEN_VISION, "depth": 2, "fullatt_block_indexes": [1]},
+        _TOKENS,
+    ),
+    "qwen3_vl": (
+        "Qwen3VLForConditionalGeneration",
+        {**_BASE, "head_dim": 16},
+        {
+            **_QWEN_VISION,
+            "depth": 3,
+            "deepstack_visual_indexes": [0, 2],
+            "num_position_embeddings": 16,
+        },
+        _TOKENS,
+    ),
+    "qwen3_5_moe": (
+        "Qwen3_5MoeForConditionalGeneration",
+        {
+            **_BASE,
+            "num_hidden_layers": 4,
+            "head_dim": 16,
+            "linear_num_key_heads": 2,
+            "linear_num_value_heads": 4,
+            "linear_key_head_dim": 16,
+            "linear_value_head_dim": 16,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 48,
+            "full_attention_interval": 2,
+        },
+        {**_QWEN_VISION, "depth": 2, "num_position_embeddings": 16},
+        _TOKENS,
+    ),
+    "gemma3": (
+        "Gemma3ForConditionalGeneration",
+        {**_BASE, "head_dim": 16},
+        {
+            "hidden_size": 32,
+            "intermediate_size": 48,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "image_size": 64,
+            "patch_size": 16,
+        },
+        {"image_token_index": 5, "boi_token_index": 6, "eoi_token_index": 7, "mm_tokens_per_image": 4},
+    ),
+    "mistral3": (
+        "Mistral3ForConditionalGeneration",
+        {**_BASE, "head_dim": 16},
+        {
+            "hidden_size": 32,
+            "intermediate_size": 48,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "head_dim": 16,
+            "image_size": 56,
+        },
+        {"image_token_index": 5, "tie_word_embeddings": False},
+    ),
+    "llama4": (
+        "Llama4ForConditionalGeneration",
+        {k: v for k, v in TINY["llama4_text"].items() if k != "attention_chunk_size"},
+        {
+            "hidden_size": 32,
+            "intermediate_size": 48,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "image_size": 56,
+            "vision_output_dim": 40,
+            "projector_input_dim": 40,
+            "projector_output_dim": 40,
+        },
+        {"image_token_index": 5, "boi_token_index": 6, "eoi_token_index": 7},
+    ),
+}
+VISION_PREFIXES = (
+    "model.visual.",
+    "model.vision_tower.",
+    "model.multi_modal_projector.",
+    "vision_model.",
+    "multi_modal_projector.",
+)
+
+
+def _multimodal_config(model_type: str) -> dict:
+    transformers = pytest.importorskip("transformers")
+    _, text, vision, top = MULTIMODAL[model_type]
+    raw = transformers.CONFIG_MAPPING[model_type]().to_dict()
+    for key in ("layer_types", "moe_layers", "no_rope_layers"):
+        raw["text_config"].pop(key, None)
+    raw["text_config"].update(text)
+    raw["vision_config"].update(vision)
+    raw.update(top)
+    return raw
+
+
+@pytest.mark.parametrize("model_type", sorted(MULTIMODAL))
+def test_multimodal_text_and_vision_equal_transformers(model_type: str) -> None:
+    """The text decoder is `params_total`; the vision tower (and projector) is the
+    `vision_tower` extra; together they are the ForConditionalGeneration model."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    raw = _multimodal_config(model_type)
+    config = transformers.CONFIG_MAPPING[model_type].from_dict(raw)
+    with torch.device("meta"):
+        model = getattr(transformers, MULTIMODAL[model_type][0])(config)
+    named = list(model.named_parameters())
+    vision = sum(p.numel() for n, p in named if n.startswith(VISION_PREFIXES))
+    total = sum(p.numel() for _, p in named)
+    spec = spec_from_config(config.to_dict())
+    extras = {g.name: g.params for g in spec.extras}
+    assert vision > 0
+    assert spec.params_total == total - vision
+    assert extras["vision_tower"] == vision
+
+
+NEW_FAMILIES = [
+    "qwen2_moe",
+    "olmo2",
+    "olmo3",
+    "granite",
+    "glm4",
+    "smollm3",
+    "deepseek_v3",
+    "gpt_oss",
+    "llama4_text",
+    "qwen3_5_moe_text",
+]
+
+
+@pytest.mark.parametrize("model_type", NEW_FAMILIES)
+def test_new_families_all_linear_lora_matches_peft(model_type: str) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    from estimator.lora import lora_params
+    from estimator.setup import TrainingSetup
+
+    config = transformers.CONFIG_MAPPING[model_type](**TINY[model_type])
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+        wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules="all-linear"))
+    expected = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+    spec = spec_from_config(config.to_dict())
+    setup = TrainingSetup(method="lora", lora_rank=4, lora_targets=["all-linear"])
+    assert lora_params(spec, setup) == expected
