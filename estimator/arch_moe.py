@@ -145,6 +145,10 @@ def llama4_text(c: ConfigReader, family: str) -> ModelSpec:
         groups,
         intermediate=inter_mlp,
         tied_embeddings=tied,
-        moe=MoEGeometry(n_exp, k, inter, inter),
+        moe=MoEGeometry(n_exp, k, inter, inter, dense_compute=True),
+        notes=(
+            "transformers' Llama4TextMoe computes every expert for every token: activations "
+            "count all experts; FLOPs count the routed top-k (an efficient MoE kernel)",
+        ),
         attention_chunk=chunk,
     )

@@ -114,6 +114,14 @@ class MoEGeometry:
     experts_per_token: int
     expert_intermediate: int
     shared_intermediate: int = 0
+    # Llama4TextMoe (transformers v5 modeling_llama4.py) runs every expert on every token
+    # (`hidden_states.repeat(num_experts, 1)` scaled by the router scores, then a bmm per bank)
+    dense_compute: bool = False
+
+    @property
+    def executed_per_token(self) -> int:
+        """Experts whose matmuls run for each token (all of them under `dense_compute`)."""
+        return self.num_experts if self.dense_compute else self.experts_per_token
 
 
 @dataclass(frozen=True)

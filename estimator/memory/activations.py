@@ -49,7 +49,7 @@ class Context:
             adapter,
             targets,
             setup.lora_rank,
-            setup.attention == "eager",
+            setup.attention == "eager" or (spec.requires_eager and setup.attention == "sdpa"),
             setup.is_adapter and bool(expert_banks(spec, setup)),
         )
 
@@ -112,6 +112,12 @@ def _attention_core(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
     return saved, per_seq
 
 
+def _mla(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
+    from estimator.memory.activations_mla import mla_attention  # imports this module
+
+    return mla_attention(ctx, spec)
+
+
 def _gated_deltanet(ctx: Context, spec: ModelSpec) -> float:
     """Qwen3.5 / Qwen3-Next linear attention: projections, causal conv (input and silu output
     kept), q/k repeated to the value heads, the fla kernel's saved g, beta, A, and the torch
@@ -150,7 +156,7 @@ def _mlp(ctx: Context, spec: ModelSpec, moe: bool) -> tuple[float, float]:
         saved += inputs_saved(ctx, ["down_proj", "mlp.c_proj"], m)
         return saved, float(m)
     assert spec.moe is not None
-    k, me = spec.moe.experts_per_token, spec.moe.expert_intermediate
+    k, me = spec.moe.executed_per_token, spec.moe.expert_intermediate
     saved = inputs_saved(ctx, ["gate"], h) + FP32 * spec.moe.num_experts  # router, fp32 probs
     if ctx.full or ctx.expert_lora:
         saved += cb * k * h  # tokens gathered per expert, saved by the expert matmuls
@@ -178,13 +184,13 @@ def layer_activations(
     if spec.model_type == "gpt2":
         return _gpt2_layer(ctx, spec)
     saved = rms_norm_saved(ctx, h) * 2  # input_layernorm, post_attention_layernorm
-    if spec.model_type in ("gemma2", "gemma3_text"):
+    if spec.norms_per_layer > 2:  # gemma2/3, glm4: post-attention and post-feedforward norms
         saved += rms_norm_saved(ctx, h) * 2  # post-attention and post-feedforward norms
     per_seq = 0.0
     if layer_type == LAYER_LINEAR:
         saved += _gated_deltanet(ctx, spec)
     else:
-        core, per_seq = _attention_core(ctx, spec)
+        core, per_seq = _attention_core(ctx, spec) if spec.mla is None else _mla(ctx, spec)
         saved += core
     mlp_saved, width = _mlp(ctx, spec, mlp_type == MLP_MOE)
     saved += mlp_saved

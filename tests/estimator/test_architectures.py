@@ -181,6 +181,7 @@ TINY = {
     "deepseek_v3": {
         **_BASE,
         "num_hidden_layers": 3,
+        "num_key_value_heads": 4,  # MLA expands keys to every head
         "first_k_dense_replace": 1,
         "n_routed_experts": 8,
         "num_experts_per_tok": 2,
@@ -347,7 +348,12 @@ MULTIMODAL: dict[str, tuple[str, dict, dict, dict]] = {
             "image_size": 64,
             "patch_size": 16,
         },
-        {"image_token_index": 5, "boi_token_index": 6, "eoi_token_index": 7, "mm_tokens_per_image": 4},
+        {
+            "image_token_index": 5,
+            "boi_token_index": 6,
+            "eoi_token_index": 7,
+            "mm_tokens_per_image": 4,
+        },
     ),
     "mistral3": (
         "Mistral3ForConditionalGeneration",

@@ -1,0 +1,157 @@
+"""The new layer kinds (MLA, chunked attention, attention sinks, MXFP4 expert banks, vision
+extras) through the memory and FLOP paths."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from estimator.arch_attention import chunked_pairs
+from estimator.architectures import spec_from_config
+from estimator.flops import attention_core_forward, attention_pairs, step_flops
+from estimator.memory import memory_breakdown
+from estimator.memory.activations import Context, layer_activations
+from estimator.profile import load_profile
+from estimator.setup import TrainingSetup
+from estimator.spec import LAYER_CHUNKED, MXFP4_BYTES_PER_PARAM, ModelSpec
+from tests.estimator.test_architectures import MULTIMODAL, NEW_FAMILIES, TINY, _multimodal_config
+
+DEFAULT = load_profile("default")
+SETUPS = [
+    TrainingSetup(method="full", checkpointing="none"),
+    TrainingSetup(method="full", checkpointing="gpu", attention="eager"),
+    TrainingSetup(method="lora", lora_rank=4, checkpointing="gpu"),
+    TrainingSetup(method="qlora", lora_rank=4, checkpointing="none", attention="flash"),
+]
+
+
+def _tiny(model_type: str) -> ModelSpec:
+    transformers = pytest.importorskip("transformers")
+    return spec_from_config(transformers.CONFIG_MAPPING[model_type](**TINY[model_type]).to_dict())
+
+
+def _all_specs() -> list[tuple[str, str]]:
+    return [("tiny", t) for t in NEW_FAMILIES] + [("multimodal", t) for t in sorted(MULTIMODAL)]
+
+
+@pytest.mark.parametrize("kind,model_type", _all_specs())
+@pytest.mark.parametrize("setup_index", range(len(SETUPS)))
+def test_memory_and_flops_are_finite_and_positive(kind: str, model_type: str, setup_index: int):
+    spec = _tiny(model_type) if kind == "tiny" else spec_from_config(_multimodal_config(model_type))
+    setup = SETUPS[setup_index]
+    mem = memory_breakdown(spec, setup, [64, 256], 2, DEFAULT)
+    assert not mem.not_computable
+    for name, value in mem.components.items():
+        arr = np.asarray(value, dtype=float)
+        assert np.all(np.isfinite(arr)) and np.all(arr >= 0), name
+    assert np.all(np.diff(np.asarray(mem.peak, dtype=float)) > 0)  # longer sequences cost more
+    flops = step_flops(spec, setup, 256, 2)
+    assert flops.total > flops.model_flops * 0 and math.isfinite(flops.total)
+    assert flops.parts["attention_core"].forward > 0
+
+
+def test_mla_attention_core_uses_qk_and_v_head_dims() -> None:
+    spec = _tiny("deepseek_v3")
+    assert spec.mla is not None and spec.qk_head_dim == 24 and spec.v_head_dim == 16
+    assert spec.num_heads and spec.layers
+    seq = 128
+    expected = 2.0 * attention_pairs(seq) * spec.num_heads * (24 + 16) * spec.layers
+    assert attention_core_forward(spec, seq, 1) == expected
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "gpt_oss", "llama4_text"])
+def test_forward_equals_flop_counter_mode(model_type: str) -> None:
+    """Projections (MLA's five, routed and shared experts, routers, head) and the eager
+    attention matmuls of tiny DeepSeek-V3 / gpt-oss / Llama 4 models against torch's
+    FlopCounterMode (`experts_implementation="eager"`: the per-expert loop, whose matmuls torch
+    counts; the default grouped kernel has no FLOP formula)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    config = transformers.CONFIG_MAPPING[model_type](**TINY[model_type])
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(
+        config, attn_implementation="eager", experts_implementation="eager", dtype=torch.float32
+    )
+    seq = 32
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(input_ids=torch.randint(0, 300, (1, seq)))
+    counts = {str(k): int(v) for k, v in counter.get_flop_counts()["Global"].items()}
+    spec = spec_from_config(config.to_dict())
+    parts = step_flops(spec, TrainingSetup(checkpointing="none"), seq, 1).parts
+    linear = sum(p.forward for k, p in parts.items() if k != "attention_core")
+    # eager attention: QK^T and PV as bmm over the full s x s (ours halves for causality)
+    bmm = 2 * parts["attention_core"].forward
+    if model_type == "llama4_text":
+        # Llama4TextExperts: a bmm over every expert for every token (dense), E/k x routed
+        assert spec.moe is not None and spec.moe.dense_compute
+        dense = parts["experts"].forward * spec.moe.num_experts / spec.moe.experts_per_token
+        linear -= parts["experts"].forward
+        bmm += dense
+    assert counts["aten.mm"] + counts.get("aten.addmm", 0) == linear
+    assert counts["aten.bmm"] == bmm
+
+
+def test_mla_activations_count_the_latent_path() -> None:
+    spec = _tiny("deepseek_v3")
+    ctx = Context.build(spec, TrainingSetup(method="full"), 2)
+    mla = layer_activations(ctx, spec, "full_attention", "dense")
+    plain = spec_from_config({**TINY["llama"], "model_type": "llama"})
+    ctx_plain = Context.build(plain, TrainingSetup(method="full"), 2)
+    llama = layer_activations(ctx_plain, plain, "full_attention", "dense")
+    assert mla.per_token != llama.per_token
+    assert mla.per_token_seq == 0.0
+    eager = Context.build(spec, TrainingSetup(method="full", attention="eager"), 2)
+    assert layer_activations(eager, spec, "full_attention", "dense").per_token_seq > 0
+
+
+def test_chunked_pairs_cut_the_sequence_into_blocks() -> None:
+    assert chunked_pairs(100, 32) == (3 * 32 * 32 + 4 * 4) / 2
+    assert chunked_pairs(100, 32, causal=False) == 3 * 32 * 32 + 4 * 4
+    assert chunked_pairs(20, 32) == attention_pairs(20)
+    assert chunked_pairs(64, None) == attention_pairs(64)
+
+
+def test_llama4_chunked_layers_cost_less_attention_than_full() -> None:
+    spec = _tiny("llama4_text")
+    assert spec.count_layers(LAYER_CHUNKED) == 3 and spec.attention_chunk == 32
+    seq = 256
+    chunked = attention_core_forward(spec, seq, 1)
+    assert spec.num_heads and spec.head_dim
+    per_pair = 2.0 * spec.num_heads * 2 * spec.head_dim
+    assert chunked == per_pair * (attention_pairs(seq) + 3 * chunked_pairs(seq, 32))
+
+
+def test_gpt_oss_sinks_force_eager_attention_under_sdpa() -> None:
+    spec = _tiny("gpt_oss")
+    assert spec.requires_eager and spec.attention_sinks
+    assert [g.params for g in spec.others if g.name == "attention_sinks"] == [2 * 4]
+    sdpa = Context.build(spec, TrainingSetup(attention="sdpa"), 2)
+    flash = Context.build(spec, TrainingSetup(attention="flash"), 2)
+    assert sdpa.eager and not flash.eager
+    assert spec.layer_types == ("sliding_attention", "full_attention")
+    assert spec.sliding_window == 128
+
+
+def test_gpt_oss_mxfp4_expert_banks_are_recorded_with_their_bytes() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.integrations.mxfp4 import Mxfp4GptOssExperts
+
+    raw = transformers.CONFIG_MAPPING["gpt_oss"](**TINY["gpt_oss"]).to_dict()
+    assert "mxfp4" not in spec_from_config(raw).stored_bytes_by_dtype
+    raw["quantization_config"] = {"quant_method": "mxfp4"}
+    spec = spec_from_config(raw)
+    h, i, e, layers = 64, 160, 4, 2
+    assert spec.stored_bytes_by_dtype == {"mxfp4": layers * e * 3 * h * i}
+    # transformers packs two FP4 values per uint8 (the blocks), plus one uint8 scale per 32
+    with torch.device("meta"):
+        experts = Mxfp4GptOssExperts(transformers.GptOssConfig(**TINY["gpt_oss"]))
+    packed = experts.gate_up_proj.numel() + experts.down_proj.numel()
+    assert experts.gate_up_proj.dtype == torch.uint8
+    assert packed == e * 3 * h * i / 2
+    assert (packed + packed / 16) / (e * 3 * h * i) == MXFP4_BYTES_PER_PARAM
