@@ -257,6 +257,8 @@ def _reject_non_finite(value: Any, path: str, depth: int = 0) -> None:
 def _composite(root: ConfigReader, model_type: str) -> tuple[ConfigReader, str]:
     """The text config of a multimodal config, with the composite's tying rule applied."""
     text = root.nested("text_config")
+    if text is None and model_type == "qwen2_5_vl" and root.has("hidden_size"):
+        text = root  # the published flat layout: text fields at the top (Qwen2_5_VLConfig BC)
     if text is None:
         raise EstimatorInputError("config.text_config", f"{model_type} needs a text_config")
     family, tie_default = COMPOSITES[model_type]

@@ -455,3 +455,70 @@ def test_new_families_all_linear_lora_matches_peft(model_type: str) -> None:
     spec = spec_from_config(config.to_dict())
     setup = TrainingSetup(method="lora", lora_rank=4, lora_targets=["all-linear"])
     assert lora_params(spec, setup) == expected
+
+
+# Presets of the new families: published totals, and transformers on the meta device.
+# DeepSeek-V3: README "671B of the Main Model weights and 14B of the MTP Module", 685B in all;
+# gpt-oss-20b: model card (arXiv 2508.10925, Table 1) 20.91B total, 3.61B active (without the
+# input embedding); OLMo-2-1124-7B and Qwen2.5-VL-7B-Instruct: the Hub's safetensors size,
+# 7.3B and 8.29B parameters.
+PUBLISHED_PRESETS = {
+    "deepseek-v3": (671e9, 0.001),
+    "gpt-oss-20b": (20.91e9, 0.0005),
+    "olmo2-7b": (7.3e9, 0.005),
+}
+
+
+@pytest.mark.parametrize("preset,published", sorted(PUBLISHED_PRESETS.items()))
+def test_new_presets_match_published_totals(preset: str, published: tuple[float, float]) -> None:
+    from estimator.presets import preset_config
+
+    total, rel = published
+    assert spec_from_config(preset_config(preset)).params_total == pytest.approx(total, rel=rel)
+
+
+def test_deepseek_v3_with_mtp_and_gpt_oss_active_match_published() -> None:
+    from estimator.presets import preset_config
+
+    ds = spec_from_config(preset_config("deepseek-v3"))
+    extras = {g.name: g.params for g in ds.extras}
+    assert extras["mtp_head"] == pytest.approx(14e9, rel=0.05)
+    assert ds.params_total + ds.params_extras == pytest.approx(685e9, rel=0.001)
+    assert ds.count_layers("full_attention") == 61 and ds.mlp_types.count("moe") == 58
+    oss = spec_from_config(preset_config("gpt-oss-20b"))
+    embed = sum(g.params for g in oss.others if g.name == "embed_tokens")
+    assert oss.params_active - embed == pytest.approx(3.61e9, rel=0.002)
+    assert oss.stored_bytes_by_dtype["mxfp4"] == 24 * 32 * 3 * 2880 * 2880
+
+
+def test_qwen2_5_vl_preset_text_and_vision_match_published() -> None:
+    from estimator.presets import preset_config
+
+    spec = spec_from_config(preset_config("qwen2.5-vl-7b"))
+    assert spec.params_total + spec.params_extras == pytest.approx(8.29e9, rel=0.001)
+
+
+@pytest.mark.parametrize(
+    "preset,cls",
+    [
+        ("deepseek-v3", "DeepseekV3ForCausalLM"),
+        ("gpt-oss-20b", "GptOssForCausalLM"),
+        ("olmo2-7b", "Olmo2ForCausalLM"),
+        ("qwen2.5-vl-7b", "Qwen2_5_VLForConditionalGeneration"),
+    ],
+)
+def test_new_presets_equal_transformers_meta_model(preset: str, cls: str) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from estimator.presets import preset_config
+
+    raw = preset_config(preset)
+    config = transformers.CONFIG_MAPPING[raw["model_type"]].from_dict(
+        {k: v for k, v in raw.items() if k != "quantization_config"}
+    )
+    with torch.device("meta"):
+        model = getattr(transformers, cls)(config)
+    total = sum(p.numel() for p in model.parameters())
+    spec = spec_from_config(raw)
+    vision = sum(g.params for g in spec.extras if g.name == "vision_tower")
+    assert spec.params_total + vision == total
