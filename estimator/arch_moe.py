@@ -36,6 +36,7 @@ from estimator.spec import (
     LAYER_CHUNKED,
     LAYER_FULL,
     LAYER_SLIDING,
+    MXFP4_BYTES_PER_PARAM,
     Linear,
     ModelSpec,
     MoEGeometry,
@@ -82,7 +83,21 @@ def gpt_oss(c: ConfigReader, family: str) -> ModelSpec:
         moe=MoEGeometry(n_exp, k, inter),
         attention_sinks=True,
         requires_eager=True,
+        notes=_gpt_oss_notes(stored),
     )
+
+
+def _gpt_oss_notes(stored: str | None) -> tuple[str, ...]:
+    notes = [
+        "attention sinks: transformers has no SDPA path for gpt-oss (_supports_sdpa = False), "
+        "so `sdpa` runs eager attention; `flash` needs a kernel that takes sinks"
+    ]
+    if stored == "mxfp4":
+        notes.append(
+            f"expert banks stored in MXFP4 ({MXFP4_BYTES_PER_PARAM} bytes/param); transformers' "
+            "MXFP4 quantizer is not trainable, so training loads them dequantized to bf16"
+        )
+    return tuple(notes)
 
 
 def _llama4_types(c: ConfigReader, layers: int) -> list[str]:
