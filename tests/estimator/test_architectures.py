@@ -522,3 +522,44 @@ def test_new_presets_equal_transformers_meta_model(preset: str, cls: str) -> Non
     spec = spec_from_config(raw)
     vision = sum(g.params for g in spec.extras if g.name == "vision_tower")
     assert spec.params_total + vision == total
+
+
+VARIANTS = [
+    # the published Gemma 3 checkpoints have no SigLIP pooling head
+    ("gemma3", {"vision_config": {"vision_use_head": False}}),
+    ("mistral3", {"vision_feature_layer": [-1, -2], "multimodal_projector_bias": True}),
+    ("mistral3", {"tie_word_embeddings": True}),
+    ("llama4", {"text_config": {"moe_layers": [0, 3], "attention_chunk_size": 16}}),
+    ("qwen2_5_vl", {"text_config": {"tie_word_embeddings": True}}),
+    ("qwen3_vl", {"tie_word_embeddings": True}),
+]
+
+
+@pytest.mark.parametrize("model_type,changes", VARIANTS)
+def test_multimodal_variants_equal_transformers(model_type: str, changes: dict) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    raw = _multimodal_config(model_type)
+    for key, value in changes.items():
+        if isinstance(value, dict):
+            raw[key].update(value)
+        else:
+            raw[key] = value
+    config = transformers.CONFIG_MAPPING[model_type].from_dict(raw)
+    with torch.device("meta"):
+        model = getattr(transformers, MULTIMODAL[model_type][0])(config)
+    spec = spec_from_config(raw)
+    assert spec.params_total + spec.params_extras == sum(p.numel() for p in model.parameters())
+
+
+def test_deepseek_without_q_lora_uses_a_plain_q_proj() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.CONFIG_MAPPING["deepseek_v3"](
+        **{**TINY["deepseek_v3"], "q_lora_rank": None, "attention_bias": True}
+    )
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    spec = spec_from_config(config.to_dict())
+    assert [lin.name for lin in spec.linears][:1] == ["q_proj"]
+    assert spec.params_total == sum(p.numel() for p in model.parameters())
