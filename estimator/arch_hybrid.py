@@ -13,6 +13,7 @@ from estimator.arch_parts import (
     experts_key,
     layer_types,
     moe_layers,
+    routed_moe,
     swiglu,
     top_k,
 )
@@ -82,13 +83,8 @@ def _moe_block(
     e_inter = c.integer("moe_intermediate_size")
     shared = c.integer("shared_expert_intermediate_size", 0, minimum=0)
     sparse = moe_layers(c, layers, n_exp)
-    n_sparse = sum(sparse)
-    lins = [Linear("gate", hidden, n_exp, n_sparse, group="router", nn_linear=False)]
-    lins += swiglu(hidden, e_inter, n_sparse, "experts", experts=n_exp, active=k)
-    if shared:
-        lins += swiglu(hidden, shared, n_sparse, "shared_expert")
-        lins += [Linear("shared_expert_gate", hidden, 1, n_sparse, group="router")]
-    return lins, sparse, MoEGeometry(n_exp, k, e_inter, shared)
+    moe = MoEGeometry(n_exp, k, e_inter, shared)
+    return routed_moe(hidden, sum(sparse), moe), sparse, moe
 
 
 def hybrid(c: ConfigReader, family: str) -> ModelSpec:

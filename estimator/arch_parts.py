@@ -20,6 +20,7 @@ from estimator.spec import (
     MLP_MOE,
     Linear,
     ModelSpec,
+    MoEGeometry,
     ParamGroup,
 )
 
@@ -186,3 +187,22 @@ def assemble(
         others=tuple(others),
         **extra,
     )
+
+
+def routed_moe(hidden: int, n_sparse: int, moe: MoEGeometry) -> list[Linear]:
+    """Qwen-style sparse block in `n_sparse` layers: the router `gate` (a bare weight parameter in
+    transformers v5's TopKRouter classes, not an nn.Linear), the expert banks, and, when
+    `shared_intermediate` > 0, the shared expert with its sigmoid `shared_expert_gate`
+    (Qwen2MoeSparseMoeBlock, Qwen3NextSparseMoeBlock, Qwen3_5MoeSparseMoeBlock)."""
+    n_exp, k, e_inter, shared = (
+        moe.num_experts,
+        moe.experts_per_token,
+        moe.expert_intermediate,
+        moe.shared_intermediate,
+    )
+    lins = [Linear("gate", hidden, n_exp, n_sparse, group="router", nn_linear=False)]
+    lins += swiglu(hidden, e_inter, n_sparse, "experts", experts=n_exp, active=k)
+    if shared:
+        lins += swiglu(hidden, shared, n_sparse, "shared_expert")
+        lins += [Linear("shared_expert_gate", hidden, 1, n_sparse, group="router")]
+    return lins

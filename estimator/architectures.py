@@ -32,6 +32,7 @@ from estimator.arch_parts import (
     moe_layers,
     norms,
     patterned_layer_types,
+    routed_moe,
     swiglu,
     top_k,
 )
@@ -83,14 +84,10 @@ def _sparse_mlp(
     shared = 0
     if family == "qwen2_moe":
         shared = c.integer("shared_expert_intermediate_size", 0, minimum=0)
-    # Qwen2MoeTopKRouter holds a bare weight parameter; Qwen3-MoE's and Mixtral's routers are
-    # adapted through peft's conversion table (see ModelSpec.peft_fused_experts)
-    lins = [Linear("gate", hidden, n_exp, n_sparse, group="router", nn_linear=False)]
-    lins += swiglu(hidden, e_inter, n_sparse, "experts", experts=n_exp, active=k)
-    if shared:
-        lins += swiglu(hidden, shared, n_sparse, "shared_expert")
-        lins += [Linear("shared_expert_gate", hidden, 1, n_sparse, group="router")]
-    return lins, sparse, MoEGeometry(n_exp, k, e_inter, shared)
+    # Qwen3-MoE's and Mixtral's routers are adapted through peft's conversion table
+    # (see ModelSpec.peft_fused_experts)
+    moe = MoEGeometry(n_exp, k, e_inter, shared)
+    return routed_moe(hidden, n_sparse, moe), sparse, moe
 
 
 def _decoder_types(c: ConfigReader, family: str, layers: int) -> list[str]:
