@@ -147,14 +147,20 @@ def mlp_kinds(sparse: list[bool]) -> tuple[str, ...]:
     return tuple(MLP_MOE if s else MLP_DENSE for s in sparse)
 
 
+# `vocab_size` defaults of config classes whose published config.json files omit it
+# (Gemma3TextConfig: 262_208; the Gemma 3 checkpoints' text_config has no vocab_size)
+VOCAB_DEFAULTS = {"gemma3_text": 262_208}
+
+
 def base_fields(c: ConfigReader, family: str, hidden: int, layers: int) -> dict[str, Any]:
     """ModelSpec fields every decoder builder fills the same way."""
+    vocab = c.integer("vocab_size", VOCAB_DEFAULTS[family]) if family in VOCAB_DEFAULTS else None
     return {
         "name": c.text("_name_or_path") or family,
         "model_type": family,
         "hidden": hidden,
         "layers": layers,
-        "vocab": c.integer("vocab_size"),
+        "vocab": vocab or c.integer("vocab_size"),
     }
 
 

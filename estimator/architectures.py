@@ -95,6 +95,9 @@ def _decoder_types(c: ConfigReader, family: str, layers: int) -> list[str]:
         return [LAYER_SLIDING if i % 2 == 0 else LAYER_FULL for i in range(layers)]
     if family == "olmo3":
         return patterned_layer_types(c, layers, 4, LAYER_SLIDING, LAYER_FULL)
+    if family == "gemma3_text":  # Gemma3TextConfig: `sliding_window_pattern` (6), last one full
+        every = c.integer("sliding_window_pattern", 6)
+        return patterned_layer_types(c, layers, every, LAYER_SLIDING, LAYER_FULL)
     return layer_types(c, layers)
 
 

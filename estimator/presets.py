@@ -23,6 +23,8 @@ PRESET_SOURCES = {
     "gpt-oss-20b": "openai/gpt-oss-20b config.json (MXFP4 expert banks)",
     "olmo2-7b": "allenai/OLMo-2-1124-7B config.json",
     "qwen2.5-vl-7b": "Qwen/Qwen2.5-VL-7B-Instruct config.json (vision tower in extras)",
+    "gemma-3-27b": "google/gemma-3-27b-it config.json (vision tower in extras)",
+    "llama-4-scout": "meta-llama/Llama-4-Scout-17B-16E-Instruct config.json (vision in extras)",
 }
 
 

@@ -461,7 +461,8 @@ def test_new_families_all_linear_lora_matches_peft(model_type: str) -> None:
 # DeepSeek-V3: README "671B of the Main Model weights and 14B of the MTP Module", 685B in all;
 # gpt-oss-20b: model card (arXiv 2508.10925, Table 1) 20.91B total, 3.61B active (without the
 # input embedding); OLMo-2-1124-7B and Qwen2.5-VL-7B-Instruct: the Hub's safetensors size,
-# 7.3B and 8.29B parameters.
+# 7.3B and 8.29B parameters; Gemma 3 27B: technical report (arXiv 2503.19786, Table 1) 25,600M
+# non-embedding parameters; Llama 4 Scout: model card, 17B active of 109B total.
 PUBLISHED_PRESETS = {
     "deepseek-v3": (671e9, 0.001),
     "gpt-oss-20b": (20.91e9, 0.0005),
@@ -491,11 +492,19 @@ def test_deepseek_v3_with_mtp_and_gpt_oss_active_match_published() -> None:
     assert oss.stored_bytes_by_dtype["mxfp4"] == 24 * 32 * 3 * 2880 * 2880
 
 
-def test_qwen2_5_vl_preset_text_and_vision_match_published() -> None:
+def test_multimodal_presets_match_published() -> None:
     from estimator.presets import preset_config
 
     spec = spec_from_config(preset_config("qwen2.5-vl-7b"))
     assert spec.params_total + spec.params_extras == pytest.approx(8.29e9, rel=0.001)
+    gemma = spec_from_config(preset_config("gemma-3-27b"))
+    embed = sum(g.params for g in gemma.others if g.name == "embed_tokens")
+    assert gemma.params_total - embed == pytest.approx(25_600e6, rel=0.0005)
+    assert gemma.count_layers("sliding_attention") == 52  # 5 of every 6 of 62 layers
+    scout = spec_from_config(preset_config("llama-4-scout"))
+    assert scout.params_total + scout.params_extras == pytest.approx(109e9, rel=0.005)
+    assert scout.params_active == pytest.approx(17e9, rel=0.015)
+    assert scout.count_layers("chunked_attention") == 36
 
 
 @pytest.mark.parametrize(
@@ -505,6 +514,8 @@ def test_qwen2_5_vl_preset_text_and_vision_match_published() -> None:
         ("gpt-oss-20b", "GptOssForCausalLM"),
         ("olmo2-7b", "Olmo2ForCausalLM"),
         ("qwen2.5-vl-7b", "Qwen2_5_VLForConditionalGeneration"),
+        ("gemma-3-27b", "Gemma3ForConditionalGeneration"),
+        ("llama-4-scout", "Llama4ForConditionalGeneration"),
     ],
 )
 def test_new_presets_equal_transformers_meta_model(preset: str, cls: str) -> None:

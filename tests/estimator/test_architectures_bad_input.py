@@ -156,7 +156,10 @@ def test_unknown_model_type_lists_the_new_families(tmp_path, capsys) -> None:
         assert family in err
 
 
-@pytest.mark.parametrize("preset", ["deepseek-v3", "gpt-oss-20b", "olmo2-7b", "qwen2.5-vl-7b"])
+@pytest.mark.parametrize(
+    "preset",
+    ["deepseek-v3", "gpt-oss-20b", "olmo2-7b", "qwen2.5-vl-7b", "gemma-3-27b", "llama-4-scout"],
+)
 def test_new_presets_estimate_end_to_end(capsys, preset: str) -> None:
     code = main(
         ["estimate", "--model", preset, "--gpu", "h200", "--method", "lora", "--format", "json"]
