@@ -112,10 +112,17 @@ def _attention_core(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
     return saved, per_seq
 
 
-def _mla(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
-    from estimator.memory.activations_mla import mla_attention  # imports this module
+def _attention(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
+    """The attention core of the spec's kind (MLA, sinks: modules that import this one)."""
+    if spec.mla is not None:
+        from estimator.memory.activations_mla import mla_attention
 
-    return mla_attention(ctx, spec)
+        return mla_attention(ctx, spec)
+    if spec.attention_sinks:
+        from estimator.memory.activations_sinks import sinks_attention
+
+        return sinks_attention(ctx, spec)
+    return _attention_core(ctx, spec)
 
 
 def _gated_deltanet(ctx: Context, spec: ModelSpec) -> float:
@@ -190,7 +197,7 @@ def layer_activations(
     if layer_type == LAYER_LINEAR:
         saved += _gated_deltanet(ctx, spec)
     else:
-        core, per_seq = _attention_core(ctx, spec) if spec.mla is None else _mla(ctx, spec)
+        core, per_seq = _attention(ctx, spec)
         saved += core
     mlp_saved, width = _mlp(ctx, spec, mlp_type == MLP_MOE)
     saved += mlp_saved

@@ -8,11 +8,15 @@ Tensors as transformers v5 `modeling_deepseek_v3.DeepseekV3Attention.forward` cr
 - kv_a_layernorm over the latent (c wide) and its output, kv_b_proj's input;
 - rotary on q_rot / k_rot multiplies by the fixed cos/sin, which saves the small tables only;
 - `torch.cat((q_pass, q_rot))` -> query (h * (dn + dr)); `expand_kv` -> a new key tensor
-  (h * (dn + dr)); the value is a view of kv_b_proj's output, so SDPA keeps all of it alive
-  (h * (dn + dv));
-- SDPA/flash: the output (h * dv) and an fp32 logsumexp per head; eager: the fp32 softmax and its
-  bf16 copy per key (s per head per token), output kept by the PV matmul;
+  (h * (dn + dr));
+- SDPA/flash kernels: the value is a view of kv_b_proj's output, so the kernel's saved value
+  keeps all of it alive (h * (dn + dv)); the output (h * dv) and an fp32 logsumexp per head.
+  Not measured: on the CPU, SDPA with unequal q/k and v head dims takes the math path;
+- eager (`eager_attention_forward`): q and k for QK^T, the fp32 softmax and its bf16 copy per key
+  (s per head per token), and a contiguous copy of the value (h * dv) made by the PV matmul;
 - o_proj's input (h * dv).
+Eager: equal to the bytes torch's saved-tensor hooks see on a tiny DeepseekV3Attention
+(tests/estimator/test_architectures_paths.py).
 """
 
 from __future__ import annotations
@@ -36,12 +40,12 @@ def mla_attention(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
         saved += inputs_saved(ctx, ["q_b_proj"], geo.q_lora_rank)
     saved += rms_norm_saved(ctx, geo.kv_lora_rank)
     saved += inputs_saved(ctx, ["kv_b_proj"], geo.kv_lora_rank)
-    saved += cb * (h * qk + h * qk + kv_b_out)  # query, key, kv_b_proj output (value's base)
+    saved += cb * (h * qk + h * qk)  # query, key
     per_seq = 0.0
     if ctx.eager:
-        saved += cb * h * dv  # attention output (PV matmul result, before the transpose)
+        saved += cb * h * dv  # the value, made contiguous for the PV matmul
         per_seq = h * (FP32 + cb)
     else:
-        saved += cb * h * dv + FP32 * h  # output, logsumexp
+        saved += cb * kv_b_out + cb * h * dv + FP32 * h  # value's base, output, logsumexp
     saved += inputs_saved(ctx, ["o_proj"], h * dv)
     return saved, per_seq

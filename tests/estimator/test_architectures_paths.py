@@ -155,3 +155,72 @@ def test_gpt_oss_mxfp4_expert_banks_are_recorded_with_their_bytes() -> None:
     assert experts.gate_up_proj.dtype == torch.uint8
     assert packed == e * 3 * h * i / 2
     assert (packed + packed / 16) / (e * 3 * h * i) == MXFP4_BYTES_PER_PARAM
+
+
+def test_mla_eager_saved_bytes_equal_torch_saved_tensor_hooks() -> None:
+    """Every tensor autograd saves in one bf16 DeepseekV3Attention (eager), deduplicated by
+    storage and without the parameters and the rotary tables, against `mla_attention`."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds
+
+    from estimator.memory.activations_mla import mla_attention
+
+    raw = {**TINY["deepseek_v3"], "hidden_size": 256, "num_attention_heads": 8}
+    config = transformers.DeepseekV3Config(**{**raw, "num_key_value_heads": 8})
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    attn = ds.DeepseekV3Attention(config, 0).to(torch.bfloat16).train()
+    batch, seq = 2, 64
+    x = torch.randn(batch, seq, 256, dtype=torch.bfloat16, requires_grad=True)
+    rotary = ds.DeepseekV3RotaryEmbedding(config)(x, torch.arange(seq)[None].expand(batch, -1))
+    measured = _saved_bytes(attn, x, rotary, None)
+    spec = spec_from_config(config.to_dict())
+    ctx = Context.build(spec, TrainingSetup(method="full", attention="eager"), 2)
+    per_token, per_seq = mla_attention(ctx, spec)
+    tokens = batch * seq
+    assert measured == per_token * tokens + per_seq * tokens * seq
+
+
+def _saved_bytes(module, *args) -> int:
+    """Bytes of the distinct storages autograd saves in `module(*args)`, without the module's
+    parameters and the extra arguments (rotary tables)."""
+    torch = pytest.importorskip("torch")
+    skip = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    for arg in args[1:]:
+        for t in arg if isinstance(arg, tuple) else (arg,):
+            if isinstance(t, torch.Tensor):
+                skip.add(t.untyped_storage().data_ptr())
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in skip:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        module(*args)
+    return sum(seen.values())
+
+
+def test_sinks_eager_saved_bytes_equal_torch_saved_tensor_hooks() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.gpt_oss import modeling_gpt_oss as oss
+
+    from estimator.memory.activations_sinks import sinks_attention
+
+    config = transformers.GptOssConfig(**TINY["gpt_oss"])
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    attn = oss.GptOssAttention(config, 0).to(torch.bfloat16).train()
+    batch, seq = 2, 64
+    x = torch.randn(batch, seq, 64, dtype=torch.bfloat16, requires_grad=True)
+    rotary = oss.GptOssRotaryEmbedding(config)(x, torch.arange(seq)[None].expand(batch, -1))
+    measured = _saved_bytes(attn, x, rotary, None)
+    spec = spec_from_config(config.to_dict())
+    ctx = Context.build(spec, TrainingSetup(method="full"), 2)  # sdpa -> eager for gpt-oss
+    per_token, per_seq = sinks_attention(ctx, spec)
+    tokens = batch * seq
+    assert measured == per_token * tokens + per_seq * tokens * seq
