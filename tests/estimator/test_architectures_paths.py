@@ -224,3 +224,31 @@ def test_sinks_eager_saved_bytes_equal_torch_saved_tensor_hooks() -> None:
     per_token, per_seq = sinks_attention(ctx, spec)
     tokens = batch * seq
     assert measured == per_token * tokens + per_seq * tokens * seq
+
+
+def test_llama4_dense_experts_saved_bytes_close_to_torch() -> None:
+    """Llama4TextMoe runs every expert on every token: the saved tensors are those of all
+    experts (within 2 %: the generic MoE accounting counts the block input once for the router
+    and once for the shared expert, and leaves out the top-k indices and scores); routed
+    top-1 accounting would miss most of them."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from dataclasses import replace
+
+    from transformers.models.llama4 import modeling_llama4 as l4
+
+    from estimator.memory.activations import _mlp
+
+    config = transformers.Llama4TextConfig(**TINY["llama4_text"])
+    torch.manual_seed(0)
+    moe = l4.Llama4TextMoe(config).to(torch.bfloat16).train()
+    batch, seq = 2, 64
+    x = torch.randn(batch, seq, 64, dtype=torch.bfloat16, requires_grad=True)
+    measured = _saved_bytes(moe, x)
+    spec = spec_from_config(config.to_dict())
+    ctx = Context.build(spec, TrainingSetup(method="full"), 2)
+    tokens = batch * seq
+    assert _mlp(ctx, spec, True)[0] * tokens == pytest.approx(measured, rel=0.02)
+    assert spec.moe is not None
+    routed = replace(spec, moe=replace(spec.moe, dense_compute=False))
+    assert _mlp(ctx, routed, True)[0] * tokens < 0.5 * measured
