@@ -215,7 +215,6 @@ _BUILDERS.update(
         "qwen3_next": hybrid,
     }
 )
-HYBRID_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next")
 
 # Multimodal configs: the text decoder's family (decoder builder) and the composite class's
 # `tie_word_embeddings` default (transformers v5 configuration_*.py; the composite's own flag
