@@ -486,6 +486,7 @@ def test_deepseek_v3_with_mtp_and_gpt_oss_active_match_published() -> None:
     assert extras["mtp_head"] == pytest.approx(14e9, rel=0.05)
     assert ds.params_total + ds.params_extras == pytest.approx(685e9, rel=0.001)
     assert ds.count_layers("full_attention") == 61 and ds.mlp_types.count("moe") == 58
+    assert ds.params_active == pytest.approx(37e9, rel=0.02)  # README: "37B activated"
     oss = spec_from_config(preset_config("gpt-oss-20b"))
     embed = sum(g.params for g in oss.others if g.name == "embed_tokens")
     assert oss.params_active - embed == pytest.approx(3.61e9, rel=0.002)
