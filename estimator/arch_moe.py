@@ -80,7 +80,7 @@ def gpt_oss(c: ConfigReader, family: str) -> ModelSpec:
         intermediate=inter,
         tied_embeddings=tied,
         sliding_window=c.integer("sliding_window", 128),
-        moe=MoEGeometry(n_exp, k, inter),
+        moe=MoEGeometry(n_exp, k, inter, activation="clamped_swiglu"),
         attention_sinks=True,
         requires_eager=True,
         notes=_gpt_oss_notes(stored),

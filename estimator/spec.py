@@ -117,6 +117,8 @@ class MoEGeometry:
     # Llama4TextMoe (transformers v5 modeling_llama4.py) runs every expert on every token
     # (`hidden_states.repeat(num_experts, 1)` scaled by the router scores, then a bmm per bank)
     dense_compute: bool = False
+    # expert activation: "swiglu", or gpt-oss's "clamped_swiglu" (GptOssExperts._apply_gate)
+    activation: str = "swiglu"
 
     @property
     def executed_per_token(self) -> int:

@@ -163,6 +163,10 @@ def _mlp(ctx: Context, spec: ModelSpec, moe: bool) -> tuple[float, float]:
         saved += inputs_saved(ctx, ["down_proj", "mlp.c_proj"], m)
         return saved, float(m)
     assert spec.moe is not None
+    if spec.moe.activation == "clamped_swiglu":
+        from estimator.memory.activations_gptoss import gpt_oss_experts
+
+        return gpt_oss_experts(ctx, spec)
     k, me = spec.moe.executed_per_token, spec.moe.expert_intermediate
     saved = inputs_saved(ctx, ["gate"], h) + FP32 * spec.moe.num_experts  # router, fp32 probs
     if ctx.full or ctx.expert_lora:

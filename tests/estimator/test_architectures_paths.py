@@ -252,3 +252,29 @@ def test_llama4_dense_experts_saved_bytes_close_to_torch() -> None:
     assert spec.moe is not None
     routed = replace(spec, moe=replace(spec.moe, dense_compute=False))
     assert _mlp(ctx, routed, True)[0] * tokens < 0.5 * measured
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_gpt_oss_moe_saved_bytes_equal_torch_saved_tensor_hooks(method: str) -> None:
+    """GptOssMLP (router + experts with the clamped SwiGLU, transformers' default grouped_mm
+    experts) against `gpt_oss_experts`; under LoRA the router and banks are frozen (peft does
+    not adapt them for gpt-oss)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from estimator.memory.activations import _mlp
+
+    config = transformers.GptOssConfig(**TINY["gpt_oss"])
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(
+        config, experts_implementation="grouped_mm", dtype=torch.bfloat16
+    ).train()
+    mlp = model.model.layers[0].mlp
+    if method == "lora":
+        mlp.requires_grad_(False)
+    batch, seq = 2, 64
+    x = torch.randn(batch, seq, 64, dtype=torch.bfloat16, requires_grad=True)
+    measured = _saved_bytes(mlp, x)
+    spec = spec_from_config(config.to_dict())
+    ctx = Context.build(spec, TrainingSetup(method=method, lora_rank=4), 2)
+    per_layer_counts = 4 * 4  # grouped_mm's int32 offsets, one per expert: not per token
+    assert _mlp(ctx, spec, True)[0] * batch * seq + per_layer_counts == measured
