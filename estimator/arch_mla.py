@@ -111,7 +111,7 @@ def deepseek_v3(c: ConfigReader, family: str) -> ModelSpec:
         intermediate=inter,
         extras=tuple(extras),
         tied_embeddings=tied,
-        moe=MoEGeometry(n_exp, k, e_inter, shared),
+        moe=MoEGeometry(n_exp, k, e_inter, shared, router="grouped_sigmoid"),
         mla=geo,
         peft_fused_experts=True,  # transformers conversion_mapping.py: deepseek_v3 -> qwen2_moe
     )

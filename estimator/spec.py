@@ -119,6 +119,9 @@ class MoEGeometry:
     dense_compute: bool = False
     # expert activation: "swiglu", or gpt-oss's "clamped_swiglu" (GptOssExperts._apply_gate)
     activation: str = "swiglu"
+    # router: "softmax" top-k, or DeepSeek-V3's "grouped_sigmoid" (DeepseekV3TopkRouter: sigmoid
+    # scores, group-limited top-k)
+    router: str = "softmax"
 
     @property
     def executed_per_token(self) -> int:

@@ -167,6 +167,10 @@ def _mlp(ctx: Context, spec: ModelSpec, moe: bool) -> tuple[float, float]:
         from estimator.memory.activations_gptoss import gpt_oss_experts
 
         return gpt_oss_experts(ctx, spec)
+    if spec.moe.router == "grouped_sigmoid":
+        from estimator.memory.activations_deepseek import deepseek_moe
+
+        return deepseek_moe(ctx, spec)
     k, me = spec.moe.executed_per_token, spec.moe.expert_intermediate
     saved = inputs_saved(ctx, ["gate"], h) + FP32 * spec.moe.num_experts  # router, fp32 probs
     if ctx.full or ctx.expert_lora:

@@ -183,25 +183,32 @@ def test_mla_eager_saved_bytes_equal_torch_saved_tensor_hooks() -> None:
 
 
 def _saved_bytes(module, *args) -> int:
-    """Bytes of the distinct storages autograd saves in `module(*args)`, without the module's
-    parameters and the extra arguments (rotary tables)."""
+    """Bytes of the distinct storages autograd saves in `module(*args)` and still holds after
+    the forward (saved by graph nodes that reach the output; a dead branch's are freed at
+    once), without the module's parameters and the extra arguments (rotary tables)."""
+    import weakref
+
     torch = pytest.importorskip("torch")
     skip = {p.untyped_storage().data_ptr() for p in module.parameters()}
     for arg in args[1:]:
         for t in arg if isinstance(arg, tuple) else (arg,):
             if isinstance(t, torch.Tensor):
                 skip.add(t.untyped_storage().data_ptr())
-    seen: dict[int, int] = {}
+    refs = []
 
     def pack(t):
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in skip:
-            seen[storage.data_ptr()] = storage.nbytes()
+        refs.append(weakref.ref(t))
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        module(*args)
-    return sum(seen.values())
+        out = module(*args)
+    alive: dict[int, int] = {}
+    for ref in refs:
+        t = ref()
+        if t is not None and t.untyped_storage().data_ptr() not in skip:
+            alive[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    del out
+    return sum(alive.values())
 
 
 def test_sinks_eager_saved_bytes_equal_torch_saved_tensor_hooks() -> None:
@@ -278,3 +285,30 @@ def test_gpt_oss_moe_saved_bytes_equal_torch_saved_tensor_hooks(method: str) -> 
     ctx = Context.build(spec, TrainingSetup(method=method, lora_rank=4), 2)
     per_layer_counts = 4 * 4  # grouped_mm's int32 offsets, one per expert: not per token
     assert _mlp(ctx, spec, True)[0] * batch * seq + per_layer_counts == measured
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_deepseek_moe_saved_bytes_equal_torch_saved_tensor_hooks(method: str) -> None:
+    """DeepseekV3MoE (grouped-sigmoid router in fp32, grouped_mm experts, shared experts)
+    against `deepseek_moe`; `lora` adapts q_b_proj only, so the whole block is frozen."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds
+
+    from estimator.memory.activations import _mlp
+
+    config = transformers.DeepseekV3Config(**{**TINY["deepseek_v3"], "moe_intermediate_size": 24})
+    config._experts_implementation = "grouped_mm"
+    torch.manual_seed(0)
+    moe = ds.DeepseekV3MoE(config).to(torch.bfloat16).train()
+    moe.gate.weight.data = moe.gate.weight.data.float()  # kept in fp32 (_keep_in_fp32_modules)
+    if method == "lora":
+        moe.requires_grad_(False)
+    batch, seq = 2, 64
+    x = torch.randn(batch, seq, 64, dtype=torch.bfloat16, requires_grad=True)
+    measured = _saved_bytes(moe, x)
+    spec = spec_from_config(config.to_dict())
+    setup = TrainingSetup(method=method, lora_rank=4, lora_targets=["q_b_proj"])
+    ctx = Context.build(spec, setup, 2)
+    offsets = 4 * 8  # grouped_mm's int32 offsets, one per expert: not per token
+    assert _mlp(ctx, spec, True)[0] * batch * seq + offsets == measured
