@@ -39,9 +39,9 @@ def lora_targets(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
         )
     candidates = [lin for lin in spec.linears if lin.group not in ("head",) and lin.experts == 1]
     if "all-linear" in setup.lora_targets:
-        if _has_expert_banks(spec):
+        if _has_expert_banks(spec) and spec.peft_fused_experts:
             return [lin for lin in candidates if lin.name not in MLP_NAMES]
-        return candidates
+        return [lin for lin in candidates if lin.nn_linear]
     chosen: list[Linear] = []
     for target in setup.lora_targets:
         hits = [lin for lin in candidates if _matches(lin, target)]
@@ -60,7 +60,7 @@ MLP_NAMES = ("gate_proj", "up_proj", "down_proj")
 
 def expert_banks(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
     """Expert banks adapted (only under `all-linear`, see lora_targets)."""
-    if "all-linear" not in setup.lora_targets:
+    if "all-linear" not in setup.lora_targets or not spec.peft_fused_experts:
         return []
     return [lin for lin in spec.linears if lin.experts > 1]
 

@@ -19,6 +19,12 @@ PRESET_SOURCES = {
     "mistral-7b": "mistralai/Mistral-7B-v0.1 config.json",
     "gpt2": "openai-community/gpt2 config.json",
     "tinyllama-1.1b": "TinyLlama/TinyLlama-1.1B-Chat-v1.0 config.json",
+    "deepseek-v3": "deepseek-ai/DeepSeek-V3 config.json (FP8 checkpoint; 671B + 14B MTP)",
+    "gpt-oss-20b": "openai/gpt-oss-20b config.json (MXFP4 expert banks)",
+    "olmo2-7b": "allenai/OLMo-2-1124-7B config.json",
+    "qwen2.5-vl-7b": "Qwen/Qwen2.5-VL-7B-Instruct config.json (vision tower in extras)",
+    "gemma-3-27b": "google/gemma-3-27b-it config.json (vision tower in extras)",
+    "llama-4-scout": "meta-llama/Llama-4-Scout-17B-16E-Instruct config.json (vision in extras)",
 }
 
 

@@ -9,8 +9,17 @@ from dataclasses import dataclass, field
 LAYER_FULL = "full_attention"
 LAYER_SLIDING = "sliding_attention"
 LAYER_LINEAR = "linear_attention"
+LAYER_CHUNKED = "chunked_attention"  # Llama 4: attention within blocks of `attention_chunk` tokens
 MLP_DENSE = "dense"
 MLP_MOE = "moe"
+
+# MXFP4 (OCP Microscaling FP4, E2M1 values with one E8M0 scale per block of 32), as transformers
+# stores gpt-oss's expert banks: `Mxfp4GptOssExperts` (integrations/mxfp4.py) packs two FP4 values
+# per uint8 (`hidden_size // 2` bytes per row) and `_convert_moe_packed_tensors` reads one uint8
+# scale per row of 16 packed bytes (32 values): 16/32 + 1/32 bytes per parameter.
+MXFP4_BLOCK = 32
+MXFP4_BYTES_PER_PARAM = (MXFP4_BLOCK / 2 + 1) / MXFP4_BLOCK
+STORED_DTYPE_BYTES = {"mxfp4": MXFP4_BYTES_PER_PARAM}
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,8 @@ class Linear:
     group: str = "attention"
     experts: int = 1
     active_experts: int = 1
+    stored_dtype: str | None = None  # as in the checkpoint when not the model's dtype ("mxfp4")
+    nn_linear: bool = True  # False: a bare nn.Parameter (custom MoE routers), not nn.Linear
 
     @property
     def params_each(self) -> int:
@@ -81,11 +92,41 @@ class LinearAttentionGeometry:
 
 
 @dataclass(frozen=True)
+class MLAGeometry:
+    """Multi-head Latent Attention (DeepSeek-V2/V3, transformers' DeepseekV3Attention): queries
+    through a `q_lora_rank` bottleneck (0: a plain q_proj), keys and values from a shared
+    `kv_lora_rank` latent plus one rotary key of `qk_rope_head_dim` shared by all heads."""
+
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
 class MoEGeometry:
     num_experts: int
     experts_per_token: int
     expert_intermediate: int
     shared_intermediate: int = 0
+    # Llama4TextMoe (transformers v5 modeling_llama4.py) runs every expert on every token
+    # (`hidden_states.repeat(num_experts, 1)` scaled by the router scores, then a bmm per bank)
+    dense_compute: bool = False
+    # expert activation: "swiglu", or gpt-oss's "clamped_swiglu" (GptOssExperts._apply_gate)
+    activation: str = "swiglu"
+    # router: "softmax" top-k, or DeepSeek-V3's "grouped_sigmoid" (DeepseekV3TopkRouter: sigmoid
+    # scores, group-limited top-k)
+    router: str = "softmax"
+
+    @property
+    def executed_per_token(self) -> int:
+        """Experts whose matmuls run for each token (all of them under `dense_compute`)."""
+        return self.num_experts if self.dense_compute else self.experts_per_token
 
 
 @dataclass(frozen=True)
@@ -120,6 +161,36 @@ class ModelSpec:
     moe: MoEGeometry | None = None
     params_given: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    mla: MLAGeometry | None = None
+    attention_chunk: int | None = None  # LAYER_CHUNKED layers attend within chunks of this size
+    attention_sinks: bool = False  # gpt-oss: a learned logit per head joins the softmax
+    requires_eager: bool = False  # transformers has no SDPA path for the model (gpt-oss sinks)
+    norms_per_layer: int = 2  # RMSNorms on the residual stream per decoder layer
+    # peft's `all-linear` adapts the fused expert banks and the router (peft 0.21
+    # `_convert_peft_config_moe`: model types that transformers' conversion_mapping.py
+    # `_MODEL_TO_CONVERSION_PATTERN` maps to the mixtral or qwen2_moe pattern)
+    peft_fused_experts: bool = False
+
+    @property
+    def qk_head_dim(self) -> int | None:
+        """Head dimension of queries and keys (MLA: nope + rope part)."""
+        return self.mla.qk_head_dim if self.mla else self.head_dim
+
+    @property
+    def v_head_dim(self) -> int | None:
+        return self.mla.v_head_dim if self.mla else self.head_dim
+
+    @property
+    def stored_bytes_by_dtype(self) -> dict[str, int]:
+        """Parameters stored in a dtype of their own in the checkpoint (gpt-oss: MXFP4 expert
+        banks, see `STORED_DTYPE_BYTES`), by that dtype; the rest (biases included: gpt-oss keeps
+        `*_proj_bias` in bf16) are in the model's dtype."""
+        out: dict[str, int] = {}
+        for lin in self.linears:
+            if lin.stored_dtype:
+                weights = lin.count * lin.experts * lin.in_features * lin.out_features
+                out[lin.stored_dtype] = out.get(lin.stored_dtype, 0) + weights
+        return out
 
     @property
     def geometry_known(self) -> bool:

@@ -63,7 +63,8 @@ class Context:
         autocast = bool(setup.autocast) and setup.precision != "fp32"
         shared, each, rank_bytes, mask = _adapter_inputs(setup, stream, adapter, autocast)
         eager = setup.attention == "eager" or (
-            setup.attention == "sdpa" and spec.model_type in stack.get("eager_models")
+            setup.attention == "sdpa"
+            and (spec.requires_eager or spec.model_type in stack.get("eager_models"))
         )
         return cls(
             stream,
@@ -173,6 +174,19 @@ def _attention_core(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
     return saved, per_seq
 
 
+def _attention(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
+    """The attention core of the spec's kind (MLA, sinks: modules that import this one)."""
+    if spec.mla is not None:
+        from estimator.memory.activations_mla import mla_attention
+
+        return mla_attention(ctx, spec)
+    if spec.attention_sinks:
+        from estimator.memory.activations_sinks import sinks_attention
+
+        return sinks_attention(ctx, spec)
+    return _attention_core(ctx, spec)
+
+
 def _gated_deltanet(ctx: Context, spec: ModelSpec) -> float:
     """Qwen3.5 / Qwen3-Next linear attention: projections, causal conv (input and silu output
     kept), q/k repeated to the value heads, the fla kernel's saved g, beta, A, and the torch
@@ -211,7 +225,15 @@ def _mlp(ctx: Context, spec: ModelSpec, moe: bool) -> tuple[float, float]:
         saved += inputs_saved(ctx, ["down_proj", "mlp.c_proj"], m)
         return saved, float(m)
     assert spec.moe is not None
-    k, me = spec.moe.experts_per_token, spec.moe.expert_intermediate
+    if spec.moe.activation == "clamped_swiglu":
+        from estimator.memory.activations_gptoss import gpt_oss_experts
+
+        return gpt_oss_experts(ctx, spec)
+    if spec.moe.router == "grouped_sigmoid":
+        from estimator.memory.activations_deepseek import deepseek_moe
+
+        return deepseek_moe(ctx, spec)
+    k, me = spec.moe.executed_per_token, spec.moe.expert_intermediate
     saved = inputs_saved(ctx, ["gate"], h) + FP32 * spec.moe.num_experts  # router, fp32 probs
     if ctx.full or ctx.expert_lora:
         saved += cb * k * h  # tokens gathered per expert, saved by the expert matmuls
@@ -241,13 +263,13 @@ def layer_activations(
     if ctx.fused and layer_type != LAYER_LINEAR and mlp_type != MLP_MOE:
         return _fused_layer(ctx, spec)
     saved = rms_norm_saved(ctx, h) * 2  # input_layernorm, post_attention_layernorm
-    if spec.model_type in ("gemma2", "gemma3_text"):
+    if spec.norms_per_layer > 2:  # gemma2/3, glm4: post-attention and post-feedforward norms
         saved += rms_norm_saved(ctx, h) * 2  # post-attention and post-feedforward norms
     per_seq = 0.0
     if layer_type == LAYER_LINEAR:
         saved += _gated_deltanet(ctx, spec)
     else:
-        core, per_seq = _attention_core(ctx, spec)
+        core, per_seq = _attention(ctx, spec)
         saved += core
     mlp_saved, width = _mlp(ctx, spec, mlp_type == MLP_MOE)
     saved += mlp_saved

@@ -30,9 +30,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from estimator.architectures.attention import chunked_pairs, core_head_dims
 from estimator.lora import lora_rank_check, lora_targets
 from estimator.setup import TrainingSetup
-from estimator.spec import LAYER_FULL, LAYER_LINEAR, LAYER_SLIDING, Linear, ModelSpec
+from estimator.spec import LAYER_CHUNKED, LAYER_FULL, LAYER_LINEAR, LAYER_SLIDING, Linear, ModelSpec
 
 GDN_CHUNK = 64  # flash-linear-attention / transformers chunk size for chunk_gated_delta_rule
 CHECKPOINTED = ("gpu", "offload")
@@ -140,8 +141,8 @@ def attention_core_forward(
     n_full = spec.count_layers(LAYER_FULL)
     n_sliding = spec.count_layers(LAYER_SLIDING)
     pairs = n_full * per_layer_full + n_sliding * per_layer_sliding
-    d = spec.head_dim
-    return 2.0 * pairs * spec.num_heads * (d + d) * batch
+    pairs += spec.count_layers(LAYER_CHUNKED) * chunked_pairs(seq_len, spec.attention_chunk, causal)
+    return 2.0 * pairs * spec.num_heads * core_head_dims(spec) * batch
 
 
 def gated_deltanet_forward(

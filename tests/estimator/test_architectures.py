@@ -47,6 +47,19 @@ def test_qwen3_5_extras_are_counted_separately() -> None:
     assert spec.count_layers("full_attention") == 16
 
 
+# token ids inside the tiny vocabulary (some config classes default to ids of the real one)
+_BASE = {
+    "hidden_size": 64,
+    "intermediate_size": 160,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 300,
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
 TINY = {
     "llama": {
         "hidden_size": 64,
@@ -151,6 +164,62 @@ TINY = {
         "shared_expert_intermediate_size": 48,
         "full_attention_interval": 2,
     },
+    "qwen2_moe": {
+        **_BASE,
+        "num_hidden_layers": 3,
+        "moe_intermediate_size": 32,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "shared_expert_intermediate_size": 48,
+        "mlp_only_layers": [1],
+    },
+    "olmo2": {**_BASE, "attention_bias": True},
+    "olmo3": {**_BASE, "num_hidden_layers": 4, "sliding_window": 16},
+    "granite": {**_BASE, "mlp_bias": True, "attention_bias": True},
+    "glm4": {**_BASE, "head_dim": 24},
+    "smollm3": {**_BASE, "tie_word_embeddings": False},
+    "deepseek_v3": {
+        **_BASE,
+        "num_hidden_layers": 3,
+        "num_key_value_heads": 4,  # MLA expands keys to every head
+        "first_k_dense_replace": 1,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "n_shared_experts": 2,
+        "q_lora_rank": 48,
+        "kv_lora_rank": 32,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 16,
+        "n_group": 2,
+        "topk_group": 1,
+    },
+    "gpt_oss": {**_BASE, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2},
+    "llama4_text": {
+        **_BASE,
+        "num_hidden_layers": 4,
+        "head_dim": 16,
+        "intermediate_size_mlp": 96,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 2,
+        "attention_chunk_size": 32,
+    },
+    "qwen3_5_moe_text": {
+        **_BASE,
+        "num_hidden_layers": 4,
+        "head_dim": 16,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 16,
+        "linear_value_head_dim": 16,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 48,
+        "full_attention_interval": 2,
+    },
 }
 
 
@@ -221,3 +290,288 @@ def test_bad_config_names_the_field(mutation: dict, field: str) -> None:
     with pytest.raises(EstimatorInputError) as err:
         spec_from_config(config)
     assert err.value.field == field
+
+
+_TOKENS = {
+    "image_token_id": 5,
+    "video_token_id": 6,
+    "vision_start_token_id": 7,
+    "vision_end_token_id": 8,
+}
+_QWEN_VISION = {"hidden_size": 32, "intermediate_size": 48, "num_heads": 2, "out_hidden_size": 64}
+# model_type: (ForConditionalGeneration class, text_config, vision_config, top-level overrides)
+MULTIMODAL: dict[str, tuple[str, dict, dict, dict]] = {
+    "qwen2_5_vl": (
+        "Qwen2_5_VLForConditionalGeneration",
+        {**_BASE},
+        {**_QWEN_VISION, "depth": 2, "fullatt_block_indexes": [1]},
+        _TOKENS,
+    ),
+    "qwen3_vl": (
+        "Qwen3VLForConditionalGeneration",
+        {**_BASE, "head_dim": 16},
+        {
+            **_QWEN_VISION,
+            "depth": 3,
+            "deepstack_visual_indexes": [0, 2],
+            "num_position_embeddings": 16,
+        },
+        _TOKENS,
+    ),
+    "qwen3_5_moe": (
+        "Qwen3_5MoeForConditionalGeneration",
+        {
+            **_BASE,
+            "num_hidden_layers": 4,
+            "head_dim": 16,
+            "linear_num_key_heads": 2,
+            "linear_num_value_heads": 4,
+            "linear_key_head_dim": 16,
+            "linear_value_head_dim": 16,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 48,
+            "full_attention_interval": 2,
+        },
+        {**_QWEN_VISION, "depth": 2, "num_position_embeddings": 16},
+        _TOKENS,
+    ),
+    "gemma3": (
+        "Gemma3ForConditionalGeneration",
+        {**_BASE, "head_dim": 16},
+        {
+            "hidden_size": 32,
+            "intermediate_size": 48,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "image_size": 64,
+            "patch_size": 16,
+        },
+        {
+            "image_token_index": 5,
+            "boi_token_index": 6,
+            "eoi_token_index": 7,
+            "mm_tokens_per_image": 4,
+        },
+    ),
+    "mistral3": (
+        "Mistral3ForConditionalGeneration",
+        {**_BASE, "head_dim": 16},
+        {
+            "hidden_size": 32,
+            "intermediate_size": 48,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "head_dim": 16,
+            "image_size": 56,
+        },
+        {"image_token_index": 5, "tie_word_embeddings": False},
+    ),
+    "llama4": (
+        "Llama4ForConditionalGeneration",
+        {k: v for k, v in TINY["llama4_text"].items() if k != "attention_chunk_size"},
+        {
+            "hidden_size": 32,
+            "intermediate_size": 48,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "image_size": 56,
+            "vision_output_dim": 40,
+            "projector_input_dim": 40,
+            "projector_output_dim": 40,
+        },
+        {"image_token_index": 5, "boi_token_index": 6, "eoi_token_index": 7},
+    ),
+}
+VISION_PREFIXES = (
+    "model.visual.",
+    "model.vision_tower.",
+    "model.multi_modal_projector.",
+    "vision_model.",
+    "multi_modal_projector.",
+)
+
+
+def _multimodal_config(model_type: str) -> dict:
+    transformers = pytest.importorskip("transformers")
+    _, text, vision, top = MULTIMODAL[model_type]
+    raw = transformers.CONFIG_MAPPING[model_type]().to_dict()
+    for key in ("layer_types", "moe_layers", "no_rope_layers"):
+        raw["text_config"].pop(key, None)
+    raw["text_config"].update(text)
+    raw["vision_config"].update(vision)
+    raw.update(top)
+    return raw
+
+
+@pytest.mark.parametrize("model_type", sorted(MULTIMODAL))
+def test_multimodal_text_and_vision_equal_transformers(model_type: str) -> None:
+    """The text decoder is `params_total`; the vision tower (and projector) is the
+    `vision_tower` extra; together they are the ForConditionalGeneration model."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    raw = _multimodal_config(model_type)
+    config = transformers.CONFIG_MAPPING[model_type].from_dict(raw)
+    with torch.device("meta"):
+        model = getattr(transformers, MULTIMODAL[model_type][0])(config)
+    named = list(model.named_parameters())
+    vision = sum(p.numel() for n, p in named if n.startswith(VISION_PREFIXES))
+    total = sum(p.numel() for _, p in named)
+    spec = spec_from_config(config.to_dict())
+    extras = {g.name: g.params for g in spec.extras}
+    assert vision > 0
+    assert spec.params_total == total - vision
+    assert extras["vision_tower"] == vision
+
+
+NEW_FAMILIES = [
+    "qwen2_moe",
+    "olmo2",
+    "olmo3",
+    "granite",
+    "glm4",
+    "smollm3",
+    "deepseek_v3",
+    "gpt_oss",
+    "llama4_text",
+    "qwen3_5_moe_text",
+]
+
+
+@pytest.mark.parametrize("model_type", NEW_FAMILIES)
+def test_new_families_all_linear_lora_matches_peft(model_type: str) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    from estimator.lora import lora_params
+    from estimator.setup import TrainingSetup
+
+    config = transformers.CONFIG_MAPPING[model_type](**TINY[model_type])
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+        wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules="all-linear"))
+    expected = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+    spec = spec_from_config(config.to_dict())
+    setup = TrainingSetup(method="lora", lora_rank=4, lora_targets=["all-linear"])
+    assert lora_params(spec, setup) == expected
+
+
+# Presets of the new families: published totals, and transformers on the meta device.
+# DeepSeek-V3: README "671B of the Main Model weights and 14B of the MTP Module", 685B in all;
+# gpt-oss-20b: model card (arXiv 2508.10925, Table 1) 20.91B total, 3.61B active (without the
+# input embedding); OLMo-2-1124-7B and Qwen2.5-VL-7B-Instruct: the Hub's safetensors size,
+# 7.3B and 8.29B parameters; Gemma 3 27B: technical report (arXiv 2503.19786, Table 1) 25,600M
+# non-embedding parameters; Llama 4 Scout: model card, 17B active of 109B total.
+PUBLISHED_PRESETS = {
+    "deepseek-v3": (671e9, 0.001),
+    "gpt-oss-20b": (20.91e9, 0.0005),
+    "olmo2-7b": (7.3e9, 0.005),
+}
+
+
+@pytest.mark.parametrize("preset,published", sorted(PUBLISHED_PRESETS.items()))
+def test_new_presets_match_published_totals(preset: str, published: tuple[float, float]) -> None:
+    from estimator.presets import preset_config
+
+    total, rel = published
+    assert spec_from_config(preset_config(preset)).params_total == pytest.approx(total, rel=rel)
+
+
+def test_deepseek_v3_with_mtp_and_gpt_oss_active_match_published() -> None:
+    from estimator.presets import preset_config
+
+    ds = spec_from_config(preset_config("deepseek-v3"))
+    extras = {g.name: g.params for g in ds.extras}
+    assert extras["mtp_head"] == pytest.approx(14e9, rel=0.05)
+    assert ds.params_total + ds.params_extras == pytest.approx(685e9, rel=0.001)
+    assert ds.count_layers("full_attention") == 61 and ds.mlp_types.count("moe") == 58
+    assert ds.params_active == pytest.approx(37e9, rel=0.02)  # README: "37B activated"
+    oss = spec_from_config(preset_config("gpt-oss-20b"))
+    embed = sum(g.params for g in oss.others if g.name == "embed_tokens")
+    assert oss.params_active - embed == pytest.approx(3.61e9, rel=0.002)
+    assert oss.stored_bytes_by_dtype["mxfp4"] == 24 * 32 * 3 * 2880 * 2880
+
+
+def test_multimodal_presets_match_published() -> None:
+    from estimator.presets import preset_config
+
+    spec = spec_from_config(preset_config("qwen2.5-vl-7b"))
+    assert spec.params_total + spec.params_extras == pytest.approx(8.29e9, rel=0.001)
+    gemma = spec_from_config(preset_config("gemma-3-27b"))
+    embed = sum(g.params for g in gemma.others if g.name == "embed_tokens")
+    assert gemma.params_total - embed == pytest.approx(25_600e6, rel=0.0005)
+    assert gemma.count_layers("sliding_attention") == 52  # 5 of every 6 of 62 layers
+    scout = spec_from_config(preset_config("llama-4-scout"))
+    assert scout.params_total + scout.params_extras == pytest.approx(109e9, rel=0.005)
+    assert scout.params_active == pytest.approx(17e9, rel=0.015)
+    assert scout.count_layers("chunked_attention") == 36
+
+
+@pytest.mark.parametrize(
+    "preset,cls",
+    [
+        ("deepseek-v3", "DeepseekV3ForCausalLM"),
+        ("gpt-oss-20b", "GptOssForCausalLM"),
+        ("olmo2-7b", "Olmo2ForCausalLM"),
+        ("qwen2.5-vl-7b", "Qwen2_5_VLForConditionalGeneration"),
+        ("gemma-3-27b", "Gemma3ForConditionalGeneration"),
+        ("llama-4-scout", "Llama4ForConditionalGeneration"),
+    ],
+)
+def test_new_presets_equal_transformers_meta_model(preset: str, cls: str) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from estimator.presets import preset_config
+
+    raw = preset_config(preset)
+    config = transformers.CONFIG_MAPPING[raw["model_type"]].from_dict(
+        {k: v for k, v in raw.items() if k != "quantization_config"}
+    )
+    with torch.device("meta"):
+        model = getattr(transformers, cls)(config)
+    total = sum(p.numel() for p in model.parameters())
+    spec = spec_from_config(raw)
+    vision = sum(g.params for g in spec.extras if g.name == "vision_tower")
+    assert spec.params_total + vision == total
+
+
+VARIANTS = [
+    # the published Gemma 3 checkpoints have no SigLIP pooling head
+    ("gemma3", {"vision_config": {"vision_use_head": False}}),
+    ("mistral3", {"vision_feature_layer": [-1, -2], "multimodal_projector_bias": True}),
+    ("mistral3", {"tie_word_embeddings": True}),
+    ("llama4", {"text_config": {"moe_layers": [0, 3], "attention_chunk_size": 16}}),
+    ("qwen2_5_vl", {"text_config": {"tie_word_embeddings": True}}),
+    ("qwen3_vl", {"tie_word_embeddings": True}),
+]
+
+
+@pytest.mark.parametrize("model_type,changes", VARIANTS)
+def test_multimodal_variants_equal_transformers(model_type: str, changes: dict) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    raw = _multimodal_config(model_type)
+    for key, value in changes.items():
+        if isinstance(value, dict):
+            raw[key].update(value)
+        else:
+            raw[key] = value
+    config = transformers.CONFIG_MAPPING[model_type].from_dict(raw)
+    with torch.device("meta"):
+        model = getattr(transformers, MULTIMODAL[model_type][0])(config)
+    spec = spec_from_config(raw)
+    assert spec.params_total + spec.params_extras == sum(p.numel() for p in model.parameters())
+
+
+def test_deepseek_without_q_lora_uses_a_plain_q_proj() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.CONFIG_MAPPING["deepseek_v3"](
+        **{**TINY["deepseek_v3"], "q_lora_rank": None, "attention_bias": True}
+    )
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    spec = spec_from_config(config.to_dict())
+    assert [lin.name for lin in spec.linears][:1] == ["q_proj"]
+    assert spec.params_total == sum(p.numel() for p in model.parameters())

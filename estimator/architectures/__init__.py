@@ -1,0 +1,307 @@
+"""config.json -> ModelSpec for the supported `model_type`s.
+
+Shapes follow the transformers modeling files (v5.x) of each architecture: `modeling_llama.py`
+(LlamaAttention, LlamaMLP), `modeling_qwen3.py` (q_norm/k_norm), `modeling_qwen3_moe.py`,
+`modeling_qwen2_moe.py` (shared expert + sigmoid gate), `modeling_mixtral.py`,
+`modeling_gemma2.py` / `modeling_gemma3.py` (four norms per layer), `modeling_glm4.py` (four
+norms, fused gate_up_proj, q/k/v bias), `modeling_olmo2.py` / `modeling_olmo3.py` (no input norm,
+post-attention and post-feedforward norms, q_norm/k_norm over all heads), `modeling_granite.py`,
+`modeling_smollm3.py`, `modeling_phi3.py` (fused qkv_proj, gate_up_proj), `modeling_gpt2.py`
+(Conv1D c_attn/c_fc); Qwen3.5 / Qwen3-Next in `hybrid`, DeepSeek-V3 in `mla`,
+gpt-oss and Llama 4 in `moe`, vision towers in `vision`; shared builders in `parts`, attention
+geometry for the FLOP count in `attention`.
+Counts are checked against transformers itself in tests/estimator/test_architectures.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from estimator.architectures.hybrid import hybrid
+from estimator.architectures.mla import deepseek_v3
+from estimator.architectures.moe import gpt_oss, llama4_text
+from estimator.architectures.parts import (
+    assemble,
+    attention_linears,
+    base_fields,
+    embeddings,
+    experts_key,
+    layer_types,
+    moe_layers,
+    norms,
+    patterned_layer_types,
+    routed_moe,
+    swiglu,
+    top_k,
+)
+from estimator.architectures.vision import vision_tower
+from estimator.config_fields import ConfigReader
+from estimator.errors import EstimatorInputError
+from estimator.spec import (
+    LAYER_FULL,
+    LAYER_SLIDING,
+    MLP_DENSE,
+    Linear,
+    ModelSpec,
+    MoEGeometry,
+    ParamGroup,
+)
+
+FOUR_NORMS = ("gemma2", "gemma3_text", "glm4")  # pre/post attention and pre/post MLP
+POST_NORMS = ("olmo2", "olmo3")  # post-attention and post-feedforward only, q/k norm full width
+QK_NORM = ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_vl_text")  # per-head q_norm/k_norm
+QKV_BIAS = ("qwen2", "qwen2_moe", "qwen2_5_vl_text")  # q/k/v with bias, o_proj without
+# peft 0.21 adapts these types' fused experts under all-linear (transformers conversion_mapping.py)
+PEFT_FUSED_EXPERTS = ("mixtral", "qwen3_moe", "qwen3_next", "deepseek_v3")
+TIED_DEFAULT = ("gemma2", "gemma3_text", "smollm3")
+
+
+def _attention_bias(c: ConfigReader, family: str) -> tuple[bool, bool]:
+    """(q/k/v bias, o_proj bias). Qwen2 family: always / never (Qwen2-MoE: `qkv_bias`); GLM-4:
+    `attention_bias` (default true) on q/k/v only; Phi-3: o_proj never; others: `attention_bias`
+    on all four."""
+    if family in QKV_BIAS:
+        return c.flag("qkv_bias", True) if family == "qwen2_moe" else True, False
+    if family == "glm4":
+        return c.flag("attention_bias", True), False
+    bias = c.flag("attention_bias", False)
+    return bias, False if family == "phi3" else bias
+
+
+def _sparse_mlp(
+    c: ConfigReader, family: str, hidden: int, layers: int, inter: int
+) -> tuple[list[Linear], list[bool], MoEGeometry | None]:
+    """Router, expert banks and (Qwen2-MoE) the shared expert with its sigmoid gate."""
+    if family not in ("qwen3_moe", "mixtral", "qwen2_moe"):
+        return [], [False] * layers, None
+    n_exp = c.integer(experts_key(c, family))
+    k = top_k(c, n_exp)
+    e_inter = inter if family == "mixtral" else c.integer("moe_intermediate_size")
+    sparse = [True] * layers if family == "mixtral" else moe_layers(c, layers, n_exp)
+    n_sparse = sum(sparse)
+    shared = 0
+    if family == "qwen2_moe":
+        shared = c.integer("shared_expert_intermediate_size", 0, minimum=0)
+    # Qwen3-MoE's and Mixtral's routers are adapted through peft's conversion table
+    # (see ModelSpec.peft_fused_experts)
+    moe = MoEGeometry(n_exp, k, e_inter, shared)
+    return routed_moe(hidden, n_sparse, moe), sparse, moe
+
+
+def _decoder_types(c: ConfigReader, family: str, layers: int) -> list[str]:
+    if family == "gemma2" and c.str_list("layer_types") is None:
+        return [LAYER_SLIDING if i % 2 == 0 else LAYER_FULL for i in range(layers)]
+    if family == "olmo3":
+        return patterned_layer_types(c, layers, 4, LAYER_SLIDING, LAYER_FULL)
+    if family == "gemma3_text":  # Gemma3TextConfig: `sliding_window_pattern` (6), last one full
+        every = c.integer("sliding_window_pattern", 6)
+        return patterned_layer_types(c, layers, every, LAYER_SLIDING, LAYER_FULL)
+    return layer_types(c, layers)
+
+
+def _decoder(c: ConfigReader, family: str) -> ModelSpec:
+    """Llama-style decoders (see the module docstring for the families)."""
+    hidden = c.integer("hidden_size")
+    layers = c.integer("num_hidden_layers")
+    tied = c.flag("tie_word_embeddings", family in TIED_DEFAULT)
+    qkv_bias, o_bias = _attention_bias(c, family)
+    lins, heads, kv_heads, head_dim = attention_linears(
+        c, hidden, layers, qkv_bias=qkv_bias, o_bias=o_bias, fused=family == "phi3"
+    )
+    inter = c.integer("intermediate_size")
+    moe_lins, sparse, moe = _sparse_mlp(c, family, hidden, layers, inter)
+    fused_mlp = family in ("phi3", "glm4")
+    lins += moe_lins
+    lins += swiglu(
+        hidden, inter, layers - sum(sparse), bias=c.flag("mlp_bias", False), fused=fused_mlp
+    )
+
+    per_layer = 4 if family in FOUR_NORMS else 2
+    qk = layers * 2 * head_dim if family in QK_NORM else 0
+    if family in POST_NORMS:
+        qk = layers * (heads + kv_heads) * head_dim
+    fields = base_fields(c, family, hidden, layers)
+    groups, head = embeddings(hidden, fields["vocab"], tied)
+    groups.append(norms(hidden, layers, per_layer, qk))
+    sliding = c.integer("sliding_window", 0, minimum=0) if c.has("sliding_window") else None
+    return assemble(
+        fields,
+        (heads, kv_heads, head_dim),
+        _decoder_types(c, family, layers),
+        sparse,
+        lins + head,
+        groups,
+        intermediate=inter,
+        tied_embeddings=tied,
+        qk_norm=bool(qk),
+        sliding_window=sliding or None,
+        moe=moe,
+        norms_per_layer=per_layer,
+        peft_fused_experts=family in PEFT_FUSED_EXPERTS,
+    )
+
+
+def _gpt2(c: ConfigReader, family: str) -> ModelSpec:
+    """GPT-2: learned positions, LayerNorm with bias, Conv1D projections with bias, 4h MLP."""
+    hidden = c.integer("n_embd")
+    layers = c.integer("n_layer")
+    heads = c.integer("n_head")
+    vocab = c.integer("vocab_size")
+    positions = c.integer("n_positions")
+    inter = c.integer("n_inner", 4 * hidden)
+    tied = c.flag("tie_word_embeddings", True)
+    lins = [
+        Linear("c_attn", hidden, 3 * hidden, layers, True),
+        Linear("attn.c_proj", hidden, hidden, layers, True),
+        Linear("c_fc", hidden, inter, layers, True, "mlp"),
+        Linear("mlp.c_proj", inter, hidden, layers, True, "mlp"),
+    ]
+    groups, head = embeddings(hidden, vocab, tied)
+    groups += [
+        ParamGroup("wpe", positions * hidden),
+        ParamGroup("norms", layers * 2 * 2 * hidden + 2 * hidden, "LayerNorm weight + bias"),
+    ]
+    return ModelSpec(
+        name=c.text("_name_or_path") or "gpt2",
+        model_type=family,
+        hidden=hidden,
+        layers=layers,
+        vocab=vocab,
+        intermediate=inter,
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=hidden // heads,
+        layer_types=tuple([LAYER_FULL] * layers),
+        mlp_types=tuple([MLP_DENSE] * layers),
+        linears=tuple(lins + head),
+        others=tuple(groups),
+        tied_embeddings=tied,
+    )
+
+
+Builder = Callable[[ConfigReader, str], ModelSpec]
+_DECODER_FAMILIES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "mixtral",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "olmo2",
+    "olmo3",
+    "granite",
+    "glm4",
+    "smollm3",
+    "qwen2_5_vl_text",
+    "qwen3_vl_text",
+)
+_BUILDERS: dict[str, Builder] = {name: _decoder for name in _DECODER_FAMILIES}
+_BUILDERS.update(
+    {
+        "gpt2": _gpt2,
+        "gpt_oss": gpt_oss,
+        "deepseek_v3": deepseek_v3,
+        "llama4_text": llama4_text,
+        "qwen3_5": hybrid,
+        "qwen3_5_text": hybrid,
+        "qwen3_5_moe": hybrid,
+        "qwen3_5_moe_text": hybrid,
+        "qwen3_next": hybrid,
+    }
+)
+
+# Multimodal configs: the text decoder's family (decoder builder) and the composite class's
+# `tie_word_embeddings` default (transformers v5 configuration_*.py; the composite's own flag
+# decides tying in its ForConditionalGeneration, Qwen2.5-VL also honours text_config's).
+COMPOSITES: dict[str, tuple[str, bool]] = {
+    "qwen3_5": ("qwen3_5", False),
+    "qwen3_5_moe": ("qwen3_5_moe", False),
+    "gemma3": ("gemma3_text", True),
+    "mistral3": ("mistral", True),
+    "llama4": ("llama4_text", False),
+    "qwen2_5_vl": ("qwen2_5_vl_text", False),
+    "qwen3_vl": ("qwen3_vl_text", False),
+}
+# text_config model_types accepted inside a composite, mapped to a builder family
+_TEXT_FAMILIES = {
+    "mistral": "mistral",
+    "ministral": "mistral",
+    "ministral3": "mistral",
+    "llama": "llama",
+}
+SUPPORTED_MODEL_TYPES = tuple(sorted({*_BUILDERS, *COMPOSITES}))
+
+
+def _reject_non_finite(value: Any, path: str, depth: int = 0) -> None:
+    """NaN or Infinity anywhere in a config is an error naming the field (even in fields the
+    estimator does not read: the file is broken)."""
+    if depth > 64:
+        raise EstimatorInputError(path, "nested too deeply")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise EstimatorInputError(path, f"{value} is not a finite number")
+    if isinstance(value, dict):
+        for key, child in value.items():
+            _reject_non_finite(child, f"{path}.{key}", depth + 1)
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            _reject_non_finite(child, f"{path}[{i}]", depth + 1)
+
+
+def _composite(root: ConfigReader, model_type: str) -> tuple[ConfigReader, str]:
+    """The text config of a multimodal config, with the composite's tying rule applied."""
+    text = root.nested("text_config")
+    if text is None and model_type == "qwen2_5_vl" and root.has("hidden_size"):
+        text = root  # the published flat layout: text fields at the top (Qwen2_5_VLConfig BC)
+    if text is None:
+        raise EstimatorInputError("config.text_config", f"{model_type} needs a text_config")
+    family, tie_default = COMPOSITES[model_type]
+    if model_type == "qwen3_5":
+        tied = text.flag("tie_word_embeddings", root.flag("tie_word_embeddings", tie_default))
+    else:
+        tied = root.flag("tie_word_embeddings", tie_default)
+        if model_type == "qwen2_5_vl":
+            tied = tied or text.flag("tie_word_embeddings", False)
+    if model_type == "mistral3":
+        inner = text.text("model_type", "mistral") or "mistral"
+        if inner not in _TEXT_FAMILIES:
+            raise EstimatorInputError(
+                text.field("model_type"), f"unsupported text model {inner!r} in mistral3"
+            )
+        family = _TEXT_FAMILIES[inner]
+    return ConfigReader({**text.data, "tie_word_embeddings": tied}, text.path), family
+
+
+def spec_from_config(config: Any, name: str | None = None) -> ModelSpec:
+    """Build the parameter inventory from a Hugging Face config.json object."""
+    root = ConfigReader(config)
+    _reject_non_finite(config, "config")
+    model_type = root.text("model_type")
+    if model_type is None:
+        raise EstimatorInputError("config.model_type", "required field is missing")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise EstimatorInputError(
+            "config.model_type",
+            f"unknown model_type {model_type!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}",
+        )
+    if model_type in COMPOSITES:
+        text, family = _composite(root, model_type)
+    else:
+        text, family = root, _TEXT_FAMILIES.get(model_type, model_type)
+    spec = _BUILDERS[family](text, family)
+    if model_type in COMPOSITES:
+        assert spec.hidden is not None
+        extras = tuple(vision_tower(model_type, root, spec.hidden)) + spec.extras
+        kind = spec.model_type if model_type in ("gemma3", "qwen3_5") else model_type
+        spec = replace(spec, extras=extras, model_type=kind)
+    return _renamed(spec, name or root.text("_name_or_path") or text.text("_name_or_path"))
+
+
+def _renamed(spec: ModelSpec, name: str | None) -> ModelSpec:
+    return replace(spec, name=name) if name else spec

@@ -1,0 +1,52 @@
+"""Saved activations of DeepSeek-V3's MoE block (bytes per token), hooked into
+`activations._mlp` for specs whose `MoEGeometry.router` is `grouped_sigmoid`.
+
+transformers v5 `modeling_deepseek_v3` (h hidden, E experts, k per token,
+m = moe_intermediate_size, s = the shared experts' width):
+- DeepseekV3TopkRouter: F.linear in fp32 over an fp32 copy of the block input (saved when the
+  router weight trains), the sigmoid scores (E, fp32), the int64 indices of the final top-k
+  (k, kept by the gather of the weights), and the normalisation (the k fp32 weights and their
+  fp32 sum). The group-limited selection (per-group top-2, group top-k, the bool mask) only
+  feeds indices: its graph does not reach the output and its saved tensors are freed at once;
+- the experts (`integrations/moe.grouped_mm_experts_forward`): the gathered tokens (k * h, when
+  the banks train), three int64 gather / scatter indices of k, the fp32 routing weight per copy
+  (k), the fused gate_up output (2m per copy), silu's output (m), down_proj's input (m, when the
+  banks train), and the expert output (k * h);
+- shared_experts (DeepseekV3MLP): the block input (when they train), gate and up outputs,
+  silu's output, down_proj's input (when it trains).
+Equal to torch's saved-tensor hooks on a tiny DeepseekV3MoE, full fine-tuning and frozen
+(tests/estimator/test_architectures_paths.py; CPU `grouped_mm`).
+"""
+
+from __future__ import annotations
+
+from estimator.dtypes import FP32
+from estimator.memory.activations import Context, inputs_saved
+from estimator.spec import ModelSpec
+
+INT64 = 8
+
+
+def deepseek_moe(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
+    """(saved bytes per token, widest intermediate per token) of one MoE block."""
+    moe = spec.moe
+    assert moe is not None and spec.hidden
+    cb, h = ctx.compute_bytes, spec.hidden
+    k, m, s, e = (
+        moe.experts_per_token,
+        moe.expert_intermediate,
+        moe.shared_intermediate,
+        moe.num_experts,
+    )
+    banks_train = ctx.full or ctx.expert_lora
+    saved = FP32 * h if ctx.full or "gate" in ctx.targets else 0.0  # router's fp32 input
+    saved += FP32 * e + INT64 * k
+    saved += FP32 * k + FP32  # normalised weights and their sum
+    saved += 3 * INT64 * k + FP32 * k  # gather / scatter indices, routing weight per copy
+    if banks_train:
+        saved += cb * k * h + cb * k * m  # gathered tokens, down_proj's input
+    saved += cb * k * 2 * m + cb * k * m + cb * k * h  # gate_up output, silu, expert output
+    if s:
+        saved += inputs_saved(ctx, ["gate_proj", "up_proj"], h)
+        saved += 3 * cb * s + inputs_saved(ctx, ["down_proj"], s)
+    return saved, float(k * 2 * m + s)
