@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from probe.options import DEFAULT_SETUP, ProbeInputError, normalize_setup, parse_sweep
+from probe.options import (
+    DEFAULT_SETUP,
+    STACK_DEFAULTS,
+    ProbeInputError,
+    normalize_setup,
+    parse_sweep,
+)
 
 
 def test_probe_defaults_and_choices_match_the_estimators_training_setup():
     setup_module = pytest.importorskip("estimator.setup")
     estimator_default = setup_module.TrainingSetup().model_dump()
-    assert estimator_default == DEFAULT_SETUP
+    assert {k: estimator_default[k] for k in DEFAULT_SETUP} == DEFAULT_SETUP
+    # the stack fields: the estimator defaults to the hf stack, the probe to its own loop
+    assert set(estimator_default) - set(DEFAULT_SETUP) <= set(STACK_DEFAULTS)
 
 
 def test_probe_package_does_not_import_the_estimator():
