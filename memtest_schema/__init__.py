@@ -28,6 +28,7 @@ __all__ = [
     "STACKS",
     "COMPONENT_KEYS",
     "MAXIMA_KEYS",
+    "DEVICE_MEMORY_KEYS",
     "MAX_RESULTS",
     "MemtestSchemaError",
     "load_memtest",
@@ -43,6 +44,10 @@ COMPONENT_KEYS = ("params", "grads", "optimizer", "activations")
 # optimizer states (+ fp32 masters); `activations` = everything else except `logits`, which are
 # the storages whose last dimension is the vocabulary (logits, their fp32 copies and gradients).
 MAXIMA_KEYS = ("weights", "trainable_states", "activations", "logits")
+# Optional `results[i].device_memory` (CUDA only): `torch.cuda.mem_get_info()` before the first
+# step and after the last step of the length: what nvidia-smi sees (the CUDA context, library
+# workspaces and everything the caching allocator reserved), not only torch's tensors.
+DEVICE_MEMORY_KEYS = ("total_bytes", "free_before_bytes", "free_after_bytes")
 
 # The estimator's `TrainingSetup` fields with their allowed values (None: not an enumeration).
 SETUP_CHOICES: dict[str, tuple[str, ...] | None] = {
@@ -420,6 +425,11 @@ def _check_result(value: object, path: str, max_steps: int) -> None:
         _float(s, f"{spath}[{i}]")
     if "host_bytes" in res:
         _int(res["host_bytes"], _join(path, "host_bytes"), nullable=True)
+    if res.get("device_memory") is not None:
+        dpath = _join(path, "device_memory")
+        dmem = _obj(res["device_memory"], dpath)
+        for key in DEVICE_MEMORY_KEYS:
+            _int(_require(dmem, key, dpath), _join(dpath, key))
     if res.get("component_maxima") is not None:
         mpath = _join(path, "component_maxima")
         maxima = _obj(res["component_maxima"], mpath)

@@ -427,12 +427,14 @@ class HFSession:
 
     def run_length(self, seq: int, steps: int, bar: Any) -> dict[str, Any]:
         """`Trainer.train()` for `steps` optimizer steps at this length; OOM -> status `oom`."""
-        from probe.runner import _result
+        from probe.runner import _result, cuda_free_bytes, device_memory
 
         res = _result(seq, self.setup["batch"], "ok")
+        free_before = (0, 0)
         if self.device == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
+            free_before = cuda_free_bytes()
         if self.tracker is not None:
             self.tracker.reset_peak()
         callback = _callback_class()(self, res, bar)
@@ -443,6 +445,8 @@ class HFSession:
                 stack.enter_context(_noop_moves_keep_fake_params())
             failure = self._train(seq, steps, callback)
         self._measure(res, callback.best[1])
+        if self.device == "cuda":
+            res["device_memory"] = device_memory(free_before)
         if failure is not None:
             res["status"], res["error"] = failure
         elif self.device != "fake" and len(res["step_seconds"]) > 0:

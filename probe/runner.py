@@ -97,6 +97,19 @@ def _unpacked_sequences() -> Iterator[None]:
         masking_utils.find_packed_sequence_indices = original
 
 
+def cuda_free_bytes() -> tuple[int, int]:
+    """(free, total) device bytes as the driver reports them (`torch.cuda.mem_get_info`)."""
+    free, total = torch.cuda.mem_get_info()
+    return int(free), int(total)
+
+
+def device_memory(before: tuple[int, int]) -> dict[str, int]:
+    """`results[i].device_memory`: free bytes before the length's first step and after its
+    last (the CUDA context, workspaces and the allocator's reserve are in the difference)."""
+    free_after, total = cuda_free_bytes()
+    return {"total_bytes": total, "free_before_bytes": before[0], "free_after_bytes": free_after}
+
+
 def _is_oom(exc: BaseException) -> bool:
     if isinstance(exc, torch.OutOfMemoryError):
         return True
@@ -188,8 +201,10 @@ class _Session:
         """All steps of one length; an OOM is returned as status `oom` (never raised)."""
         res = _result(seq, self.setup["batch"], "ok")
         self._free()
+        free_before = (0, 0)
         if self.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
+            free_before = cuda_free_bytes()
         if self.tracker is not None:
             self.tracker.reset_peak()
         best: tuple[int, dict[str, dict[str, int]] | None] = (-1, None)
@@ -212,6 +227,8 @@ class _Session:
             failure = ("oom" if _is_oom(exc) else "error", f"{type(exc).__name__}: {exc}")
         # the exception (and its traceback holding the step's tensors) is released here
         self._measure(res, best[1])
+        if self.device == "cuda":
+            res["device_memory"] = device_memory(free_before)
         if failure is not None:
             self._free()
             res["status"], res["error"] = failure

@@ -37,3 +37,11 @@ def test_gpu_check_uses_only_options_the_probe_knows():
     known = {s for a in build_parser()._actions for s in a.option_strings}
     used = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]+", SCRIPT.read_text()))
     assert used - {"--dry-run", "--kill-after"} <= known
+
+
+def test_gpu_check_runs_the_hf_stack_and_liger_and_records_unsloth():
+    text = SCRIPT.read_text()
+    assert text.count("--stack hf") >= 2  # the seed case and Llama-3.1-8B LoRA
+    assert "--lora-dropout 0.05" in text and "--grad-accum 2" in text
+    assert "--loss liger" in text
+    assert "import unsloth" in text

@@ -154,6 +154,9 @@ def test_stack_environment_and_component_maxima_are_checked_when_present():
     doc = _doc()
     doc["results"][0]["component_maxima"] = {"weights": 1, "trainable_states": 1, "logits": 1}
     _raises(doc, "results[0].component_maxima.activations")
+    doc = _doc()
+    doc["results"][0]["device_memory"] = {"total_bytes": 10, "free_before_bytes": 8}
+    _raises(doc, "results[0].device_memory.free_after_bytes")
 
 
 def test_unknown_schema_version_is_rejected_naming_schema():
