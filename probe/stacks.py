@@ -29,9 +29,9 @@ NOT_RUNNABLE: dict[str, str] = {
     "torchtune": "torchtune 0.6.1 (its last release) imports torchao.dtypes.nf4tensor, which "
     "current torchao (0.18) no longer has; with torchao 0.11 it next needs `datasets`, and its "
     "recipes load a tokenizer model and checkpoint files from disk. Not installed here",
-    "torchtitan": "torchtitan 0.3.0's install pulls wandb, tensorboard and other huggingface_hub/"
-    "fsspec/datasets versions into the environment the rest of trainfit uses; its FSDP2 train "
-    "step also needs its own TOML job config and tokenizer. Not installed here",
+    "torchtitan": "installing torchtitan 0.3.0 would downgrade huggingface_hub (2.4 -> 1.33) and "
+    "fsspec under the transformers 5 that trainfit uses and add wandb/tensorboard; its FSDP2 "
+    "train step also needs its own TOML job config and a tokenizer. Not installed here",
     "deepspeed": "DeepSpeed's ZeRO engine needs a CUDA (or other accelerator) backend and its "
     "compiled ops; not run by this probe",
 }
