@@ -9,7 +9,7 @@
 # at its first OOM by design (the probe records it); the script always goes on to the next one.
 # The probe runs from the source tree (PYTHONPATH=.), no pip install: the H200 image reaches no
 # package registry. GPU time: each sweep has a soft limit (--time-limit: no new length after it)
-# and a hard one (timeout); the hard limits add up to 6.5 minutes.
+# (2/3 of the hard one) and a hard one (timeout); the hard limits add up to 6.2 minutes.
 #
 # Sweeps (/work/shared/gpu-check.md): the seed case with the probe's own loop (chunked loss, full
 # loss, offloaded checkpoints), a dense Llama-3.1-8B full fine-tune, then the `hf` stack
@@ -93,7 +93,7 @@ probe() {  # probe NAME HARD_LIMIT_S PROBE_ARGS...
   local name=$1 limit=$2
   shift 2
   run "$name" "$limit" "$PY" -m probe --device "$DEVICE" --no-progress \
-    --time-limit $((limit - 45)) --out "$OUT/memtest_$name.json" "$@"
+    --time-limit $((limit * 2 / 3)) --out "$OUT/memtest_$name.json" "$@"
 }
 
 SEED=(--config "$SEED_CONFIG" --method lora --lora-rank 16 --lora-targets "$TARGETS"

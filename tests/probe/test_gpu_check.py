@@ -46,3 +46,14 @@ def test_gpu_check_runs_the_hf_stack_and_liger_and_records_unsloth():
     assert "--lora-dropout 0.05" in text and "--grad-accum 2" in text
     assert "--loss liger" in text
     assert "import unsloth" in text
+
+
+def test_gpu_check_limits_fit_the_gpu_budget_and_leave_positive_soft_limits():
+    text = SCRIPT.read_text()
+    arrays = re.findall(r"LIMITS=\(([\d ]+)\)", text)
+    assert len(arrays) == 2  # dry run, GPU
+    gpu = [int(x) for x in arrays[1].split()]
+    assert len(gpu) == len([int(x) for x in arrays[0].split()]) == text.count('"${LIMITS[')
+    assert sum(gpu) <= 7 * 60  # /work/shared/gpu-check.md: under 7 minutes of GPU time
+    assert "--time-limit $((limit * 2 / 3))" in text  # a soft limit > 0 for every hard limit
+    assert min(gpu) >= 2
