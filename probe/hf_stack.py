@@ -99,6 +99,8 @@ def _qlora_model(config: dict[str, Any], setup: dict[str, Any], device: str, env
     with tempfile.TemporaryDirectory(prefix="trainfit-probe-") as folder:
         random_model.save_pretrained(folder)
         del random_model
+        if device == "cuda":
+            torch.cuda.empty_cache()  # the bf16 original must not count against the NF4 run
         model = AutoModelForCausalLM.from_pretrained(
             folder, quantization_config=bnb, dtype=torch.bfloat16, device_map=device
         )
@@ -370,7 +372,8 @@ class HFSession:
                 "groups' foreach=True so CUDA's default path and its temporaries run"
             )
         if s["optimizer"] == "adamw" and s["optimizer_impl"] == "fused":
-            self.env["ran"].append("torch fused AdamW (_fused_adamw_, the CPU kernel)")
+            how = "its meta kernel, traced" if self.device == "fake" else "the CPU kernel"
+            self.env["ran"].append(f"torch fused AdamW (_fused_adamw_, {how})")
         if s["optimizer"] in ("adamw-8bit", "lion"):
             self.env["ran"].append(
                 f"bitsandbytes {package_version('bitsandbytes')} 8-bit/32-bit optimizer on the CPU"
