@@ -291,7 +291,8 @@ class _StepModes:
     re-enters them from `on_step_begin` (the micro-batches are already loaded, real tensors that
     the fake mode converts) to `on_step_end` (after the optimizer step and `zero_grad`): forward,
     backward, clipping and the optimizer step all run fake and tracked. Nothing is changed in
-    what the Trainer does."""
+    what the Trainer does. On the CPU the tracker alone is paused the same way, so CPU and fake
+    runs count the same storages (the DataLoader's token batches in neither)."""
 
     def __init__(self, modes: list[Any]) -> None:
         self.modes = modes  # outermost first
