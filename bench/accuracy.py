@@ -114,6 +114,14 @@ def variants(config: str, quick: bool) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "full FT, AMP (fp32 weights)", {"method": "full", "precision": "mixed"}
     yield "full FT, bf16 weights", {"method": "full", "precision": "bf16"}
     yield "full FT, bf16, grad_accum 4", {"method": "full", "precision": "bf16", "grad_accum": 4}
+    yield (
+        "full FT, bf16, foreach AdamW",
+        {
+            "method": "full",
+            "precision": "bf16",
+            "optimizer_impl": "foreach",
+        },
+    )
     if config in ("small-llama", "small-qwen3"):
         yield "QLoRA NF4 + 8-bit AdamW", {"method": "qlora", "optimizer": "adamw-8bit"}
     probe = {"stack": "probe", "lora_dropout": 0.0}
