@@ -350,8 +350,9 @@ def _stack_environment(stack: str, device: str, notes: list[str]) -> dict[str, A
     substituted: list[str] = []
     if stack == "probe":
         ran.append(
-            "the probe's own training loop (probe.runner): bf16 weights with its own fp32 "
-            "masters stepped per tensor, no autocast, LoRA dropout 0, no gradient accumulation"
+            "the probe's own training loop (probe.runner): no autocast, foreach AdamW, its own "
+            "fp32 masters stepped per tensor for mixed-precision full fine-tuning, LoRA dropout "
+            "0, no gradient accumulation"
         )
     if device == "fake":
         substituted.append(
