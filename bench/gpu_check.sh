@@ -9,9 +9,19 @@
 # at its first OOM by design (the probe records it); the script always goes on to the next one.
 # The probe runs from the source tree (PYTHONPATH=.), no pip install: the H200 image reaches no
 # package registry. GPU time: each sweep has a soft limit (--time-limit: no new length after it)
-# and a hard one (timeout); the hard limits add up to 6.5 minutes.
+# (2/3 of the hard one) and a hard one (timeout); the hard limits add up to 6.2 minutes.
 #
-# Environment: OUT, PYTHON (default python3), DRY_RUN=1 (same as --dry-run).
+# Sweeps (/work/shared/gpu-check.md): the seed case with the probe's own loop (chunked loss, full
+# loss, offloaded checkpoints), a dense Llama-3.1-8B full fine-tune, then the `hf` stack
+# (transformers Trainer + peft, as users run it) for the seed case and for Llama-3.1-8B LoRA with
+# lora_dropout 0.05 and gradient accumulation 2, and Liger (`--loss liger`, Trainer's
+# use_liger_kernel) where liger-kernel imports. Unsloth: the probe has no Unsloth stack; the script
+# records whether `import unsloth` works there, nothing more. Wheels the box lacks (liger-kernel,
+# trl: pure Python) can travel in ./wheelhouse; they are installed from it with --no-index.
+# Each memtest records max_memory_allocated, max_memory_reserved and, per length,
+# torch.cuda.mem_get_info before and after (`results[i].device_memory`: context + workspaces).
+#
+# Environment: OUT, PYTHON (default python3), DRY_RUN=1 (same as --dry-run), WHEELHOUSE.
 set -u -o pipefail
 
 cd "$(dirname "$0")/.."
@@ -31,7 +41,7 @@ if [[ "$DRY" == 1 ]]; then
   DENSE_SWEEP=64,128,256
   SEED_STEPS=2
   DENSE_STEPS=2
-  LIMITS=(90 90 90 90)     # hard limits per sweep, seconds
+  LIMITS=(90 90 90 90 90 90 60)     # hard limits per sweep, seconds
 else
   DEVICE=cuda
   SEED_CONFIG=tests/data/configs/qwen3.5-27b.json
@@ -39,8 +49,9 @@ else
   SEED_SWEEP=16000,32000,48000
   DENSE_SWEEP=2048,4096,8192
   SEED_STEPS=2             # 2 steps: the second one has the optimizer states
-  DENSE_STEPS=3
-  LIMITS=(120 90 90 60)
+  DENSE_STEPS=2
+  # 75+55+55+45+60+45+35 = 370 s of hard limits (each includes loading the random model)
+  LIMITS=(75 55 55 45 60 45 35)
 fi
 
 SUMMARY="$OUT/summary.log"
@@ -64,7 +75,12 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 else
   echo "== nvidia-smi: not found (dry run: $DRY)" | tee -a "$SUMMARY"
 fi
-run versions 60 "$PY" -m pip show torch transformers peft accelerate bitsandbytes
+WHEELHOUSE=${WHEELHOUSE:-./wheelhouse}
+if [[ "$DRY" != 1 && -d "$WHEELHOUSE" ]]; then
+  run wheelhouse 60 "$PY" -m pip install --no-index --find-links "$WHEELHOUSE" liger-kernel trl
+fi
+run versions 60 "$PY" -m pip show torch transformers peft accelerate bitsandbytes trl liger-kernel
+run unsloth-import 60 "$PY" -c "import unsloth; print('unsloth', unsloth.__version__)"
 run torch-info 60 "$PY" -c "import torch, sys; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available()); print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no cuda device')"
 
 OPTIMIZER=adamw
@@ -77,7 +93,7 @@ probe() {  # probe NAME HARD_LIMIT_S PROBE_ARGS...
   local name=$1 limit=$2
   shift 2
   run "$name" "$limit" "$PY" -m probe --device "$DEVICE" --no-progress \
-    --time-limit $((limit - 45)) --out "$OUT/memtest_$name.json" "$@"
+    --time-limit $((limit * 2 / 3)) --out "$OUT/memtest_$name.json" "$@"
 }
 
 SEED=(--config "$SEED_CONFIG" --method lora --lora-rank 16 --lora-targets "$TARGETS"
@@ -92,6 +108,17 @@ probe seed-offload-chunked "${LIMITS[2]}" "${SEED[@]}" --checkpointing offload -
 # 4. a dense second architecture: full fine-tune, AdamW
 probe dense-full "${LIMITS[3]}" --config "$DENSE_CONFIG" --method full --optimizer adamw \
   --precision bf16 --checkpointing gpu --loss full --sweep "$DENSE_SWEEP" --steps "$DENSE_STEPS"
+
+# 5. the hf stack (transformers Trainer + peft) for the seed case: the Trainer has no chunked
+#    loss, so its own (full logits); autocast and fused AdamW / adamw_bnb_8bit as users run it
+probe hf-seed "${LIMITS[4]}" "${SEED[@]}" --stack hf --checkpointing gpu --loss full
+# 6. the hf stack, Llama-3.1-8B LoRA r16 with lora_dropout 0.05 and gradient accumulation 2
+HF_DENSE=(--config "$DENSE_CONFIG" --stack hf --method lora --lora-rank 16 --lora-dropout 0.05
+  --grad-accum 2 --checkpointing gpu --sweep "$DENSE_SWEEP" --steps "$DENSE_STEPS")
+probe hf-llama-lora "${LIMITS[5]}" "${HF_DENSE[@]}" --loss full
+# 7. the same with Liger's fused linear cross entropy, where liger-kernel imports (CUDA only;
+#    elsewhere the probe exits 2 saying so, which the summary records)
+probe hf-llama-lora-liger "${LIMITS[6]}" "${HF_DENSE[@]}" --loss liger
 
 echo "== done; memtests:" | tee -a "$SUMMARY"
 ls -1 "$OUT"/memtest_*.json 2>/dev/null | tee -a "$SUMMARY"

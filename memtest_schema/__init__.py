@@ -24,7 +24,11 @@ __all__ = [
     "DEVICES",
     "STATUSES",
     "SETUP_FIELDS",
+    "STACK_SETUP_FIELDS",
+    "STACKS",
     "COMPONENT_KEYS",
+    "MAXIMA_KEYS",
+    "DEVICE_MEMORY_KEYS",
     "MAX_RESULTS",
     "MemtestSchemaError",
     "load_memtest",
@@ -35,6 +39,15 @@ SCHEMA_ID = "trainfit.memtest/1"
 DEVICES = ("cuda", "cpu", "fake")
 STATUSES = ("ok", "oom", "error", "skipped")
 COMPONENT_KEYS = ("params", "grads", "optimizer", "activations")
+# Optional `results[i].component_maxima`: the largest bytes each kind reached during the step
+# (each at its own moment, so they do not add up to the peak). `trainable_states` = gradients +
+# optimizer states (+ fp32 masters); `activations` = everything else except `logits`, which are
+# the storages whose last dimension is the vocabulary (logits, their fp32 copies and gradients).
+MAXIMA_KEYS = ("weights", "trainable_states", "activations", "logits")
+# Optional `results[i].device_memory` (CUDA only): `torch.cuda.mem_get_info()` before the first
+# step and after the last step of the length: what nvidia-smi sees (the CUDA context, library
+# workspaces and everything the caching allocator reserved), not only torch's tensors.
+DEVICE_MEMORY_KEYS = ("total_bytes", "free_before_bytes", "free_after_bytes")
 
 # The estimator's `TrainingSetup` fields with their allowed values (None: not an enumeration).
 SETUP_CHOICES: dict[str, tuple[str, ...] | None] = {
@@ -46,7 +59,7 @@ SETUP_CHOICES: dict[str, tuple[str, ...] | None] = {
     "optimizer": ("adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"),
     "precision": ("mixed", "bf16", "fp32"),
     "checkpointing": ("none", "gpu", "offload"),
-    "loss": ("full", "chunked"),
+    "loss": ("full", "chunked", "liger"),
     "loss_chunk": None,
     "batch": None,
     "sharding": ("none", "fsdp", "zero1", "zero2", "zero3", "device_map"),
@@ -54,6 +67,25 @@ SETUP_CHOICES: dict[str, tuple[str, ...] | None] = {
     "attention": ("sdpa", "flash", "eager"),
 }
 SETUP_FIELDS = tuple(SETUP_CHOICES)
+
+# Training stacks (issue 10/11). `probe` is the probe's own loop; the others are the libraries
+# users train with. A memtest names the one that ran in `setup.stack` and `environment.stack`.
+STACKS = ("hf", "unsloth", "torchtune", "torchtitan", "deepspeed", "probe")
+
+# Optional setup fields added with the stacks (absent in memtests written before them, so a
+# document without them stays valid): name -> allowed values (None: checked by `_check_setup`).
+STACK_SETUP_FIELDS: dict[str, tuple[str, ...] | None] = {
+    "stack": STACKS,
+    "autocast": None,  # bool: bf16 autocast around forward and loss (HF `bf16=True`)
+    "optimizer_impl": ("fused", "foreach", "in-backward"),
+    "paged": None,  # bool: bitsandbytes paged optimizer
+    "lora_dropout": None,  # number in [0, 1)
+    "grad_accum": None,  # int >= 1: micro-batches per optimizer step
+    "double_quant": None,  # bool: bnb_4bit_use_double_quant
+    "kbit_prepare": None,  # bool: peft's prepare_model_for_kbit_training ran (QLoRA)
+    "train_embeddings": None,  # bool: embeddings / lm_head trained (peft modules_to_save)
+    "base": ("bf16", "int8", "nf4"),  # storage of the frozen base weights
+}
 
 MAX_RESULTS = 1000
 MAX_STEPS = 100_000
@@ -271,6 +303,7 @@ def _check_environment(value: object, path: str) -> None:
             "linear_attention_kernel": lambda v, p: _str(v, p, nullable=True),
         },
     )
+    _check_stack_environment(env, path)
 
 
 def _check_model(value: object, path: str) -> None:
@@ -293,8 +326,9 @@ def _check_model(value: object, path: str) -> None:
 def _check_setup(value: object, path: str) -> None:
     setup = _obj(value, path)
     for key in setup:
-        if key not in SETUP_CHOICES:
+        if key not in SETUP_CHOICES and key not in STACK_SETUP_FIELDS:
             raise MemtestSchemaError(_join(path, key), "unknown setup field")
+    _check_stack_setup(setup, path)
     for key, choices in SETUP_CHOICES.items():
         item = _require(setup, key, path)
         field = _join(path, key)
@@ -309,6 +343,49 @@ def _check_setup(value: object, path: str) -> None:
                 raise MemtestSchemaError(field, "expected a non-empty list of module names")
             for i, name in enumerate(item):
                 _str(name, f"{field}[{i}]", nonempty=True)
+
+
+def _bool(value: object, path: str) -> None:
+    if not isinstance(value, bool):
+        raise MemtestSchemaError(path, f"expected true or false, got {_type_name(value)}")
+
+
+def _check_stack_setup(setup: dict[str, Any], path: str) -> None:
+    """The optional stack fields, each checked only when present."""
+    for key, choices in STACK_SETUP_FIELDS.items():
+        if key not in setup:
+            continue
+        item, field = setup[key], _join(path, key)
+        if choices is not None:
+            _choice(item, field, choices)
+        elif key in ("autocast", "paged", "double_quant", "kbit_prepare", "train_embeddings"):
+            _bool(item, field)
+        elif key == "grad_accum":
+            _int(item, field, minimum=1, maximum=MAX_STEPS)
+        elif key == "lora_dropout":
+            _float(item, field)
+            if item >= 1:
+                raise MemtestSchemaError(field, f"must be < 1, got {item}")
+
+
+def _check_str_list(value: object, path: str) -> None:
+    if not isinstance(value, list):
+        raise MemtestSchemaError(path, f"expected a list, got {_type_name(value)}")
+    for i, item in enumerate(value):
+        _str(item, f"{path}[{i}]", nonempty=True)
+
+
+def _check_stack_environment(env: dict[str, Any], path: str) -> None:
+    """Optional: which stack ran, its library versions, what ran for real, what was substituted."""
+    if "stack" in env:
+        _choice(env["stack"], _join(path, "stack"), STACKS)
+    if "libraries" in env:
+        libs = _obj(env["libraries"], _join(path, "libraries"))
+        for name, version in libs.items():
+            _str(version, _join(_join(path, "libraries"), name), nullable=True)
+    for key in ("ran", "substituted"):
+        if key in env:
+            _check_str_list(env[key], _join(path, key))
 
 
 def _check_components(value: object, path: str) -> None:
@@ -351,6 +428,19 @@ def _check_result(value: object, path: str, max_steps: int) -> None:
         _float(s, f"{spath}[{i}]")
     if "host_bytes" in res:
         _int(res["host_bytes"], _join(path, "host_bytes"), nullable=True)
+    if res.get("device_memory") is not None:
+        dpath = _join(path, "device_memory")
+        dmem = _obj(res["device_memory"], dpath)
+        for key in DEVICE_MEMORY_KEYS:
+            _int(_require(dmem, key, dpath), _join(dpath, key))
+    if res.get("component_maxima") is not None:
+        mpath = _join(path, "component_maxima")
+        maxima = _obj(res["component_maxima"], mpath)
+        for key in maxima:
+            if key not in MAXIMA_KEYS:
+                raise MemtestSchemaError(_join(mpath, key), "unknown component")
+        for key in MAXIMA_KEYS:
+            _int(_require(maxima, key, mpath), _join(mpath, key))
     if res["status"] == "ok":
         if res["peak_allocated_bytes"] is None:
             raise MemtestSchemaError(

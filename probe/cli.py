@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from memtest_schema import SETUP_CHOICES, MemtestSchemaError
+from memtest_schema import SETUP_CHOICES, STACK_SETUP_FIELDS, STACKS, MemtestSchemaError
 
 __all__ = ["main", "build_parser"]
 
@@ -63,6 +63,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--loss-chunk", type=int, default=4096)
     s.add_argument("--batch", type=int, default=1)
     s.add_argument("--attention", choices=_choices("attention"), default="sdpa")
+    k = p.add_argument_group("training stack (issue 11: what runs the steps)")
+    k.add_argument(
+        "--stack",
+        choices=STACKS,
+        default="probe",
+        help="hf: transformers Trainer + peft (+ bitsandbytes); probe: the probe's own loop; "
+        "unsloth/torchtune/torchtitan/deepspeed: reported as not runnable here",
+    )
+    k.add_argument(
+        "--autocast",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="bf16 autocast (hf default: on unless --precision fp32)",
+    )
+    k.add_argument(
+        "--optimizer-impl",
+        choices=STACK_SETUP_FIELDS["optimizer_impl"],
+        default=None,
+        help="hf default: fused for AdamW",
+    )
+    k.add_argument("--paged", action="store_true", help="bitsandbytes paged optimizer (CUDA)")
+    k.add_argument("--lora-dropout", type=float, default=0.0)
+    k.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    k.add_argument("--double-quant", action="store_true", help="QLoRA bnb_4bit_use_double_quant")
     r = p.add_argument_group("the run")
     r.add_argument("--sweep", default="16000,32000,48000", help="comma-separated seq lengths")
     r.add_argument("--steps", type=int, default=3, help="optimizer steps per length")
@@ -94,6 +118,13 @@ def _setup_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "loss_chunk": args.loss_chunk,
         "batch": args.batch,
         "attention": args.attention,
+        "stack": args.stack,
+        "autocast": args.autocast,
+        "optimizer_impl": args.optimizer_impl,
+        "paged": args.paged,
+        "lora_dropout": args.lora_dropout,
+        "grad_accum": args.grad_accum,
+        "double_quant": args.double_quant,
     }
 
 

@@ -9,9 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from memtest_schema import SETUP_CHOICES
+from memtest_schema import SETUP_CHOICES, STACK_SETUP_FIELDS
 
-__all__ = ["DEFAULT_SETUP", "SETUP_CHOICES", "ProbeInputError", "normalize_setup", "parse_sweep"]
+__all__ = [
+    "DEFAULT_SETUP",
+    "STACK_DEFAULTS",
+    "SETUP_CHOICES",
+    "ProbeInputError",
+    "normalize_setup",
+    "parse_sweep",
+]
 
 MAX_BATCH = 1_000_000
 MAX_GPUS = 100_000
@@ -35,6 +42,22 @@ DEFAULT_SETUP: dict[str, Any] = {
 }
 
 
+# The stack fields (memtest_schema.STACK_SETUP_FIELDS). None = the stack's own default, resolved
+# by `normalize_setup`: hf autocasts unless precision is fp32 (TrainingArguments bf16=True) and
+# uses fused AdamW (transformers' default `optim` for torch >= 2.8, training_args.py); the probe's
+# own loop has no autocast and steps AdamW on the foreach path.
+STACK_DEFAULTS: dict[str, Any] = {
+    "stack": "probe",
+    "autocast": None,
+    "optimizer_impl": None,
+    "paged": False,
+    "lora_dropout": 0.0,
+    "grad_accum": 1,
+    "double_quant": False,
+}
+assert set(STACK_DEFAULTS) <= set(STACK_SETUP_FIELDS)
+
+
 class ProbeInputError(ValueError):
     """Bad input to the probe (config, setup, sweep); `field` names what was wrong."""
 
@@ -55,10 +78,10 @@ def _int_field(value: object, field: str, lo: int, hi: int) -> int:
 def normalize_setup(setup: dict[str, Any] | None) -> dict[str, Any]:
     """Fill defaults and check every field; returns a new dict with exactly the setup keys."""
     given = dict(setup or {})
-    unknown = sorted(set(given) - set(DEFAULT_SETUP))
+    unknown = sorted(set(given) - set(DEFAULT_SETUP) - set(STACK_DEFAULTS))
     if unknown:
         raise ProbeInputError(f"setup.{unknown[0]}", "unknown setup field")
-    out = {**DEFAULT_SETUP, **given}
+    out = {**DEFAULT_SETUP, **STACK_DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
     for key, choices in SETUP_CHOICES.items():
         if choices is not None and out[key] not in choices:
             raise ProbeInputError(
@@ -86,7 +109,40 @@ def normalize_setup(setup: dict[str, Any] | None) -> dict[str, Any]:
     out["lora_targets"] = cleaned
     if out["sharding"] == "none" and out["num_gpus"] > 1:
         out["sharding"] = "device_map"  # as the estimator's TrainingSetup does
+    _normalize_stack_fields(out)
     return out
+
+
+def _bool_field(value: object, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise ProbeInputError(field, f"expected true or false, got {value!r}")
+    return value
+
+
+def _normalize_stack_fields(out: dict[str, Any]) -> None:
+    """Check the stack fields and resolve the stack-dependent defaults (in place)."""
+    for key, choices in STACK_SETUP_FIELDS.items():
+        if choices is not None and out.get(key) is not None and out[key] not in choices:
+            raise ProbeInputError(
+                f"setup.{key}", f"must be one of {', '.join(choices)}; got {out[key]!r}"
+            )
+    for key in ("paged", "double_quant"):
+        out[key] = _bool_field(out[key], f"setup.{key}")
+    out["grad_accum"] = _int_field(out["grad_accum"], "setup.grad_accum", 1, 100_000)
+    dropout = out["lora_dropout"]
+    if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0 <= dropout < 1:
+        raise ProbeInputError("setup.lora_dropout", f"expected a number in [0, 1), got {dropout!r}")
+    out["lora_dropout"] = float(dropout)
+    hf = out["stack"] != "probe"
+    if out["autocast"] is None:
+        out["autocast"] = hf and out["precision"] != "fp32"
+    out["autocast"] = _bool_field(out["autocast"], "setup.autocast")
+    if out["optimizer_impl"] is None:
+        out["optimizer_impl"] = "fused" if hf and out["optimizer"] == "adamw" else "foreach"
+    if hf and out["method"] == "qlora":
+        # the hf stack's QLoRA runs peft's prepare_model_for_kbit_training (probe.hf_stack):
+        # say so in the memtest, so the estimator compares with the same preparation
+        out["kbit_prepare"] = True
 
 
 def parse_sweep(value: str | list[int]) -> list[int]:

@@ -33,12 +33,14 @@ import torch
 from memtest_schema import DEVICES, SCHEMA_ID, validate_memtest
 from probe import __version__
 from probe.config import check_config, text_config
-from probe.environment import describe_environment
+from probe.environment import describe_environment, package_version
+from probe.hf_stack import HFSession, build_hf_model
 from probe.linear_attention import install_linear_attention
 from probe.loss import chunked_loss, full_loss
 from probe.model import BuiltModel, UnsupportedSetup, build_model
 from probe.optim import make_training_optimizer, optimizer_state_tensors
 from probe.options import ProbeInputError, normalize_setup, parse_sweep
+from probe.stacks import check_stack
 from probe.tracker import StorageTracker
 
 __all__ = ["run_probe", "default_out_name"]
@@ -95,6 +97,19 @@ def _unpacked_sequences() -> Iterator[None]:
         masking_utils.find_packed_sequence_indices = original
 
 
+def cuda_free_bytes() -> tuple[int, int]:
+    """(free, total) device bytes as the driver reports them (`torch.cuda.mem_get_info`)."""
+    free, total = torch.cuda.mem_get_info()
+    return int(free), int(total)
+
+
+def device_memory(before: tuple[int, int]) -> dict[str, int]:
+    """`results[i].device_memory`: free bytes before the length's first step and after its
+    last (the CUDA context, workspaces and the allocator's reserve are in the difference)."""
+    free_after, total = cuda_free_bytes()
+    return {"total_bytes": total, "free_before_bytes": before[0], "free_after_bytes": free_after}
+
+
 def _is_oom(exc: BaseException) -> bool:
     if isinstance(exc, torch.OutOfMemoryError):
         return True
@@ -113,6 +128,7 @@ def _result(seq: int, batch: int, status: str, error: str | None = None) -> dict
         "tokens_per_second": None,
         "error": error,
         "components": None,
+        "component_maxima": None,
         "host_bytes": None,
     }
 
@@ -147,8 +163,9 @@ class _Session:
         if self.device == "cuda":
             torch.cuda.synchronize()
 
-    def step(self, seq: int) -> dict[str, int] | None:
-        """One optimizer step; returns the components at this step's peak (tracker only)."""
+    def step(self, seq: int) -> dict[str, dict[str, int]] | None:
+        """One optimizer step; returns the components at this step's peak and each kind's
+        maximum (tracker only)."""
         batch = self.setup["batch"]
         ids = torch.randint(0, self.vocab, (batch, seq), device=self.torch_device)
         with self._autocast():
@@ -166,9 +183,11 @@ class _Session:
             model = self.built.model
             params = list(model.parameters()) + list(model.buffers())
             grads = [p.grad for p in model.parameters() if p.grad is not None]
-            components = self.tracker.components_at_peak(
-                params, grads, optimizer_state_tensors(self.optimizer)
-            )
+            states = optimizer_state_tensors(self.optimizer)
+            components = {
+                "components": self.tracker.components_at_peak(params, grads, states),
+                "maxima": self.tracker.component_maxima(params, grads, states),
+            }
         self.optimizer.zero_grad(set_to_none=True)
         return components
 
@@ -182,11 +201,13 @@ class _Session:
         """All steps of one length; an OOM is returned as status `oom` (never raised)."""
         res = _result(seq, self.setup["batch"], "ok")
         self._free()
+        free_before = (0, 0)
         if self.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
+            free_before = cuda_free_bytes()
         if self.tracker is not None:
             self.tracker.reset_peak()
-        best: tuple[int, dict[str, int] | None] = (-1, None)
+        best: tuple[int, dict[str, dict[str, int]] | None] = (-1, None)
         failure: tuple[str, str] | None = None
         try:
             for _ in range(steps):
@@ -206,6 +227,8 @@ class _Session:
             failure = ("oom" if _is_oom(exc) else "error", f"{type(exc).__name__}: {exc}")
         # the exception (and its traceback holding the step's tensors) is released here
         self._measure(res, best[1])
+        if self.device == "cuda":
+            res["device_memory"] = device_memory(free_before)
         if failure is not None:
             self._free()
             res["status"], res["error"] = failure
@@ -215,7 +238,7 @@ class _Session:
             self._throughput(res, seq)
         return res
 
-    def _measure(self, res: dict[str, Any], comps: dict[str, int] | None) -> None:
+    def _measure(self, res: dict[str, Any], comps: dict[str, dict[str, int]] | None) -> None:
         if self.device == "cuda":
             res["peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
             res["peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
@@ -224,7 +247,8 @@ class _Session:
         res["peak_allocated_bytes"] = int(self.tracker.peak)
         res["host_bytes"] = int(self.tracker.host_peak)
         if comps is not None:
-            res["components"] = {k: int(v) for k, v in comps.items()}
+            res["components"] = {k: int(v) for k, v in comps["components"].items()}
+            res["component_maxima"] = {k: int(v) for k, v in comps["maxima"].items()}
 
     def _throughput(self, res: dict[str, Any], seq: int) -> None:
         if self.device == "fake" or not res["step_seconds"]:
@@ -300,8 +324,12 @@ class _BuildOOM(RuntimeError):
 
 
 def _build(config: dict[str, Any], setup: dict[str, Any], device: str) -> BuiltModel:
+    return _build_with(build_model, config, setup, device)
+
+
+def _build_with(builder: Callable[..., BuiltModel], *args: Any) -> BuiltModel:
     try:
-        return build_model(config, setup, device)
+        return builder(*args)
     except (UnsupportedSetup, ProbeInputError):
         raise
     except Exception as exc:  # noqa: BLE001 - transformers raises many types for bad configs
@@ -310,6 +338,39 @@ def _build(config: dict[str, Any], setup: dict[str, Any], device: str) -> BuiltM
         raise ProbeInputError(
             "config", f"the model could not be built from this config: {type(exc).__name__}: {exc}"
         ) from None
+
+
+def _stack_environment(stack: str, device: str, notes: list[str]) -> dict[str, Any]:
+    """`environment.stack/libraries/ran/substituted` (the hf stack adds to ran/substituted
+    while it builds and trains); `notes` is shared with the memtest's notes."""
+    from probe.hf_stack import HF_LIBRARIES
+
+    libraries = {name: package_version(name) for name in HF_LIBRARIES}
+    ran: list[str] = []
+    substituted: list[str] = []
+    if stack == "probe":
+        ran.append(
+            "the probe's own training loop (probe.runner): no autocast, foreach AdamW, its own "
+            "fp32 masters stepped per tensor for mixed-precision full fine-tuning, LoRA dropout "
+            "0, no gradient accumulation"
+        )
+    if device == "fake":
+        substituted.append(
+            "fake tensors (FakeTensorMode): shapes and dtypes only; the CPU kernels' saved "
+            "tensors (SDPA flash_attention_for_cpu) stand in for the CUDA kernels'"
+        )
+    elif device == "cpu":
+        substituted.append(
+            "CPU tensors counted by the storage tracker (512-byte blocks) stand in for the CUDA "
+            "caching allocator's max_memory_allocated; CPU kernels stand in for CUDA's"
+        )
+    return {
+        "stack": stack,
+        "libraries": libraries,
+        "ran": ran,
+        "substituted": substituted,
+        "notes": notes,
+    }
 
 
 def _retie(model: Any) -> None:
@@ -363,8 +424,11 @@ def run_probe(
     dist = DistributedRun.from_env(device)
     if dist.world_size > 1:
         setup = {**setup, "sharding": "fsdp", "num_gpus": dist.world_size}
+    check_stack(setup, device)
     env = describe_environment(device, gpu_count=dist.world_size)
     notes: list[str] = []
+    stack_env = _stack_environment(setup["stack"], device, notes)
+    env.update({k: stack_env[k] for k in ("stack", "libraries", "ran", "substituted")})
     text = text_config(config)
     vocab = int(text.get("vocab_size") or 0)
     results: list[dict[str, Any]] = []
@@ -423,26 +487,37 @@ def run_probe(
         try:
             # built outside the fake mode and the tracker: on meta for `fake` (peft cannot wrap
             # fake tensors), on the device otherwise; the tracker adopts the weights below
-            built = _build(config, setup, device)
-            notes.extend(built.notes)
+            if setup["stack"] == "hf":
+                built = _build_with(build_hf_model, config, setup, device, stack_env)
+            else:
+                built = _build(config, setup, device)
+                notes.extend(built.notes)
+            step_modes: list[Any] = []
             if device == "fake":
                 from torch._subclasses.fake_tensor import FakeTensorMode
 
-                stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+                step_modes.append(stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True)))
             if device in ("cpu", "fake"):
-                tracker = stack.enter_context(StorageTracker(cap=memory_cap))
+                tracker = stack.enter_context(StorageTracker(cap=memory_cap, vocab=vocab))
+                step_modes.append(tracker)
             if device == "fake":
                 built.model.to_empty(device="cpu")
                 _retie(built.model)  # to_empty gives tied weights separate storages
-                notes.append(
-                    "fake: weights are fake CPU tensors; attention traced with the CPU SDPA "
-                    "kernels, optimizers on their CUDA-default foreach path"
-                )
+                if setup["stack"] == "probe":
+                    notes.append(
+                        "fake: weights are fake CPU tensors; attention traced with the CPU SDPA "
+                        "kernels, optimizers on their CUDA-default foreach path"
+                    )
             if dist.world_size > 1:
                 dist.shard(built)
             if tracker is not None:
                 tracker.adopt(list(built.model.parameters()) + list(built.model.buffers()))
-            session = _Session(built, setup, device, vocab, tracker)
+            session: _Session | HFSession
+            if setup["stack"] == "hf":
+                modes = step_modes or None  # the tracker (and fake mode): inside steps only
+                session = HFSession(built, setup, device, vocab, tracker, stack_env, modes)
+            else:
+                session = _Session(built, setup, device, vocab, tracker)
         except (UnsupportedSetup, _BuildOOM, torch.OutOfMemoryError) as exc:
             status = "error" if isinstance(exc, UnsupportedSetup) else "oom"
             results = [_result(lengths[0], setup["batch"], status, str(exc))]

@@ -58,9 +58,11 @@ ATTENTION_OPS = {
 class StorageTracker(TorchDispatchMode):
     """Count live storages created by ops; raise `TrackerOOM` above `cap` bytes."""
 
-    def __init__(self, cap: int | None = None) -> None:
+    def __init__(self, cap: int | None = None, vocab: int | None = None) -> None:
         super().__init__()
         self.cap = cap
+        self.vocab = vocab  # storages whose tensor's last dimension is this count as logits
+        self._logit_uids: set[int] = set()
         self._live: dict[int, tuple[int, int]] = {}  # storage _cdata -> (uid, rounded bytes)
         self._host: set[int] = set()  # uids of storages that are host (offloaded) copies
         self._next_uid = 0
@@ -117,6 +119,8 @@ class StorageTracker(TorchDispatchMode):
         uid = self._next_uid
         self._next_uid += 1
         self._live[key] = (uid, nbytes)
+        if self.vocab and tensor.dim() >= 2 and tensor.shape[-1] == self.vocab:
+            self._logit_uids.add(uid)
         weakref.finalize(storage, self._free, key, uid)
         self.current += nbytes
         self.largest_allocation = max(self.largest_allocation, nbytes)
@@ -172,6 +176,7 @@ class StorageTracker(TorchDispatchMode):
     def begin_window(self) -> None:
         """Start logging for one step (the classification covers the peak inside the window)."""
         self._baseline = {uid: n for uid, n in self._live.values() if uid not in self._host}
+        self._logit_uids &= set(self._baseline)
         self._events = []
         self._window_peak = self.current
         self._window_peak_index = 0
@@ -224,3 +229,41 @@ class StorageTracker(TorchDispatchMode):
                 out["activations"] += nbytes
         out["host"] = self._window_host_at_peak
         return out
+
+    def component_maxima(
+        self,
+        params: Iterable[torch.Tensor],
+        grads: Iterable[torch.Tensor],
+        optimizer_state: Iterable[torch.Tensor],
+    ) -> dict[str, int]:
+        """The most bytes each kind held at any moment of this window (each at its own moment).
+
+        weights: parameters and buffers; trainable_states: gradients + optimizer states (with
+        fp32 masters); logits: non-state storages whose last dimension is `vocab` (logits, their
+        fp32 copies, log-softmax, their gradients); activations: all other device storages
+        (saved tensors, recomputation, temporaries). Call while params/grads/states are alive.
+        """
+        p_uids = self._uids(params)
+        s_uids = (self._uids(grads) | self._uids(optimizer_state)) - p_uids
+        live = dict(self._baseline)
+
+        def kind(uid: int) -> str:
+            if uid in p_uids:
+                return "weights"
+            if uid in s_uids:
+                return "trainable_states"
+            return "logits" if uid in self._logit_uids else "activations"
+
+        current = {"weights": 0, "trainable_states": 0, "activations": 0, "logits": 0}
+        for uid, nbytes in live.items():
+            current[kind(uid)] += nbytes
+        best = dict(current)
+        for uid, delta in self._events:
+            if delta > 0:
+                live[uid] = delta
+            elif live.pop(uid, None) is None:
+                continue
+            k = kind(uid)
+            current[k] += delta
+            best[k] = max(best[k], current[k])
+        return best

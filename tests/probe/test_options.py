@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from probe.options import DEFAULT_SETUP, ProbeInputError, normalize_setup, parse_sweep
+from memtest_schema import STACK_SETUP_FIELDS
+from probe.options import (
+    DEFAULT_SETUP,
+    ProbeInputError,
+    normalize_setup,
+    parse_sweep,
+)
 
 
 def test_probe_defaults_and_choices_match_the_estimators_training_setup():
     setup_module = pytest.importorskip("estimator.setup")
-    # the probe runs its own loop: the estimator's `probe` stack, whose extra stack fields
-    # (autocast, optimizer_impl, ...) the probe does not take
+    # the probe's own loop is the estimator's `probe` stack
     estimator_default = setup_module.TrainingSetup(stack="probe").model_dump()
     assert {k: estimator_default[k] for k in DEFAULT_SETUP} == DEFAULT_SETUP
+    # the stack fields: the estimator resolves them from the stack, the probe from its own loop
+    assert set(estimator_default) - set(DEFAULT_SETUP) <= set(STACK_SETUP_FIELDS)
 
 
 def test_probe_package_does_not_import_the_estimator():

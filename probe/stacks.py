@@ -1,0 +1,123 @@
+"""Which training stack runs the probe's steps, and what each can run on this machine.
+
+- `probe`: the probe's own loop (probe.runner), kept for regression: bf16 weights with its own
+  fp32 masters, no autocast, foreach AdamW, dropout 0, no gradient accumulation.
+- `hf`: transformers `Trainer` + peft (+ bitsandbytes for QLoRA / 8-bit AdamW), see
+  probe.hf_stack. Runs on the CPU, under fake tensors and on CUDA.
+- `unsloth`, `torchtune`, `torchtitan`, `deepspeed`: not runnable by this probe; `check_stack`
+  says why (exit 2 on the command line) instead of substituting another stack's numbers.
+
+`check_stack` raises `ProbeInputError` naming the field for a setup the chosen stack cannot run,
+so the CLI exits 2 with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from probe.options import ProbeInputError
+
+__all__ = ["check_stack", "NOT_RUNNABLE"]
+
+# Stacks the probe cannot run, with the reason found when trying (see the closing note of
+# issue 11). A stack is reported, never replaced by another.
+NOT_RUNNABLE: dict[str, str] = {
+    "unsloth": "Unsloth needs a GPU: `import unsloth` raises 'Unsloth cannot find any torch "
+    "accelerator? You need a GPU.' (unsloth_zoo/device_type.py) and its kernels are triton, so "
+    "it cannot run on the CPU or under fake tensors",
+    "torchtune": "torchtune 0.6.1 (its last release) imports torchao.dtypes.nf4tensor, which "
+    "current torchao (0.18) no longer has; with torchao 0.11 it next needs `datasets`, and its "
+    "recipes load a tokenizer model and checkpoint files from disk. Not installed here",
+    "torchtitan": "installing torchtitan 0.3.0 would downgrade huggingface_hub (2.4 -> 1.33) and "
+    "fsspec under the transformers 5 that trainfit uses and add wandb/tensorboard; its FSDP2 "
+    "train step also needs its own TOML job config and a tokenizer. Not installed here",
+    "deepspeed": "DeepSpeed's ZeRO engine needs a CUDA (or other accelerator) backend and its "
+    "compiled ops; not run by this probe",
+}
+
+
+def _has(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _check_probe_stack(setup: dict[str, Any]) -> None:
+    """The probe's own loop has none of the stack options; they need `--stack hf`."""
+    fixed = {
+        "autocast": False,
+        "optimizer_impl": "foreach",
+        "paged": False,
+        "lora_dropout": 0.0,
+        "grad_accum": 1,
+        "double_quant": False,
+    }
+    for key, value in fixed.items():
+        if setup[key] != value:
+            raise ProbeInputError(
+                f"setup.{key}",
+                f"the probe stack (the probe's own loop) runs only {key}={value!r}; "
+                f"got {setup[key]!r}: use --stack hf",
+            )
+    if setup["loss"] == "liger":
+        raise ProbeInputError("setup.loss", "loss=liger needs --stack hf on a CUDA GPU")
+
+
+def _check_hf_stack(setup: dict[str, Any], device: str) -> None:
+    if not _has("transformers"):
+        raise ProbeInputError("setup.stack", "the hf stack needs transformers installed")
+    if setup["method"] != "full" and not _has("peft"):
+        raise ProbeInputError("setup.method", f"{setup['method']} on the hf stack needs peft")
+    needs_bnb = setup["method"] == "qlora" or setup["optimizer"] in ("adamw-8bit", "lion")
+    if needs_bnb and not _has("bitsandbytes"):
+        raise ProbeInputError(
+            "setup.method" if setup["method"] == "qlora" else "setup.optimizer",
+            "needs bitsandbytes installed (pip install bitsandbytes)",
+        )
+    if setup["method"] == "qlora" and device == "fake":
+        raise ProbeInputError(
+            "setup.method",
+            "qlora cannot be traced with fake tensors: bitsandbytes quantises real weights "
+            "while transformers loads them; run it on cpu or cuda",
+        )
+    if setup["loss"] == "chunked":
+        raise ProbeInputError(
+            "setup.loss",
+            "transformers' Trainer computes the loss from the model's full logits; it has no "
+            "chunked loss (Liger's fused linear cross entropy, --loss liger, needs CUDA/triton). "
+            "Use --stack probe for the probe's chunked loss",
+        )
+    if setup["loss"] == "liger" and (device != "cuda" or not _has("liger_kernel")):
+        raise ProbeInputError(
+            "setup.loss",
+            "loss=liger (TrainingArguments use_liger_kernel=True) needs liger-kernel and triton "
+            f"on a CUDA GPU (device is {device})",
+        )
+    if setup["checkpointing"] == "offload":
+        raise ProbeInputError(
+            "setup.checkpointing",
+            "transformers' Trainer has no offloaded checkpointing (gradient_checkpointing keeps "
+            "the layer inputs on the device; Unsloth's offloaded variant needs CUDA). Use "
+            "--stack probe for the probe's offloaded checkpointing",
+        )
+    if setup["optimizer_impl"] == "in-backward":
+        raise ProbeInputError(
+            "setup.optimizer_impl",
+            "in-backward optimizer steps are a torchtune/torchtitan feature, not a Trainer option",
+        )
+    if setup["paged"] and device != "cuda":
+        raise ProbeInputError(
+            "setup.paged", "paged optimizers use CUDA unified memory: they need a CUDA device"
+        )
+    if setup["sharding"] != "none" or setup["num_gpus"] > 1:
+        raise ProbeInputError("setup.sharding", "the hf stack probe runs one device")
+
+
+def check_stack(setup: dict[str, Any], device: str) -> None:
+    """Raise `ProbeInputError` when `setup.stack` cannot run `setup` on `device` here."""
+    stack = setup["stack"]
+    if stack in NOT_RUNNABLE:
+        raise ProbeInputError("setup.stack", f"{stack} is not runnable here: {NOT_RUNNABLE[stack]}")
+    if stack == "probe":
+        _check_probe_stack(setup)
+    elif stack == "hf":
+        _check_hf_stack(setup, device)
