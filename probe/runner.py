@@ -541,9 +541,10 @@ def run_probe(
                     continue
                 res = session.run_length(seq, steps, bar)
                 results.append(res)
-                if cuda_kernels is not None and cuda_kernels.substitutions:
-                    if CUDA_KERNELS_SUBSTITUTED not in stack_env["substituted"]:
-                        stack_env["substituted"].append(CUDA_KERNELS_SUBSTITUTED)
+                substituted = stack_env["substituted"]
+                used = cuda_kernels is not None and cuda_kernels.substitutions > 0
+                if used and CUDA_KERNELS_SUBSTITUTED not in substituted:
+                    substituted.append(CUDA_KERNELS_SUBSTITUTED)
                 if on_result is not None and tracker is not None:
                     kernels |= tracker.kernels
                 if on_result is not None and dist.rank == 0:
