@@ -112,16 +112,55 @@ def _stage_name(stage: Stage) -> str:
 
 def _phases(
     dp: DataParallelBytes, acts: tuple[Any, Any, Any], profile: Profile, keep_grads: bool
-) -> Any:
+) -> dict[str, dict[str, Any]]:
+    """What is alive at each moment, by part (the same moments as `model._phases`)."""
     checkpoints, recompute, logits = acts
-    resident = dp.weights + dp.states + dp.persistent + (dp.grads if keep_grads else 0.0)
+    zero = checkpoints * 0.0
+    states = zero + dp.states + (dp.grads if keep_grads else 0.0)
     if profile.get("memory", "peak_rule") == "sum":
-        return resident + dp.backward_extra + dp.grads + checkpoints + recompute + logits
-    loss = resident + dp.forward_extra + checkpoints + logits
-    made = 0.0 if keep_grads else dp.grads
-    backward = resident + dp.backward_extra + np.maximum(checkpoints, made) + recompute
-    step = dp.weights + dp.states + dp.grads + dp.persistent + dp.step_extra + dp.step_transient
-    return np.maximum(np.maximum(loss, backward), step)
+        parts = {
+            "weights": zero + dp.weights + dp.backward_extra,
+            "trainable_states": zero + dp.states + dp.grads,
+            "buckets": zero + dp.persistent,
+            "checkpoints": checkpoints,
+            "recompute_peak": recompute,
+            "logits": logits,
+        }
+        return {"all": parts}
+    made = zero + (0.0 if keep_grads else dp.grads)
+    return {
+        "loss": {
+            "weights": zero + dp.weights,
+            "trainable_states": states,
+            "buckets": zero + dp.persistent,
+            "unsharded_params": zero + dp.forward_extra,
+            "checkpoints": checkpoints,
+            "logits": logits,
+        },
+        "backward": {
+            "weights": zero + dp.weights,
+            "trainable_states": states,
+            "buckets": zero + dp.persistent,
+            "unsharded_params_and_grads": zero + dp.backward_extra,
+            "checkpoints": np.where(checkpoints >= made, checkpoints, 0.0),
+            "gradients": np.where(checkpoints >= made, 0.0, made),
+            "recompute_peak": recompute,
+        },
+        "step": {
+            "weights": zero + dp.weights,
+            "trainable_states": zero + dp.states + dp.grads,
+            "buckets": zero + dp.persistent,
+            "optimizer_step": zero + dp.step_extra + dp.step_transient,
+        },
+    }
+
+
+def _largest(phases: dict[str, dict[str, Any]]) -> Any:
+    totals = [sum(parts.values()) for parts in phases.values()]
+    worst = totals[0]
+    for total in totals[1:]:
+        worst = np.maximum(worst, total)
+    return worst
 
 
 def layout_breakdown(
@@ -139,13 +178,14 @@ def layout_breakdown(
     base = memory_breakdown(spec, local, local_seq, batch, profile, devices=1)
     overhead = np.asarray(base.components["overhead"]) + nccl_buffer_bytes(layout)
     keep = (setup.grad_accum or 1) > 1
-    best: tuple[Any, dict[str, Any], DataParallelBytes, Any, Any] | None = None
+    best: tuple[Any, dict[str, Any], DataParallelBytes, Any, Stage, Any] | None = None
     for stage in stages(spec, layout, setup.grad_accum):
         dp = data_parallel_bytes(
             _replica(spec, setup, base, stage, layout), layout, reduce_bytes(setup)
         )
         acts = _activations(spec, setup, base, stage, layout)
-        allocated = _phases(dp, acts, profile, keep)
+        phases = _phases(dp, acts, profile, keep)
+        allocated = _largest(phases)
         host = np.asarray(base.host) * stage.layers / (spec.layers or 1) + dp.host
         components = {
             "weights": overhead * 0.0 + dp.weights + dp.forward_extra,
@@ -156,9 +196,9 @@ def layout_breakdown(
             "overhead": overhead,
         }
         if best is None or float(np.max(allocated)) > float(np.max(best[0])):
-            best = (allocated, components, dp, host, stage)
+            best = (allocated, components, dp, host, stage, phases)
     assert best is not None
-    allocated, components, dp, host, stage = best
+    allocated, components, dp, host, stage, phases = best
     n = layout.gpus
     reserved = allocated + (
         allocator_slack(spec, setup, allocated, n)
@@ -183,5 +223,6 @@ def layout_breakdown(
         base.not_computable,
         allocated,
         reserved,
+        phases=phases,
         parallel=detail,
     )
