@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from estimator.errors import EstimatorInputError
 from estimator.lora import lora_params
+from estimator.parallel.of_setup import layout_of
 from estimator.profile import Profile
 from estimator.scenario import Scenario
 from estimator.setup import TrainingSetup
@@ -178,6 +179,7 @@ class StepTime:
     step_seconds: float | None
     unknown: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    comm_inter_node_seconds: float | None = None  # --parallel layouts: time/comm.py
 
     @property
     def tokens_per_second(self) -> float | None:
@@ -209,6 +211,7 @@ class StepTime:
             "offload_transfer_seconds": self.offload_transfer_seconds,
             "comm_seconds": self.comm_seconds,
             "comm_transfer_seconds": self.comm_transfer_seconds,
+            "comm_inter_node_seconds": self.comm_inter_node_seconds,
             "mfu": self.mfu,
             "efficiency": self.efficiency,
             "efficiency_source": self.efficiency_source,
@@ -244,6 +247,11 @@ def step_time(
     profile (a calibration)."""
     spec, setup, profile, seq_len, batch = sc.spec, sc.setup, sc.profile, sc.seq_len, sc.batch
     gpu, count = sc.require_gpu(), sc.cards
+    layout = layout_of(setup, count, getattr(gpu, "gpus_per_node", None))
+    if layout is not None:
+        from estimator.time.parallel_step import layout_step_time
+
+        return layout_step_time(sc, layout, host_bytes, efficiency, efficiency_source)
     if seq_len < 1 or batch < 1:
         raise EstimatorInputError("seq_len", "sequence length and batch must be positive")
     sharding = effective_sharding(setup, count)
