@@ -27,6 +27,22 @@ def _components_at(mem: MemoryBreakdown, i: int) -> dict[str, int | None]:
     }
 
 
+def _phases_at(mem: MemoryBreakdown, i: int) -> dict[str, dict[str, int]]:
+    """Each moment of the step (memory/model.py `_phases`) by part, bytes without the overhead
+    and the allocator's slack; the largest is `peak_phase`."""
+    out: dict[str, dict[str, int]] = {}
+    for moment, parts in mem.phases.items():
+        out[moment] = {
+            name: int(np.ceil(float(np.broadcast_to(v, np.shape(mem.peak))[i])))
+            for name, v in parts.items()
+        }
+    return out
+
+
+def _peak_phase(phases: dict[str, dict[str, int]]) -> str | None:
+    return max(phases, key=lambda m: sum(phases[m].values())) if phases else None
+
+
 def model_summary(
     spec: ModelSpec, setup: TrainingSetup, mem: MemoryBreakdown, profile: Profile
 ) -> dict[str, Any]:
@@ -70,6 +86,7 @@ def estimate_rows(
         )
     rows = []
     for i, seq in enumerate(seq_lens):
+        phases = _phases_at(mem, i)
         fit = {}
         for opt in options:
             m = per_option[opt.option]
@@ -92,6 +109,9 @@ def estimate_rows(
             }
             if m is not mem:
                 fit[opt.option]["components"] = _components_at(m, i)
+                phases_here = _phases_at(m, i)
+                fit[opt.option]["phases"] = phases_here
+                fit[opt.option]["peak_phase"] = _peak_phase(phases_here)
         rows.append(
             {
                 "seq_len": int(seq),
@@ -100,6 +120,8 @@ def estimate_rows(
                 "checkpointing": setup.checkpointing,
                 "loss": setup.loss,
                 "components": _components_at(mem, i),
+                "phases": phases,
+                "peak_phase": _peak_phase(phases),
                 "host_bytes": _int(mem.host[i]),
                 "peak_bytes": _int(mem.peak[i]),
                 "allocated_bytes": _int(mem.allocated[i]),

@@ -1,8 +1,16 @@
-"""Server-side SVG charts (no JavaScript, nothing fetched from the internet).
+"""Server-side SVG charts: horizontal bars, no JavaScript, nothing fetched from anywhere.
 
-`stacked_bars` draws groups of bars (one group per sequence length, one bar per variant), each
-bar a stack of named segments, plus horizontal reference lines (a GPU's usable memory). Values
-are in GiB; the caller converts bytes.
+Why hand-written SVG and not a charting library: the pages must work offline and under a CSP
+without inline scripts or styles, the charts are static (no zoom or pan to offer), and a
+library would add a JavaScript bundle to vendor and keep up to date. Why horizontal bars:
+they read on a phone. The SVG has no viewBox: x positions are percentages of the figure's
+width and text is sized in CSS pixels, so labels stay 12 px at 390 px as at 1366 px, and
+each bar gets its own row (the chart grows downwards, never sideways).
+
+`bar_chart` draws groups of bars (e.g. one group per sequence length, one bar per option),
+each bar a stack of named segments with its value printed at its end, plus vertical
+reference lines (a GPU's usable memory dashed, its capacity solid, one colour per GPU).
+The caller converts units (GiB for memory) and writes the hover texts.
 """
 
 from __future__ import annotations
@@ -15,20 +23,35 @@ PALETTE = {
     "weights": "#4c72b0",
     "trainable_states": "#dd8452",
     "checkpoints": "#55a868",
+    "gradients": "#8c613c",
     "recompute_peak": "#c44e52",
     "logits": "#8172b3",
+    "optimizer_step": "#da8bc3",
     "overhead": "#937860",
+    "allocator_slack": "#b8b8b8",
+    "host": "#64b5cd",
     "estimated": "#4c72b0",
     "measured": "#dd8452",
     "reserved": "#f2c29b",
+    "tokens": "#55a868",
 }
 LINE_COLOURS = ["#111111", "#b8860b", "#2f4f4f", "#8b008b", "#006400", "#8b0000", "#00008b"]
+
+LABEL_H = 15  # px: the bar's label line
+BAR_H = 16  # px: the bar
+ROW_GAP = 8  # px between bars
+GROUP_H = 22  # px: a group's heading
+PLOT_LEFT = 0.5  # % of the width
+PLOT_WIDTH = 82.0  # % of the width; the rest holds the value printed after the longest bar
 
 
 @dataclass(frozen=True)
 class Bar:
     label: str
-    segments: list[tuple[str, float]]  # (series name, GiB), bottom to top
+    segments: list[tuple[str, float]]  # (series name, value), left to right
+    value_label: str = ""  # printed at the bar's end (default: the sum, one decimal)
+    hover: str = ""  # extra text in the bar's tooltip
+    kind: str = ""  # a CSS class (e.g. the option it shows)
 
     @property
     def total(self) -> float:
@@ -44,7 +67,9 @@ class Group:
 @dataclass(frozen=True)
 class RefLine:
     label: str
-    value: float  # GiB
+    value: float
+    key: str = ""  # lines with one key share a colour (a GPU's usable and capacity)
+    dashed: bool = True
 
 
 @dataclass
@@ -52,107 +77,123 @@ class ChartSpec:
     title: str
     groups: list[Group]
     lines: list[RefLine] = field(default_factory=list)
-    y_label: str = "GiB (2^30 bytes)"
+    unit: str = "GiB"
 
 
 def _nice_max(value: float) -> float:
     if value <= 0:
         return 1.0
-    for step in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000):
-        if value / step <= 8:
-            return step * (int(value / step) + 1)
+    magnitude = 10 ** (len(str(int(value))) - 1) if value >= 1 else 1
+    for step in (1, 1.2, 1.6, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        top = step * magnitude
+        if top >= value * 1.02:
+            return float(top)
     return value * 1.1
 
 
-def stacked_bars(spec: ChartSpec, *, width: int = 860, height: int = 420) -> Markup:
-    left, right, top, bottom = 64, 180, 36, 96
-    plot_w, plot_h = width - left - right, height - top - bottom
+def _line_colours(lines: list[RefLine]) -> dict[str, str]:
+    keys = list(dict.fromkeys(line.key or line.label for line in lines))
+    return {k: LINE_COLOURS[i % len(LINE_COLOURS)] for i, k in enumerate(keys)}
+
+
+def _x(value: float, x_max: float) -> float:
+    return PLOT_LEFT + PLOT_WIDTH * max(value, 0.0) / x_max
+
+
+def bar_chart(spec: ChartSpec) -> Markup:
+    """A <figure>-ready block: the SVG, then an HTML legend (wraps on small screens)."""
     highest = max(
         [b.total for g in spec.groups for b in g.bars] + [ln.value for ln in spec.lines] + [0.0]
     )
-    y_max = _nice_max(highest)
-
-    def y(v: float) -> float:
-        return top + plot_h - plot_h * v / y_max
-
-    parts: list[str] = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" '
-        f'viewBox="0 0 {width} {height}" width="100%" aria-label="{escape(spec.title)}">',
-        f"<title>{escape(spec.title)}</title>",
-        f'<text x="{left}" y="20" class="chart-title">{escape(spec.title)}</text>',
-    ]
-    step = y_max / 5
-    for i in range(6):
-        v = step * i
-        parts.append(
-            f'<line x1="{left}" x2="{left + plot_w}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
-            f'stroke="#ddd"/><text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" '
-            f'class="tick">{v:g}</text>'
-        )
-    parts.append(
-        f'<text x="14" y="{top + plot_h / 2:.0f}" transform="rotate(-90 14 {top + plot_h / 2:.0f})"'
-        f' text-anchor="middle" class="axis">{escape(spec.y_label)}</text>'
-    )
-    n_groups = max(len(spec.groups), 1)
-    group_w = plot_w / n_groups
+    x_max = _nice_max(highest)
+    colours = _line_colours(spec.lines)
+    body: list[str] = []
     series: list[str] = []
-    for gi, group in enumerate(spec.groups):
-        n_bars = max(len(group.bars), 1)
-        bar_w = min(48.0, group_w * 0.8 / n_bars)
-        x0 = left + gi * group_w + (group_w - bar_w * n_bars) / 2
-        for bi, bar in enumerate(group.bars):
-            x = x0 + bi * bar_w
-            base = 0.0
-            for name, value in bar.segments:
-                if name not in series:
-                    series.append(name)
-                if value <= 0:
-                    continue
-                colour = PALETTE.get(name, "#999")
-                parts.append(
-                    f'<rect x="{x:.1f}" y="{y(base + value):.1f}" width="{bar_w - 2:.1f}" '
-                    f'height="{y(base) - y(base + value):.1f}" fill="{colour}">'
-                    f"<title>{escape(bar.label)} {escape(name)}: {value:.1f} GiB</title></rect>"
-                )
-                base += value
-            parts.append(
-                f'<text x="{x + bar_w / 2 - 1:.1f}" y="{y(base) - 3:.1f}" text-anchor="middle" '
-                f'class="value">{base:.0f}</text>'
-            )
-            if n_bars > 1:
-                lx, ly = x + bar_w / 2, top + plot_h + 10
-                parts.append(
-                    f'<text x="{lx:.1f}" y="{ly}" transform="rotate(-35 {lx:.1f} {ly})" '
-                    f'text-anchor="end" class="bar-label">{escape(bar.label)}</text>'
-                )
-        parts.append(
-            f'<text x="{left + gi * group_w + group_w / 2:.1f}" y="{top + plot_h + 84}" '
-            f'text-anchor="middle" class="group-label">{escape(group.label)}</text>'
+    y = 4
+    for group in spec.groups:
+        if group.label:
+            y += GROUP_H
+            body.append(f'<text x="0" y="{y - 6}" class="group-label">{escape(group.label)}</text>')
+        for bar in group.bars:
+            body.append(_bar(bar, y, x_max, series))
+            y += LABEL_H + BAR_H + ROW_GAP
+    plot_top, plot_bottom = 4, y
+    axis_y = y + 14
+    ticks = []
+    for i in range(5):
+        v = x_max * i / 4
+        ticks.append(
+            f'<line x1="{_x(v, x_max):.2f}%" x2="{_x(v, x_max):.2f}%" y1="{plot_top}" '
+            f'y2="{plot_bottom}" class="grid"/>'
+            f'<text x="{_x(v, x_max):.2f}%" y="{axis_y}" text-anchor="middle" class="tick">'
+            f"{v:,.4g}</text>"
         )
-    for li, line in enumerate(spec.lines):
-        colour = LINE_COLOURS[li % len(LINE_COLOURS)]
-        parts.append(
-            f'<line x1="{left}" x2="{left + plot_w}" y1="{y(line.value):.1f}" '
-            f'y2="{y(line.value):.1f}" stroke="{colour}" stroke-dasharray="6 3" '
-            f'stroke-width="1.5" class="ref-line"><title>{escape(line.label)}: '
-            f"{line.value:.1f} GiB</title></line>"
+    refs = []
+    for line in spec.lines:
+        x = f"{_x(line.value, x_max):.2f}%"
+        dash = ' stroke-dasharray="5 3"' if line.dashed else ""
+        refs.append(
+            f'<line x1="{x}" x2="{x}" y1="{plot_top}" y2="{plot_bottom}" '
+            f'stroke="{colours[line.key or line.label]}" stroke-width="2"{dash} '
+            f'class="ref-line"><title>{escape(line.label)}: {line.value:,.1f} {spec.unit}'
+            "</title></line>"
         )
-    legend_x, legend_y = left + plot_w + 16, top
-    for si, name in enumerate(series):
+    height = axis_y + 6
+    svg = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" width="100%" '
+        f'height="{height}" aria-label="{escape(spec.title)}"><title>{escape(spec.title)}'
+        f"</title>{''.join(ticks)}{''.join(body)}{''.join(refs)}</svg>"
+    )
+    return Markup(svg + _legend(spec, series, colours))
+
+
+def _bar(bar: Bar, y: int, x_max: float, series: list[str]) -> str:
+    top = y + LABEL_H
+    parts = [
+        f'<g class="bar {escape(bar.kind)}">',
+        f"<title>{escape(bar.label)}: {escape(bar.value_label or f'{bar.total:,.1f}')}"
+        + "".join(f"\n{escape(n)}: {v:,.1f}" for n, v in bar.segments if v > 0)
+        + (f"\n{escape(bar.hover)}" if bar.hover else "")
+        + "</title>",
+        f'<text x="0" y="{y + LABEL_H - 4}" class="bar-label">{escape(bar.label)}</text>',
+    ]
+    base = 0.0
+    for name, value in bar.segments:
+        if name not in series:
+            series.append(name)
+        if value <= 0:
+            continue
+        x0, x1 = _x(base, x_max), _x(base + value, x_max)
         parts.append(
-            f'<rect x="{legend_x}" y="{legend_y + si * 18}" width="12" height="12" '
-            f'fill="{PALETTE.get(name, "#999")}"/><text x="{legend_x + 18}" '
-            f'y="{legend_y + si * 18 + 10}" class="legend">{escape(name)}</text>'
+            f'<rect x="{x0:.2f}%" y="{top}" width="{max(x1 - x0, 0.05):.2f}%" '
+            f'height="{BAR_H}" fill="{PALETTE.get(name, "#999")}" class="seg {escape(name)}"/>'
         )
-    offset = legend_y + len(series) * 18 + 12
-    for li, line in enumerate(spec.lines):
-        colour = LINE_COLOURS[li % len(LINE_COLOURS)]
-        yy = offset + li * 18
-        parts.append(
-            f'<line x1="{legend_x}" x2="{legend_x + 12}" y1="{yy + 6}" y2="{yy + 6}" '
-            f'stroke="{colour}" stroke-dasharray="4 2" stroke-width="2"/>'
-            f'<text x="{legend_x + 18}" y="{yy + 10}" class="legend">'
-            f"{escape(line.label)} {line.value:.0f}</text>"
-        )
-    parts.append("</svg>")
-    return Markup("".join(parts))
+        base += value
+    label = bar.value_label or f"{bar.total:,.1f}"
+    parts.append(
+        f'<text x="{_x(base, x_max):.2f}%" dx="4" y="{top + BAR_H - 4}" '
+        f'class="bar-value">{escape(label)}</text></g>'
+    )
+    return "".join(parts)
+
+
+def _swatch(colour: str, dashed: bool | None = None) -> str:
+    if dashed is None:
+        shape = f'<rect width="12" height="12" fill="{colour}"/>'
+    else:
+        dash = ' stroke-dasharray="4 2"' if dashed else ""
+        shape = f'<line x1="0" x2="16" y1="6" y2="6" stroke="{colour}" stroke-width="2"{dash}/>'
+    return f'<svg width="16" height="12" aria-hidden="true">{shape}</svg>'
+
+
+def _legend(spec: ChartSpec, series: list[str], colours: dict[str, str]) -> str:
+    items = [
+        f"<li>{_swatch(PALETTE.get(name, '#999'))} {escape(name.replace('_', ' '))}</li>"
+        for name in series
+    ]
+    items += [
+        f"<li>{_swatch(colours[line.key or line.label], line.dashed)} {escape(line.label)} "
+        f"{line.value:,.1f}</li>"
+        for line in spec.lines
+    ]
+    return f'<ul class="chart-legend">{"".join(items)}</ul>'

@@ -137,30 +137,92 @@ def fit_table(variants: list[Variant]) -> FitTable:
     return table
 
 
+PHASE_LABELS = {
+    "loss": "loss (forward end)",
+    "backward": "backward",
+    "step": "optimizer step",
+    "all": "all components at once",
+}
+
+
+def _phase_bar(label: str, where: dict[str, Any], kind: str) -> Bar:
+    """One bar: the peak moment's parts + overhead + allocator slack, which add up to
+    `peak_bytes`; the other moments go to the tooltip. Labelled with the peak as the fit table
+    prints it."""
+    phases: dict[str, dict[str, int]] = where.get("phases") or {}
+    peak_phase = where.get("peak_phase")
+    comps = where.get("components", {})
+    if peak_phase in phases:
+        parts = list(phases[peak_phase].items())
+    else:  # a document without phases: the components as they are
+        parts = [(c, comps.get(c) or 0) for c in COMPONENTS if c != "overhead"]
+    parts.append(("overhead", comps.get("overhead") or 0))
+    slack = (where.get("reserved_bytes") or 0) - (where.get("allocated_bytes") or 0)
+    if slack > 0:
+        parts.append(("allocator_slack", slack))
+    others = [
+        f"{PHASE_LABELS.get(name, name)}: {gib(sum(p.values()) + (comps.get('overhead') or 0))} GiB"
+        for name, p in phases.items()
+        if name != peak_phase
+    ]
+    hover = f"peak at {PHASE_LABELS.get(str(peak_phase), peak_phase)}" if peak_phase else ""
+    if others:
+        hover += "; other moments of the step: " + "; ".join(others)
+    return Bar(
+        label=label,
+        segments=[(name, value / GIB) for name, value in parts],
+        value_label=f"{gib(where.get('peak_bytes'))} GiB",
+        hover=hover,
+        kind=kind,
+    )
+
+
 def memory_chart(variants: list[Variant]) -> ChartSpec:
+    """One bar per option (checkpointing x loss, and per multi-GPU option whose per-card
+    memory differs), grouped by sequence length; usable (dashed) and capacity (solid) lines
+    per GPU."""
     seqs = sorted({row["seq_len"] for v in variants for row in v.document.get("rows", [])})
     groups = []
     for seq in seqs:
         bars = []
         for v in variants:
             for row in v.document.get("rows", []):
-                if row["seq_len"] == seq:
-                    comps = row.get("components", {})
-                    bars.append(
-                        Bar(
-                            label=v.short_label,
-                            segments=[(c, comps.get(c, 0) / GIB) for c in COMPONENTS],
+                if row["seq_len"] != seq:
+                    continue
+                phase = row.get("peak_phase")
+                suffix = f" (peak: {PHASE_LABELS.get(phase, phase)})" if phase else ""
+                bars.append(_phase_bar(v.label + suffix, row, "option"))
+                for gpu, fit in row.get("fit", {}).items():
+                    if "components" in fit:
+                        where = {**fit, "components": fit["components"]}
+                        bars.append(
+                            _phase_bar(f"{v.label}, {gpu}: per card", where, "option per-card")
                         )
-                    )
         groups.append(Group(label=f"{seq:,} tokens", bars=bars))
-    lines = [
-        RefLine(label=f"{col.id} usable", value=col.usable_bytes / GIB)
-        for col in fit_table(variants).gpus
-        if col.usable_bytes
-    ]
+    lines: list[RefLine] = []
+    for col in fit_table(variants).gpus:
+        if col.usable_bytes:
+            lines.append(RefLine(f"{col.id} usable", col.usable_bytes / GIB, col.id, True))
+        if col.capacity_bytes:
+            lines.append(RefLine(f"{col.id} capacity", col.capacity_bytes / GIB, col.id, False))
     return ChartSpec(
-        title="Estimated peak memory per device by component (GiB)", groups=groups, lines=lines
+        title="Estimated peak memory per device (GiB), each bar split into what is alive at "
+        "the peak",
+        groups=groups,
+        lines=_distinct_lines(lines),
     )
+
+
+def _distinct_lines(lines: list[RefLine]) -> list[RefLine]:
+    """2xh200 and h200 share a card: keep one pair of lines per (value, dashed)."""
+    seen: set[tuple[float, bool]] = set()
+    out = []
+    for line in lines:
+        key = (round(line.value, 3), line.dashed)
+        if key not in seen:
+            seen.add(key)
+            out.append(line)
+    return out
 
 
 @dataclass(frozen=True)

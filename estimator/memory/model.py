@@ -52,6 +52,7 @@ class MemoryBreakdown:
     not_computable: dict[str, str] = field(default_factory=dict)
     allocated: Any = None
     reserved: Any = None
+    phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # moment -> part -> bytes
 
     @property
     def peak_is_lower_bound(self) -> bool:
@@ -185,7 +186,8 @@ def memory_breakdown(
         grads / states.grads if states.grads else 0
     )
     keep_grads = (setup.grad_accum or 1) > 1
-    allocated = _peak(components, profile, grads, step, embed, keep_grads) - overhead
+    phases = _phases(components, profile, grads, step, embed, keep_grads)
+    allocated = _peak(phases, overhead) - overhead
     reserved = allocated + (
         allocator_slack(spec, setup, allocated, n)
         if profile.get("memory", "count_allocator_slack")
@@ -193,7 +195,7 @@ def memory_breakdown(
     )
     peak = reserved + overhead
     return MemoryBreakdown(
-        components, host, peak, n, sharding, states, missing, allocated, reserved
+        components, host, peak, n, sharding, states, missing, allocated, reserved, phases
     )
 
 
@@ -269,27 +271,27 @@ def _recompute_peak(
     return worst
 
 
-def _peak(
+def _phases(
     components: dict[str, Any],
     profile: Profile,
     grads: float,
     step: float,
     embed_grads: float = 0.0,
     keep_grads: bool = False,
-) -> Any:
-    """`sum` (seed 000's rule): every component at once.
-    `phases`: the largest of three moments of a step (optimizer.zero_grad(set_to_none=True), so
-    gradients exist only from their layer's backward on):
+) -> dict[str, dict[str, Any]]:
+    """What is alive at each moment of a step, by part (bytes, before the overhead).
+    `sum` (seed 000's rule): one moment, `all`, with every component at once.
+    `phases`: three moments of a step (optimizer.zero_grad(set_to_none=True), so gradients
+    exist only from their layer's backward on):
       loss      weights + states without grads + checkpoints + logits peak
       backward  weights + states without grads + max(checkpoints, grads but the input
                 embedding's) + recompute peak (checkpoints are freed as the gradients of
                 their layers are made; the embedding's gradient comes after the last layer)
       step      weights + all states + the optimizer's temporaries
-    plus the overhead. Gradient accumulation (`keep_grads`, grad_accum > 1): the gradients of
-    earlier micro-batches stay alive through every later forward and backward (HF Trainer
-    zeroes them only after optimizer.step() on a sync step, transformers 5.24.0
-    trainer.py:1936-1954; FSDP2 keeps its sharded gradients), so they are counted in every
-    phase."""
+    Gradient accumulation (`keep_grads`, grad_accum > 1): the gradients of earlier
+    micro-batches stay alive through every later forward and backward (HF Trainer zeroes them
+    only after optimizer.step() on a sync step, transformers 5.24.0 trainer.py:1936-1954;
+    FSDP2 keeps its sharded gradients), so they are counted in every phase."""
 
     def value(name: str) -> Any:
         v = components[name]
@@ -297,15 +299,36 @@ def _peak(
 
     rule = profile.get("memory", "peak_rule")
     weights, states = value("weights"), value("trainable_states")
-    checkpoints, overhead = value("checkpoints"), value("overhead")
+    checkpoints = value("checkpoints")
     if rule == "sum":
-        return weights + states + checkpoints + overhead + value("recompute_peak") + value("logits")
+        return {"all": {n: value(n) for n in COMPONENTS if n != "overhead"}}
     if rule == "phases":
-        no_grads = weights + states - (0.0 if keep_grads else grads)
-        loss = no_grads + checkpoints + value("logits")
+        no_grads = states - (0.0 if keep_grads else grads)
         # the embedding's gradient is made last, after every layer's backward
-        made = 0.0 if keep_grads else grads - embed_grads
-        backward = no_grads + np.maximum(checkpoints, made) + value("recompute_peak")
-        optimizer = weights + states + step
-        return np.maximum(np.maximum(loss, backward), optimizer) + overhead
+        made = checkpoints * 0.0 + (0.0 if keep_grads else grads - embed_grads)
+        return {
+            "loss": {
+                "weights": weights,
+                "trainable_states": no_grads,
+                "checkpoints": checkpoints,
+                "logits": value("logits"),
+            },
+            "backward": {
+                "weights": weights,
+                "trainable_states": no_grads,
+                "checkpoints": np.where(checkpoints >= made, checkpoints, 0.0),
+                "gradients": np.where(checkpoints >= made, 0.0, made),
+                "recompute_peak": value("recompute_peak"),
+            },
+            "step": {"weights": weights, "trainable_states": states, "optimizer_step": step},
+        }
     raise EstimatorInputError("profile", f"unknown peak_rule {rule!r}")
+
+
+def _peak(phases: dict[str, dict[str, Any]], overhead: Any) -> Any:
+    """The largest moment of `_phases` plus the overhead."""
+    totals = [sum(parts.values()) for parts in phases.values()]
+    worst = totals[0]
+    for total in totals[1:]:
+        worst = np.maximum(worst, total)
+    return worst + overhead

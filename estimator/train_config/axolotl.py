@@ -11,7 +11,8 @@ Option names and defaults read from axolotl 067b021c (2026-07-24), `src/axolotl/
   "offload" | "offload_disk"), `selective_checkpointing`, `activation_offloading` (623),
   `sequence_len` (665), `sample_packing` (688), `xformers_attention` / `sdp_attention` /
   `flex_attention` / `flash_attention` / `eager_attention` / `attn_implementation` (784-839),
-  `chunked_cross_entropy` + `_num_chunks` (978-984), `deepspeed` (1032), `fsdp_config` (1049),
+  `chunked_cross_entropy` + `_num_chunks` (978-984), `deepspeed` (1032), `fsdp_config` (1049)
+  and its older companion `fsdp` (a list of transformers' FSDP words),
   `torch_compile` (1148), `plugins` (1423).
 - `src/axolotl/integrations/liger/args.py` line 55 `liger_fused_linear_cross_entropy`;
   `integrations/cut_cross_entropy/args.py` line 33 `cut_cross_entropy`.
@@ -27,7 +28,7 @@ from typing import Any
 
 from estimator.train_config.hf_args import map_optim
 from estimator.train_config.result import TrainConfigMapping
-from estimator.train_config.sharding import map_fsdp_dict
+from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
 from estimator.train_config.vocab import lora_targets, model_ref, trains_embeddings
 
 ATTENTION_FLAGS = (
@@ -59,6 +60,9 @@ def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapp
         m.set_run("packing", True, "sample_packing")
         m.set_run("packing_strategy", "multipack", "sample_packing")
     m.get(data, "pad_to_sequence_len")
+    words = m.get(data, "fsdp")  # the older list form: [full_shard, auto_wrap, offload]
+    if words:
+        map_fsdp_words(m, words, "fsdp")
     fsdp = m.get(data, "fsdp_config")
     if isinstance(fsdp, dict) and fsdp:
         map_fsdp_dict(m, fsdp, "fsdp_config.")

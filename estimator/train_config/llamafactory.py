@@ -26,7 +26,22 @@ from estimator.train_config.hf_args import map_trainer_args
 from estimator.train_config.result import TrainConfigMapping
 from estimator.train_config.vocab import ATTENTION, lora_targets, model_ref, trains_embeddings
 
-LF_KEYS = ("stage", "finetuning_type", "cutoff_len", "template", "quantization_bit", "lora_target")
+# keys only LLaMA-Factory uses (TRL's ModelConfig says lora_r, not lora_rank)
+LF_KEYS = (
+    "stage",
+    "finetuning_type",
+    "cutoff_len",
+    "template",
+    "quantization_bit",
+    "lora_target",
+    "lora_rank",
+    "additional_target",
+    "flash_attn",
+    "enable_liger_kernel",
+    "disable_gradient_checkpointing",
+    "neat_packing",
+    "pure_bf16",
+)
 
 
 def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:

@@ -5,8 +5,8 @@ Detection (first match wins; `fmt` given explicitly skips it):
 2. accelerate: `distributed_type` or `compute_environment` at the top;
 3. DeepSpeed: `zero_optimization` or `train_micro_batch_size_per_gpu` at the top;
 4. axolotl: `base_model` at the top;
-5. LLaMA-Factory: `model_name_or_path` with one of `stage`, `finetuning_type`, `cutoff_len`,
-   `template`, `quantization_bit`, `lora_target`;
+5. LLaMA-Factory: `model_name_or_path` with a key only LLaMA-Factory uses (`stage`,
+   `finetuning_type`, `cutoff_len`, `lora_rank`, ...: `llamafactory.LF_KEYS`);
 6. TRL `SFTConfig` / HF `TrainingArguments`: any of their keys (`per_device_train_batch_size`,
    `gradient_accumulation_steps`, `optim`, `output_dir`, `max_length`, ...).
 

@@ -91,6 +91,8 @@ class TrainConfigMapping:
         """Add a companion file's mapping (DeepSpeed JSON, accelerate config): its fields win."""
         self.sources.extend(other.sources)
         for name, value in other.setup.items():
+            if name == "checkpointing" and value == "gpu" and self.setup.get(name) == "offload":
+                continue  # FSDP's activation checkpointing with the trainer's offload: offloaded
             self.set(name, value, f"{other.format}:{other.origin.get(name, name)}")
         for name, value in other.run.items():
             self.set_run(name, value, f"{other.format}:{other.origin.get('run.' + name, name)}")

@@ -9,7 +9,8 @@ Keys read from torchtune bd2a0fc7 (2026-04-23) `recipes/configs/**` and the reci
 (`CEWithChunkedOutputLoss` / `LinearCrossEntropyLoss`, `num_output_chunks` default 8:
 torchtune/modules/loss/ce_chunked_output_loss.py:35, cross_entropy_loss.py:36);
 `enable_activation_checkpointing`, `enable_activation_offloading`, `ac_mode` (selective,
-full_finetune_distributed.py:384); `fsdp_cpu_offload` (:145); `dtype`; `compile`;
+full_finetune_distributed.py:384); `fsdp_cpu_offload` (:145) and `fsdp_reshard_after_forward`
+(the class docstring: False = SHARD_GRAD_OP); `dtype`; `compile`;
 `dataset.packed`; `epochs`; `checkpointer.checkpoint_dir`.
 torchtune trains in `dtype` directly (no autocast, no fp32 master weights).
 
@@ -91,8 +92,7 @@ def read_torchtune(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMa
             m.ignore("dtype", f"dtype {dtype!r} is not modelled (bf16/fp32 are)")
     if m.get(data, "compile"):
         m.ignore("compile", "torch.compile's memory effect is not modelled")
-    if m.get(data, "fsdp_cpu_offload"):
-        m.ignore("fsdp_cpu_offload", "FSDP CPU offload of params/grads/states is not modelled")
+    _fsdp(m, data)
     dataset = m.get(data, "dataset")
     if isinstance(dataset, dict) and dataset.get("packed"):
         m.set_run("packing", True, "dataset.packed")
@@ -206,6 +206,20 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     if kind == "chunked" and m.seq_lens:
         chunks = int(loss.get("num_output_chunks", DEFAULT_LOSS_CHUNKS))
         m.set("loss_chunk", -(-m.seq_lens[0] // chunks), "loss.num_output_chunks")
+
+
+def _fsdp(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    """The distributed recipes' keys (full_finetune_distributed.py / lora_finetune_distributed.py
+    class docstrings): they shard with FSDP2 `fully_shard`; `fsdp_reshard_after_forward: False`
+    is the SHARD_GRAD_OP behaviour; `fsdp_cpu_offload` moves params, grads and states to the CPU.
+    Single-device recipe configs have neither key."""
+    reshard = m.get(data, "fsdp_reshard_after_forward")
+    offload = m.get(data, "fsdp_cpu_offload")
+    if "fsdp_cpu_offload" in data or reshard is not None:
+        key = "fsdp_reshard_after_forward" if reshard is not None else "fsdp_cpu_offload"
+        m.set("sharding", "zero2" if reshard is False else "fsdp", key)
+    if offload:
+        m.ignore("fsdp_cpu_offload", "FSDP CPU offload of params/grads/states is not modelled")
 
 
 def _checkpointing(m: TrainConfigMapping, data: dict[str, Any]) -> None:

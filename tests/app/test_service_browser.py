@@ -54,8 +54,14 @@ def test_seed_case_in_the_browser(live_server: str) -> None:
             expect(table.locator("tbody tr")).to_have_count(12)
             last = table.locator("tbody tr").last.locator("td.verdict")
             expect(last).to_have_text(["no", "no", "no", "fits"])
-            expect(page.locator("#memory-chart svg")).to_be_visible()
-            assert page.locator("#memory-chart svg rect").count() > 12
+            expect(page.locator("#memory-chart svg.chart")).to_be_visible()
+            peak_48k_gpu_chunked = table.locator("tbody tr").nth(10).locator("td").nth(3)
+            bar = (
+                page.locator("#memory-chart g.bar.option:not(.per-card)")
+                .nth(10)
+                .locator(".bar-value")
+            )
+            assert bar.text_content() == f"{peak_48k_gpu_chunked.inner_text()} GiB"
             page.screenshot(path=str(ARTIFACTS / "browser_2_result.png"), full_page=True)
 
             page.select_option("#quote-variant", index=0)

@@ -72,7 +72,15 @@ def test_result_shows_the_seed_fit_table_and_chart(sqlite_client: TestClient) ->
     gpu_chunked_48k = re.findall(r'class="verdict (\w+)"', rows[-2])
     assert gpu_chunked_48k[1] == "tight"  # RTX PRO 6000, as in the seed
     assert "<svg" in page.text and "ref-line" in page.text
-    assert "a100-80gb usable" in page.text
+    assert "a100-80gb usable" in page.text and "a100-80gb capacity" in page.text
+    # one bar per option, labelled with the peak the table prints (same order: seq, option)
+    table_peaks = [re.findall(r'<td class="num">([\d.,]+)</td>', r)[1] for r in rows[1:]]
+    chart = page.text[page.text.index('id="memory-chart"') :]
+    bar_values = re.findall(
+        r'<g class="bar option">.*?class="bar-value">([\d.,]+) GiB<', chart, re.S
+    )
+    assert bar_values == table_peaks
+    assert len(re.findall(r'<g class="bar option per-card">', chart)) == 12  # 2xh200 per card
     assert 'name="request_json"' in page.text
 
 

@@ -158,7 +158,7 @@ def test_trl_yaml_with_model_config_keys_and_accelerate_fsdp_beside_it() -> None
         "paged": True,
         "autocast": True,
         "precision": "mixed",
-        "checkpointing": "gpu",  # accelerate's fsdp_activation_checkpointing wins (merged last)
+        "checkpointing": "offload",  # TRL's activation_offloading + accelerate's FSDP AC
         "loss": "liger",
         "num_gpus": 4,
         "sharding": "fsdp",
@@ -290,3 +290,24 @@ def test_rest_body_fields_win_over_the_config_text() -> None:
     assert req.seq_lens == [4096]
     assert (req.setup.batch, req.setup.method, req.setup.lora_rank) == (1, "qlora", 16)
     assert "grad_accum" in {i["key"] for i in report["ignored"]} or hasattr(req.setup, "grad_accum")
+
+
+@pytest.mark.parametrize("command", ["estimate", "check", "max-seq", "max-batch", "recommend"])
+def test_every_planning_command_reads_the_config_and_lists_what_it_ignored(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = str(EXAMPLES / "axolotl-qlora-llama31-8b.yml")
+    argv = [command, "--train-config", config, "--gpu", "h100-80gb", "--format", "json"]
+    assert main([*argv, "--lora-rank", "8"]) in (0, 1)
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    ignored = {i["key"] for i in doc["setup"]["ignored"]}
+    assert {"torch_compile", "zero_optimization.offload_optimizer.device"} <= ignored
+    assert doc["train_config"]["model"] == {"preset": "llama-3.1-8b"}
+    assert "warning: lora_qkv_kernel:" in captured.err
+    if command == "estimate":
+        assert doc["model"]["name"] == "llama-3.1-8b"
+        assert [r["seq_len"] for r in doc["rows"]] == [8192]  # the file's sequence_len
+        assert doc["setup"]["method"] == "qlora" and doc["setup"]["lora_rank"] == 8  # CLI wins
+    if command == "recommend":
+        assert doc["method"] == "qlora" and doc["required_seq_len"] == 8192

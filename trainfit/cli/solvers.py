@@ -119,6 +119,7 @@ def _answer_text(args: argparse.Namespace, answer: dict[str, Any], headline: str
 def answer_question(question: Question, args: argparse.Namespace) -> int:
     """One answer per GPU given; exit 0 when every GPU has one."""
     from estimator import document
+    from trainfit.cli.train_config import attach_report
 
     answers, texts = [], []
     for gpu in csv_list(args.gpu) or [args.gpu]:
@@ -130,7 +131,7 @@ def answer_question(question: Question, args: argparse.Namespace) -> int:
             head = f"no number of {gpu} cards fits"
         else:
             head = f"nothing fits on {gpu}: {answer.get('reason')}"
-        answers.append(answer)
+        answers.append(attach_report(answer, args))  # + setup.ignored, train_config
         texts.append(_answer_text(args, answer, head))
     if args.format == "json":
         write_json(answers[0] if len(answers) == 1 else answers)
@@ -143,6 +144,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from estimator.document import recommend_document
     from estimator.recommend import render_recommendation
     from estimator.request import RecommendRequest
+    from trainfit.cli.train_config import attach_report
 
     setup_dict, _ = setup_input(args)
     fields = run_fields(args)
@@ -161,6 +163,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             }
         )
     )
+    attach_report(doc, args)  # + setup.ignored, train_config
     if args.format == "json":
         write_json(doc)
     else:

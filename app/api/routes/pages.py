@@ -24,7 +24,7 @@ from app.security import (
     verify_csrf,
 )
 from app.services import estimates, quotes, report
-from app.services.charts import stacked_bars
+from app.services.charts import bar_chart
 from app.services.forms import FormError, FormInvalid, FormValues, LengthStats, build_requests
 from app.services.memtests import load_stored
 from app.templating import templates
@@ -117,7 +117,7 @@ def _result_context(variants: list[report.Variant], stats: LengthStats | None) -
         "setup_summary": _setup_summary(first.request["setup"]),
         "usable_fraction": first.request.get("usable_fraction", 0.92),
         "table": report.fit_table(variants),
-        "chart": stacked_bars(report.memory_chart(variants)),
+        "chart": bar_chart(report.memory_chart(variants)),
         "opts": opts,
         "show_costs": report.has_costs(opts),
         "assumptions": first.document.get("assumptions", {}),
@@ -250,7 +250,7 @@ def _quote_context(session: SessionDep, quote_id: str) -> dict[str, Any] | None:
     return {
         "quote": doc,
         "table": report.fit_table([variant]),
-        "chart": stacked_bars(report.memory_chart([variant])),
+        "chart": bar_chart(report.memory_chart([variant])),
         "opts": opts,
         "show_costs": report.has_costs(opts),
     }
@@ -365,7 +365,7 @@ def memtest_page(
         "profile": profile,
         "rows": rows,
         "comparison_error": error,
-        "chart": stacked_bars(
+        "chart": bar_chart(
             report.comparison_chart(rows, doc.get("environment", {}).get("total_memory_bytes"))
         ),
     }
