@@ -88,7 +88,7 @@ class Server:
         self.url = f"http://127.0.0.1:{port}"
 
     def start(self, timeout: float = 30.0) -> None:
-        cmd = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1"]
+        cmd = [sys.executable, "-m", "app.server", "--host", "127.0.0.1"]
         cmd += ["--port", str(self.port), "--log-level", "warning"]
         if self.workers > 1:
             cmd += ["--workers", str(self.workers)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from estimator.parallel.layout import parse_parallel, parse_wrap
 from estimator.setup_choices import (
     AdapterDtype,
     Attention,
@@ -11,6 +12,7 @@ from estimator.setup_choices import (
     Checkpointing,
     Loss,
     Method,
+    Offload,
     Optimizer,
     OptimizerImpl,
     Precision,
@@ -65,6 +67,24 @@ class TrainingSetup(BaseModel):
     sharding: Sharding = "none"
     num_gpus: int = Field(1, ge=1, le=MAX_GPUS)
     attention: Attention = "sdpa"
+    # multi-GPU layout (estimator/parallel/): `fsdp=8,tp=8`, `zero3`, `dp`, `hsdp`, ...
+    parallel: str | None = Field(None, max_length=200)
+    fsdp_wrap: str = Field("layer", max_length=40)  # FSDP unit: layer | block-of-N
+    reshard_after_forward: bool = True
+    offload: Offload = "none"  # ZeRO optimizer offload, FSDP / ZeRO-3 parameter offload
+
+    @field_validator("parallel")
+    @classmethod
+    def _parallel_parses(cls, text: str | None) -> str | None:
+        if text is None or not text.strip():
+            return None
+        return parse_parallel(text).text
+
+    @field_validator("fsdp_wrap")
+    @classmethod
+    def _wrap_parses(cls, text: str) -> str:
+        parse_wrap(text)
+        return text.strip().lower()
 
     @field_validator("lora_targets")
     @classmethod

@@ -24,6 +24,7 @@ from estimator.memory.logits import logits_bytes
 from estimator.memory.reserved import allocator_slack
 from estimator.memory.states import StateBytes, trainable_state_bytes
 from estimator.memory.weights import kbit_fp32, quantized_base, quantized_params, weight_bytes
+from estimator.parallel.of_setup import layout_of
 from estimator.profile import Profile
 from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_SLIDING, ModelSpec
@@ -52,6 +53,7 @@ class MemoryBreakdown:
     not_computable: dict[str, str] = field(default_factory=dict)
     allocated: Any = None
     reserved: Any = None
+    parallel: dict[str, Any] | None = None  # the --parallel layout's terms (memory/sharded.py)
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # moment -> part -> bytes
 
     @property
@@ -107,6 +109,11 @@ def memory_breakdown(
     """Per-device memory for `devices` cards (default `setup.num_gpus`) under `setup.sharding`
     (`none` with several cards means device_map layer splitting)."""
     n = devices or setup.num_gpus
+    layout = layout_of(setup, n)
+    if layout is not None:
+        from estimator.memory.sharded import layout_breakdown
+
+        return layout_breakdown(spec, setup, seq_len, batch, profile, layout)
     sharding = setup.sharding
     if n > 1 and sharding == "none":
         sharding = "device_map"
