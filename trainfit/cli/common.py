@@ -213,7 +213,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--chat-template", help="a .jinja/tokenizer_config.json file or from-tokenizer")
     g.add_argument("--token-cache", help="cache folder (default ~/.cache/trainfit)")
     g.add_argument("--packing", action="store_true", help="pack samples into --seq rows (TRL bfd)")
-    g.add_argument("--packing-strategy", choices=["bfd", "bfd_split", "wrapped"], default="bfd")
+    g.add_argument(
+        "--packing-strategy",
+        choices=["bfd", "bfd_split", "wrapped"],
+        default="bfd",
+        help="how --packing fills rows (TRL packing_strategy)",
+    )
     g.add_argument("--epochs", type=float, default=1.0, help="passes over the data")
     g.add_argument("--truncate", action="store_true", help="truncate long samples, not drop")
     g.add_argument("--price", action="append", default=[], help="ID=USD per GPU-hour")
