@@ -64,6 +64,7 @@ class TrainingSetup(BaseModel):
     train_embeddings: bool | None = None
     base: Base | None = None
     kbit_prepare: bool | None = None
+    compile: bool | None = None
     sharding: Sharding = "none"
     num_gpus: int = Field(1, ge=1, le=MAX_GPUS)
     attention: Attention = "sdpa"

@@ -85,6 +85,7 @@ STACK_SETUP_FIELDS: dict[str, tuple[str, ...] | None] = {
     "kbit_prepare": None,  # bool: peft's prepare_model_for_kbit_training ran (QLoRA)
     "train_embeddings": None,  # bool: embeddings / lm_head trained (peft modules_to_save)
     "base": ("bf16", "int8", "nf4"),  # storage of the frozen base weights
+    "compile": None,  # bool: torch.compile of the decoder layers
 }
 
 MAX_RESULTS = 1000
@@ -358,7 +359,14 @@ def _check_stack_setup(setup: dict[str, Any], path: str) -> None:
         item, field = setup[key], _join(path, key)
         if choices is not None:
             _choice(item, field, choices)
-        elif key in ("autocast", "paged", "double_quant", "kbit_prepare", "train_embeddings"):
+        elif key in (
+            "autocast",
+            "paged",
+            "double_quant",
+            "kbit_prepare",
+            "train_embeddings",
+            "compile",
+        ):
             _bool(item, field)
         elif key == "grad_accum":
             _int(item, field, minimum=1, maximum=MAX_STEPS)
