@@ -16,7 +16,7 @@ from estimator.errors import EstimatorInputError
 from estimator.scenario import Scenario
 from estimator.time.cost import Price, gpu_price, normalise_prices, rank_options, run_cost
 from estimator.time.flops import StepFlops, step_flops
-from estimator.time.step import OptionRates, option_rates, step_cell
+from estimator.time.step import OptionRates, cell, option_rates
 
 
 def row_time_and_cost(
@@ -58,39 +58,36 @@ def cell_time_and_cost(
     price: Price,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The `time` and `cost` of one row on one option (`step_time`'s figures, as JSON)."""
-    compute, _, offload, _, comm, step, unknown, _ = step_cell(
-        rates, flops.total, seq_len, batch, host_bytes, False
-    )
-    peak, count = rates.peak_flops, rates.count
-    tokens_per_step = seq_len * batch * rates.ranks
-    tps = tokens_per_step / step if step else None
+    c = cell(rates, flops, seq_len, batch, host_bytes)
+    step, peak = c.step_seconds, c.peak_flops
+    tps = c.tokens_per_step / step if step else None
     wall = gpu_hours = None
     if tokens is not None and tps is not None:
         wall = tokens / tps / 3600.0
-        gpu_hours = wall * count
+        gpu_hours = wall * c.count
     time: dict[str, Any] = {
         "step_seconds": step,
         "tokens_per_second": tps,
-        "tokens_per_step": tokens_per_step,
-        "compute_seconds": compute,
-        "memory_seconds": rates.memory_seconds,
-        "offload_seconds": offload,
-        "comm_seconds": comm,
-        "mfu": flops.model_flops / (step * peak) if step and peak else None,
-        "efficiency": rates.efficiency,
-        "efficiency_source": rates.efficiency_source,
-        "flops_per_step": flops.total,
-        "model_flops_per_step": flops.model_flops,
-        "gpus": count,
-        "sharding": rates.sharding,
+        "tokens_per_step": c.tokens_per_step,
+        "compute_seconds": c.compute_seconds,
+        "memory_seconds": c.memory_seconds,
+        "offload_seconds": c.offload_seconds,
+        "comm_seconds": c.comm_seconds,
+        "mfu": c.model_flops / (step * peak) if step and peak else None,
+        "efficiency": c.efficiency,
+        "efficiency_source": c.efficiency_source,
+        "flops_per_step": c.flops_total,
+        "model_flops_per_step": c.model_flops,
+        "gpus": rates.count,
+        "sharding": c.sharding,
         "wall_hours": wall,
         "gpu_hours": gpu_hours,
     }
-    if unknown:
-        time["unknown"] = unknown
+    if c.unknown:
+        time["unknown"] = c.unknown
     cost = run_cost(gpu_hours, price, rates.gpu.id)
     if step is None and price.usd_per_gpu_hour is not None:
-        cost["reason"] = "; ".join(unknown)
+        cost["reason"] = "; ".join(c.unknown)
     return time, cost
 
 

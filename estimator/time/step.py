@@ -20,11 +20,12 @@ A rate the catalog does not know (null) is never guessed: the step time is then 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from estimator.errors import EstimatorInputError
 from estimator.lora import lora_params
 from estimator.memo import Memo, setup_key
+from estimator.parallel.of_setup import layout_of
 from estimator.profile import Profile
 from estimator.scenario import Scenario
 from estimator.setup import TrainingSetup
@@ -184,6 +185,7 @@ class StepTime:
     step_seconds: float | None
     unknown: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    comm_inter_node_seconds: float | None = None  # --parallel layouts: time/comm.py
 
     @property
     def tokens_per_second(self) -> float | None:
@@ -215,6 +217,7 @@ class StepTime:
             "offload_transfer_seconds": self.offload_transfer_seconds,
             "comm_seconds": self.comm_seconds,
             "comm_transfer_seconds": self.comm_transfer_seconds,
+            "comm_inter_node_seconds": self.comm_inter_node_seconds,
             "mfu": self.mfu,
             "efficiency": self.efficiency,
             "efficiency_source": self.efficiency_source,
@@ -238,7 +241,9 @@ def _rate(value: float | int | None, name: str, gpu_id: str, unknown: list[str])
 @dataclass(frozen=True)
 class OptionRates:
     """What the step time of a GPU option takes that does not depend on the length: computed
-    once per option (`option_rates`) and applied to every row (`step_cell`)."""
+    once per option (`option_rates`) and applied to every row (`step_cell`, `cell`). A setup
+    with a `parallel` layout keeps its `layout` (and the efficiency it was `given`): its cells
+    are `estimator.time.parallel_step.layout_step_time`'s, one at a time."""
 
     sc: Scenario
     gpu: GPULike
@@ -249,6 +254,8 @@ class OptionRates:
     peak_flops: float | None
     memory_seconds: float | None
     unknown: tuple[str, ...]
+    layout: Any = None
+    given: tuple[float | None, str | None] = (None, None)
 
     @property
     def ranks(self) -> int:
@@ -262,6 +269,10 @@ def option_rates(
     FLOP/s, and the HBM floor of a step (it depends on the weights, not on the tokens)."""
     spec, setup, profile = sc.spec, sc.setup, sc.profile
     gpu, count = sc.require_gpu(), sc.cards
+    layout = layout_of(setup, count, getattr(gpu, "gpus_per_node", None))
+    if layout is not None:
+        given = (efficiency, efficiency_source)
+        return OptionRates(sc, gpu, count, "", 0.0, "", None, None, (), layout, given)
     sharding = effective_sharding(setup, count)
     if efficiency is None:
         efficiency, efficiency_source = efficiency_for(profile, setup, gpu.id)
@@ -282,6 +293,70 @@ def option_rates(
         peak,
         mem,
         tuple(unknown),
+    )
+
+
+class Cell(NamedTuple):
+    """One row on one option, the figures the estimate document reports (`StepTime`'s)."""
+
+    step_seconds: float | None
+    tokens_per_step: int
+    compute_seconds: float | None
+    memory_seconds: float | None
+    offload_seconds: float | None
+    comm_seconds: float | None
+    peak_flops: float | None
+    efficiency: float
+    efficiency_source: str
+    flops_total: float
+    model_flops: float
+    count: int  # cards rented: GPU hours = wall hours x count
+    sharding: str
+    unknown: list[str]
+
+
+def cell(r: OptionRates, flops: StepFlops, seq_len: int, batch: int, host_bytes: int) -> Cell:
+    """`step_time` of one row on the option `r`, without building a StepTime (the legacy
+    sharding path); a `parallel` layout's cell is `layout_step_time`'s."""
+    if r.layout is not None:
+        from estimator.time.parallel_step import layout_step_time
+
+        sc = r.sc.at(seq_len=seq_len, batch=batch)
+        st = layout_step_time(sc, r.layout, host_bytes, *r.given)
+        return Cell(
+            st.step_seconds,
+            st.tokens_per_step,
+            st.compute_seconds,
+            st.memory_seconds,
+            st.offload_seconds,
+            st.comm_seconds,
+            st.peak_flops,
+            st.efficiency,
+            st.efficiency_source,
+            st.flops.total,
+            st.flops.model_flops,
+            st.count,
+            st.sharding,
+            list(st.unknown),
+        )
+    compute, _, offload, _, comm, step, unknown, _ = step_cell(
+        r, flops.total, seq_len, batch, host_bytes, False
+    )
+    return Cell(
+        step,
+        seq_len * batch * r.ranks,
+        compute,
+        r.memory_seconds,
+        offload,
+        comm,
+        r.peak_flops,
+        r.efficiency,
+        r.efficiency_source,
+        flops.total,
+        flops.model_flops,
+        r.count,
+        r.sharding,
+        unknown,
     )
 
 
@@ -354,7 +429,12 @@ def step_time(
     profile (a calibration). `flops`: this row's `step_flops` when the caller has it (they do
     not depend on the GPU)."""
     seq_len, batch = sc.seq_len, sc.batch
-    sc.require_gpu()
+    gpu, count = sc.require_gpu(), sc.cards
+    layout = layout_of(sc.setup, count, getattr(gpu, "gpus_per_node", None))
+    if layout is not None:
+        from estimator.time.parallel_step import layout_step_time
+
+        return layout_step_time(sc, layout, host_bytes, efficiency, efficiency_source)
     if seq_len < 1 or batch < 1:
         raise EstimatorInputError("seq_len", "sequence length and batch must be positive")
     if flops is None:
