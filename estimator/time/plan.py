@@ -64,7 +64,7 @@ def cell_time_and_cost(
     wall = gpu_hours = None
     if tokens is not None and tps is not None:
         wall = tokens / tps / 3600.0
-        gpu_hours = wall * c.count
+        gpu_hours = wall * c.cards
     time: dict[str, Any] = {
         "step_seconds": step,
         "tokens_per_second": tps,

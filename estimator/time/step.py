@@ -310,7 +310,7 @@ class Cell(NamedTuple):
     efficiency_source: str
     flops_total: float
     model_flops: float
-    count: int  # cards rented: GPU hours = wall hours x count
+    cards: int  # cards rented: GPU hours = wall hours x cards
     sharding: str
     unknown: list[str]
 
