@@ -49,6 +49,7 @@ def row_time_and_cost(
         "memory_seconds": st.memory_seconds,
         "offload_seconds": st.offload_seconds,
         "comm_seconds": st.comm_seconds,
+        "comm_inter_node_seconds": st.comm_inter_node_seconds,
         "mfu": st.mfu,
         "efficiency": st.efficiency,
         "efficiency_source": st.efficiency_source,
