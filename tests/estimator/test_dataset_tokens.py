@@ -159,13 +159,17 @@ def test_dataset_lengths_for_packs_at_the_longest_seq(tmp_path: Path) -> None:
         dataset_lengths_for({**options, "seq": None})
 
 
-def test_cli_uses_counted_lengths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = [
-        "estimate", "--model", "tinyllama-1.1b", "--gpu", "h100-80gb", "--seq", "128,4096",
+def estimate_argv(seq: str, cache: Path) -> list[str]:
+    """`trainfit estimate` of TinyLlama over the shipped texts, counted with the tokenizer."""
+    return [
+        "estimate", "--model", "tinyllama-1.1b", "--gpu", "h100-80gb", "--seq", seq,
         "--dataset", str(DATA / "texts.jsonl"), "--tokenizer", TOKENIZER,
-        "--token-cache", str(tmp_path), "--format", "json",
+        "--token-cache", str(cache), "--format", "json",
     ]  # fmt: skip
-    assert main(argv) == 0
+
+
+def test_cli_uses_counted_lengths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(estimate_argv("128,4096", tmp_path)) == 0
     doc = json.loads(capsys.readouterr().out)
     counted = [text_count(str(r["text"])) for r in rows("texts.jsonl")]
     assert doc["dataset"]["stats"]["samples"] == len(counted)
@@ -223,11 +227,7 @@ def test_packing_turns_dropped_samples_into_packed_rows(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     counted = [text_count(str(r["text"])) for r in rows("texts.jsonl")]
-    argv = [
-        "estimate", "--model", "tinyllama-1.1b", "--gpu", "h100-80gb", "--seq", "256",
-        "--dataset", str(DATA / "texts.jsonl"), "--tokenizer", TOKENIZER,
-        "--token-cache", str(tmp_path), "--format", "json",
-    ]  # fmt: skip
+    argv = estimate_argv("256", tmp_path)
     assert main(argv) == 0
     plain = json.loads(capsys.readouterr().out)["dataset"]["by_max_seq"][0]
     assert plain["dropped"] == sum(1 for n in counted if n > 256) > 0
