@@ -157,13 +157,14 @@ def bench_sweep(quick: bool, repeats: int) -> None:
         "sweep_memory", mem_evals / t / 1e6, "M memory evaluations/s", f"{mem_evals:,} (seq, batch)"
     )
     _print("sweep_verdicts", result.verdict.size / t / 1e6, "M verdicts/s", f"x {caps.size} GPUs")
-    if not hasattr(sweep_module, "full_sweep"):
+    if not hasattr(sweep_module, "sweep_full"):
         _print("sweep_full", None, "M full cells/s", "no time/cost sweep in this tree")
         return
+    options = [g.id for g in gpus]
 
     def full() -> None:
         nonlocal result
-        result = sweep_module.full_sweep(spec, setup, seqs, batches, gpus, profile)
+        result = sweep_module.sweep_full(spec, setup, seqs, batches, options, profile)
 
     t = _per_call(full, 1 if quick else 3, repeats)
     _print(

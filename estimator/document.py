@@ -281,10 +281,22 @@ def max_batch_document(req: SolverRequest) -> dict[str, Any]:
 
 
 def min_gpus_document(req: SolverRequest) -> dict[str, Any]:
+    """Fewest cards: with `setup.parallel` auto (or no layout and no sharding) every layout is
+    searched (estimator/layout_search.py); otherwise the given layout or sharding."""
     from estimator.solvers import min_gpus
 
     spec, setup, budget, profile, _ = _solver_inputs(req)
-    return {"gpu": req.gpu, **min_gpus(spec, setup, _needs_seq(req), budget, profile)}
+    seq = _needs_seq(req)
+    if setup.parallel == "auto" or (not setup.parallel and setup.sharding == "none"):
+        from estimator.layout_search import min_gpus_layouts
+        from estimator.time.cost import normalise_prices
+
+        option = parse_gpu_options([req.gpu])[0]
+        prices = normalise_prices(req.prices) if req.prices else {}
+        sc = Scenario(spec, setup, profile, seq, setup.batch, gpu=option.gpu, prices=prices)
+        found = min_gpus_layouts(sc, budget.usable_bytes, req.tokens, req.within_days)
+        return {"gpu": req.gpu, "seq_len": seq, "batch": setup.batch, "search": True, **found}
+    return {"gpu": req.gpu, **min_gpus(spec, setup, seq, budget, profile)}
 
 
 def recommend_document(req: RecommendRequest) -> dict[str, Any]:

@@ -95,6 +95,8 @@ def check_devices(spec: ModelSpec, setup: TrainingSetup, options: list[GpuOption
     must multiply to the cards and divide the model (estimator/parallel/checks.py)."""
     for i, option in enumerate(options):
         n = devices_for(option, setup)
+        if setup.parallel == "auto":
+            continue
         if setup.parallel:
             layout = layout_of(setup, n, option.gpu.gpus_per_node)
             if layout is not None:
@@ -115,6 +117,6 @@ def devices_for(option: GpuOption, setup: TrainingSetup) -> int:
     many cards."""
     if option.count > 1:
         return option.count
-    if setup.num_gpus == 1 and setup.parallel:
+    if setup.num_gpus == 1 and setup.parallel and setup.parallel != "auto":
         return fixed_gpus(setup.parallel) or 1
     return setup.num_gpus

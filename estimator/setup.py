@@ -79,6 +79,8 @@ class TrainingSetup(BaseModel):
     def _parallel_parses(cls, text: str | None) -> str | None:
         if text is None or not text.strip():
             return None
+        if text.strip().lower() == "auto":  # min-gpus / recommend search the layouts
+            return "auto"
         return parse_parallel(text).text
 
     @field_validator("fsdp_wrap")

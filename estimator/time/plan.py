@@ -73,6 +73,7 @@ def cell_time_and_cost(
         "memory_seconds": c.memory_seconds,
         "offload_seconds": c.offload_seconds,
         "comm_seconds": c.comm_seconds,
+        "comm_inter_node_seconds": c.comm_inter_node_seconds,
         "mfu": c.model_flops / (step * peak) if step and peak else None,
         "efficiency": c.efficiency,
         "efficiency_source": c.efficiency_source,

@@ -313,6 +313,7 @@ class Cell(NamedTuple):
     cards: int  # cards rented: GPU hours = wall hours x cards
     sharding: str
     unknown: list[str]
+    comm_inter_node_seconds: float | None = None  # --parallel layouts (time/comm.py)
 
 
 def cell(r: OptionRates, flops: StepFlops, seq_len: int, batch: int, host_bytes: int) -> Cell:
@@ -338,6 +339,7 @@ def cell(r: OptionRates, flops: StepFlops, seq_len: int, batch: int, host_bytes:
             st.count,
             st.sharding,
             list(st.unknown),
+            st.comm_inter_node_seconds,
         )
     compute, _, offload, _, comm, step, unknown, _ = step_cell(
         r, flops.total, seq_len, batch, host_bytes, False
