@@ -94,7 +94,8 @@ def estimate_rows(
     usable_fraction: float,
     profile: Profile,
 ) -> tuple[list[dict[str, Any]], MemoryBreakdown]:
-    seqs = np.asarray(seq_lens, dtype=np.float64)
+    # one length: numpy scalars, several times faster than one-element arrays (same values)
+    seqs: Any = np.asarray(seq_lens, dtype=np.float64) if len(seq_lens) > 1 else float(seq_lens[0])
     # a --parallel layout needs its card count: the first option's (estimator/parallel/)
     first = devices_for(options[0], setup) if options and setup.parallel else None
     mem = memory_breakdown(spec, setup, seqs, setup.batch, profile, devices=first)
