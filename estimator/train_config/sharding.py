@@ -146,6 +146,40 @@ def _zero_offload(
         m.ignore(key, NVME_REASON)
 
 
+# ZeRO's buffer sizes (elements) at DeepSpeed's defaults, which estimator/parallel/data.py models
+# (deepspeedai/DeepSpeed@1b88ac36 deepspeed/runtime/zero/config.py; sub_group_size: the config
+# JSON docs, default 1e9): another number changes the buffers, so it is listed as ignored.
+ZERO_BUFFER_DEFAULTS = {
+    "reduce_bucket_size": 5e8,
+    "allgather_bucket_size": 5e8,
+    "stage3_prefetch_bucket_size": 5e7,
+    "stage3_max_live_parameters": 1e9,
+    "stage3_param_persistence_threshold": 1e5,
+    "sub_group_size": 1e9,
+}
+# ZeRO switches that move no memory the estimate counts (communication overlap, layout of the
+# gradient buffer, what is saved at the end)
+ZERO_NO_MEMORY = (
+    "overlap_comm",
+    "contiguous_gradients",
+    "round_robin_gradients",
+    "reduce_scatter",
+    "allgather_partitions",
+    "stage3_gather_16bit_weights_on_model_save",
+    "gather_16bit_weights_on_model_save",
+)
+
+
+def _zero_buffers(m: TrainConfigMapping, zero: dict[str, Any], zp: str) -> None:
+    for name, default in ZERO_BUFFER_DEFAULTS.items():
+        value = m.get(zero, name, zp)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value != default:
+            m.ignore(zp + name, f"{value:g}: trainfit models DeepSpeed's default {default:g}")
+    for name in ZERO_NO_MEMORY:
+        m.get(zero, name, zp)
+    m.warn_unread(zero, zp)
+
+
 def map_deepspeed(m: TrainConfigMapping, data: dict[str, Any], prefix: str = "") -> None:
     """A DeepSpeed config JSON object."""
     m.set("stack", "deepspeed", prefix + "zero_optimization")
@@ -157,6 +191,7 @@ def map_deepspeed(m: TrainConfigMapping, data: dict[str, Any], prefix: str = "")
             section = m.get(zero, f"offload_{part}", zp)
             device = section.get("device") if isinstance(section, dict) else None
             _zero_offload(m, stage, part, device, f"{zp}offload_{part}.device")
+        _zero_buffers(m, zero, zp)
     batch = m.get(data, "train_micro_batch_size_per_gpu", prefix)
     if isinstance(batch, int):
         m.set("batch", batch, prefix + "train_micro_batch_size_per_gpu")
@@ -224,6 +259,8 @@ def _map_accelerate_deepspeed(m: TrainConfigMapping, ds: dict[str, Any]) -> None
     accum = m.get(ds, "gradient_accumulation_steps", p)
     if isinstance(accum, int):
         m.set("grad_accum", accum, p + "gradient_accumulation_steps")
+    for name in ("zero3_init_flag", "zero3_save_16bit_model"):  # loading and saving only
+        m.get(ds, name, p)
     if m.get(ds, "deepspeed_config_file", p):
         m.warnings.append(
             f"{p}deepspeed_config_file: pass that JSON as a second --train-config to read it"

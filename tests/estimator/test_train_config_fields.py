@@ -814,3 +814,23 @@ def test_unread_keys_that_may_matter_are_warnings_naming_the_key(
         assert all(":" in w for w in mapping.warnings)
     else:
         assert any(w.startswith(f"{key}:") for w in mapping.warnings), mapping.warnings
+
+
+def test_zero_buffer_sizes_off_the_default_are_listed_and_unknown_zero_keys_warn() -> None:
+    text = json.dumps(
+        {
+            "zero_optimization": {
+                "stage": 3,
+                "overlap_comm": True,
+                "reduce_bucket_size": "auto",
+                "stage3_max_live_parameters": 1e9,
+                "stage3_prefetch_bucket_size": 1e8,
+                "zero_hpz_partition_size": 8,
+            }
+        }
+    )
+    mapping = map_config(parse_text(text, "ds.json"))
+    assert {i.key for i in mapping.ignored} == {"zero_optimization.stage3_prefetch_bucket_size"}
+    assert [w.split(":")[0] for w in mapping.warnings] == [
+        "zero_optimization.zero_hpz_partition_size"
+    ]
