@@ -23,8 +23,9 @@ from app.api.routes import (
     solvers,
 )
 from app.api.routes.docs import DOCS_STATIC_URL, docs_static_dir
-from app.db.engine import make_engine, make_session_factory
+from app.db.engine import is_memory_sqlite, make_engine, make_session_factory
 from app.db.migrate import upgrade_head
+from app.db.slots import DbSlots
 from app.errors import install_error_handlers
 from app.headers import SecurityHeaders
 from app.limits import BodySizeLimit, RejectNul
@@ -46,10 +47,19 @@ def _version() -> str:
         return "0.0.0"
 
 
+def pool_capacity(settings: Settings) -> int:
+    return settings.db_pool_size + settings.db_max_overflow
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app. The engine is created here; migrations run at start-up (lifespan)."""
     settings = settings or Settings()
-    engine = make_engine(settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
+    engine = make_engine(
+        settings.database_url,
+        busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -69,6 +79,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.session_factory = make_session_factory(engine)
+    app.state.db_slots = DbSlots(
+        1 if is_memory_sqlite(settings.database_url) else pool_capacity(settings),
+        wait_s=settings.db_slot_wait_s,
+    )
     app.state.version = _version()
 
     install_error_handlers(app)

@@ -16,16 +16,21 @@ The download goes through `huggingface_hub.hf_hub_download` (imported lazily: th
 without it). The environment is read at call time, not at import time, so a long-running service
 and the tests see changes: `HF_HUB_OFFLINE` (also `TRANSFORMERS_OFFLINE`, as huggingface_hub's
 constants.py reads both) -> `local_files_only=True`; `HF_HUB_CACHE` (else `HF_HOME/hub`) ->
-`cache_dir`; `HF_ENDPOINT` -> `endpoint`; `HF_TOKEN` -> `token`. The Hub cache is the service's
-cache of what it fetched: a second request for the same id and revision reads the snapshot on disk
-(huggingface_hub skips the download when the ETag matches, or answers from the cache offline).
+`cache_dir`; `HF_ENDPOINT` -> `endpoint`; `HF_TOKEN` -> `token`. What was fetched is cached twice:
+on disk in the Hub cache (a later process reads the snapshot: huggingface_hub skips the download
+when the ETag matches, or answers from the cache offline), and in this process (`fetch_config`):
+a config fetched for a commit hash is kept for good (a commit never changes), one fetched for a
+branch or tag for `CONFIG_TTL_S`, so a running service does not ask the Hub on every request.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +40,9 @@ from estimator.errors import EstimatorInputError
 FIELD = "model.hub"
 CONFIG_FILE = "config.json"
 MAX_CONFIG_BYTES = 5 * 2**20
+CONFIG_TTL_S = 300.0  # a branch's config.json is asked for again after this (a policy, not a fact)
+CONFIG_CACHE_SIZE = 256
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # huggingface_hub/utils/_validators.py (validate_repo_id): letters, digits, `-`, `_`, `.`; at most
 # 96 characters; one `/` between namespace and name.
 _PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
@@ -183,10 +191,30 @@ def hub_download(hub: HubId, filename: str, settings: HubSettings, field: str = 
     return Path(str(path))
 
 
+_fetched: OrderedDict[tuple[object, ...], tuple[float, str]] = OrderedDict()
+
+
 def fetch_config(model_id: str, settings: HubSettings | None = None) -> dict[str, Any]:
-    """The `config.json` object of a Hub model id (`ORG/NAME[@revision]`)."""
+    """The `config.json` object of a Hub model id (`ORG/NAME[@revision]`), from this process's
+    cache when it was fetched here before (see the module docstring)."""
     hub = parse_hub_id(model_id)
-    path = hub_download(hub, CONFIG_FILE, settings or HubSettings.from_env())
+    settings = settings or HubSettings.from_env()
+    token = hashlib.sha256(settings.token.encode()).hexdigest() if settings.token else None
+    key = (settings.endpoint, settings.cache_dir, token, hub.repo, hub.revision)
+    now = time.monotonic()
+    hit = _fetched.get(key)
+    if hit is not None and (COMMIT.match(hub.revision or "") or now - hit[0] < CONFIG_TTL_S):
+        _fetched.move_to_end(key)
+        return dict(json.loads(hit[1]))
+    config = _read_config(hub, settings)
+    _fetched[key] = (now, json.dumps(config))
+    if len(_fetched) > CONFIG_CACHE_SIZE:
+        _fetched.popitem(last=False)
+    return config
+
+
+def _read_config(hub: HubId, settings: HubSettings) -> dict[str, Any]:
+    path = hub_download(hub, CONFIG_FILE, settings)
     if path.stat().st_size > MAX_CONFIG_BYTES:
         raise EstimatorInputError(FIELD, f"{hub}: config.json is larger than 5 MiB")
     try:

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
+    "DuplicatedKey",
+    "reject_duplicate_keys",
     "SCHEMA_ID",
     "DEVICES",
     "STATUSES",
@@ -85,6 +87,7 @@ STACK_SETUP_FIELDS: dict[str, tuple[str, ...] | None] = {
     "kbit_prepare": None,  # bool: peft's prepare_model_for_kbit_training ran (QLoRA)
     "train_embeddings": None,  # bool: embeddings / lm_head trained (peft modules_to_save)
     "base": ("bf16", "int8", "nf4"),  # storage of the frozen base weights
+    "compile": None,  # bool: torch.compile of the decoder layers
 }
 
 MAX_RESULTS = 1000
@@ -114,17 +117,20 @@ class MemtestSchemaError(ValueError):
 # parsing
 
 
-class _Duplicated(dict):  # type: ignore[type-arg]
-    """An object in which a key occurs twice; `key` names it (the path is found afterwards)."""
+class DuplicatedKey(dict):  # type: ignore[type-arg]
+    """An object in which a key occurs twice; `key` names it (the path is found afterwards).
+    The service's strict JSON bodies (app/api/strict.py) use the same parse."""
 
     key: str = ""
 
 
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`json.loads(..., object_pairs_hook=reject_duplicate_keys)`: an object with a repeated key
+    comes back as a `DuplicatedKey` naming it (json.loads itself would keep the last value)."""
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            marked = _Duplicated(out)
+            marked = DuplicatedKey(out)
             marked.key = key
             return marked
         out[key] = value
@@ -133,7 +139,7 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _find_duplicate(value: Any, path: str) -> str | None:
     """The dotted path of the first duplicated key in the parsed document, if any."""
-    if isinstance(value, _Duplicated):
+    if isinstance(value, DuplicatedKey):
         return _join(path, value.key)
     if isinstance(value, dict):
         children: Any = value.items()
@@ -170,7 +176,7 @@ def load_memtest(data: str | bytes) -> dict[str, Any]:
         raise MemtestSchemaError("", "expected JSON text (str or bytes)")
     try:
         doc = json.loads(
-            text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant
+            text, object_pairs_hook=reject_duplicate_keys, parse_constant=_reject_constant
         )
     except MemtestSchemaError:
         raise
@@ -358,7 +364,14 @@ def _check_stack_setup(setup: dict[str, Any], path: str) -> None:
         item, field = setup[key], _join(path, key)
         if choices is not None:
             _choice(item, field, choices)
-        elif key in ("autocast", "paged", "double_quant", "kbit_prepare", "train_embeddings"):
+        elif key in (
+            "autocast",
+            "paged",
+            "double_quant",
+            "kbit_prepare",
+            "train_embeddings",
+            "compile",
+        ):
             _bool(item, field)
         elif key == "grad_accum":
             _int(item, field, minimum=1, maximum=MAX_STEPS)

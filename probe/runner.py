@@ -33,6 +33,8 @@ import torch
 from memtest_schema import DEVICES, SCHEMA_ID, validate_memtest
 from probe import __version__
 from probe.config import check_config, text_config
+from probe.cuda_kernels import SUBSTITUTED as CUDA_KERNELS_SUBSTITUTED
+from probe.cuda_kernels import CudaKernels
 from probe.environment import describe_environment, package_version
 from probe.hf_stack import HFSession, build_hf_model
 from probe.linear_attention import install_linear_attention
@@ -481,6 +483,7 @@ def run_probe(
         )
         if dist.world_size > 1:
             stack.enter_context(dist)
+        cuda_kernels = stack.enter_context(CudaKernels()) if device != "cuda" else None
         tracker: StorageTracker | None = None
         bar = _progress(len(lengths) * steps, progress)
         stack.callback(lambda: bar.close() if bar is not None else None)
@@ -538,6 +541,10 @@ def run_probe(
                     continue
                 res = session.run_length(seq, steps, bar)
                 results.append(res)
+                substituted = stack_env["substituted"]
+                used = cuda_kernels is not None and cuda_kernels.substitutions > 0
+                if used and CUDA_KERNELS_SUBSTITUTED not in substituted:
+                    substituted.append(CUDA_KERNELS_SUBSTITUTED)
                 if on_result is not None and tracker is not None:
                     kernels |= tracker.kernels
                 if on_result is not None and dist.rank == 0:

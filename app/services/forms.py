@@ -54,6 +54,7 @@ class FormValues:
     seq_lens: str = "4096"
     gpus: list[str] = field(default_factory=list)
     gpus_extra: str = ""
+    parallel: str = ""  # multi-GPU layout (estimator/parallel/), e.g. fsdp or fsdp=8,tp=2
     usable_fraction: str = "0.92"
     profile: str = "default"
     tokens: str = ""
@@ -279,6 +280,8 @@ def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]
                     setup["checkpointing"] = ckpt
                 if len(losses) > 1:
                     setup["loss"] = loss
+                if values.parallel:
+                    setup["parallel"] = values.parallel
             else:
                 setup = {
                     "stack": values.stack or "hf",
@@ -289,6 +292,8 @@ def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]
                     "loss": loss,
                     "batch": batch,
                 }
+                if values.parallel:
+                    setup["parallel"] = values.parallel
                 if values.method in ("lora", "qlora"):
                     setup["lora_rank"] = rank
                     setup["lora_targets"] = targets or ["all-linear"]

@@ -375,6 +375,8 @@ def setup_summary(setup: dict[str, Any]) -> str:
     ]
     if (setup.get("grad_accum") or 1) > 1:
         parts.append(f"gradient accumulation {setup.get('grad_accum')}")
-    if (setup.get("num_gpus") or 1) > 1 or setup.get("sharding", "none") != "none":
+    if setup.get("parallel"):
+        parts.append(f"layout {setup.get('parallel')}")
+    elif (setup.get("num_gpus") or 1) > 1 or setup.get("sharding", "none") != "none":
         parts.append(f"{setup.get('num_gpus')} GPUs, {setup.get('sharding')}")
     return " · ".join(str(p) for p in parts)

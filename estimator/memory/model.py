@@ -14,6 +14,7 @@ import numpy as np
 
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.errors import EstimatorInputError
+from estimator.memo import Memo, setup_key
 from estimator.memory.activations import (
     Context,
     layer_activations,
@@ -24,6 +25,7 @@ from estimator.memory.logits import logits_bytes
 from estimator.memory.reserved import allocator_slack
 from estimator.memory.states import StateBytes, trainable_state_bytes
 from estimator.memory.weights import kbit_fp32, quantized_base, quantized_params, weight_bytes
+from estimator.parallel.of_setup import layout_of
 from estimator.profile import Profile
 from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_SLIDING, ModelSpec
@@ -52,6 +54,7 @@ class MemoryBreakdown:
     not_computable: dict[str, str] = field(default_factory=dict)
     allocated: Any = None
     reserved: Any = None
+    parallel: dict[str, Any] | None = None  # the --parallel layout's terms (memory/sharded.py)
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # moment -> part -> bytes
 
     @property
@@ -96,6 +99,21 @@ def _gathered_layer_bytes(spec: ModelSpec, setup: TrainingSetup, profile: Profil
     return profile.number("memory", "fsdp_gathered_layers") * max(per_layer, head)
 
 
+_STATES: Memo[StateBytes] = Memo()
+_ACTS: Memo[tuple[Context, list[tuple[Any, int]]]] = Memo()
+
+
+def _activations(
+    spec: ModelSpec, setup: TrainingSetup, cb: int
+) -> tuple[Context, list[tuple[Any, int]]]:
+    """Each kind of layer's saved activations (per token, per token x seq, per layer), once per
+    (spec, setup): they do not depend on the length."""
+    ctx = Context.build(spec, setup, cb)
+    return ctx, [
+        (layer_activations(ctx, spec, lt, mt), count) for lt, mt, count in _layer_kinds(spec)
+    ]
+
+
 def memory_breakdown(
     spec: ModelSpec,
     setup: TrainingSetup,
@@ -107,6 +125,11 @@ def memory_breakdown(
     """Per-device memory for `devices` cards (default `setup.num_gpus`) under `setup.sharding`
     (`none` with several cards means device_map layer splitting)."""
     n = devices or setup.num_gpus
+    layout = layout_of(setup, n)
+    if layout is not None:
+        from estimator.memory.sharded import layout_breakdown
+
+        return layout_breakdown(spec, setup, seq_len, batch, profile, layout)
     sharding = setup.sharding
     if n > 1 and sharding == "none":
         sharding = "device_map"
@@ -115,7 +138,8 @@ def memory_breakdown(
     cb = compute_bytes(setup.precision)
     missing: dict[str, str] = {}
 
-    states = trainable_state_bytes(spec, setup)
+    key = setup_key(setup)  # what follows up to the length is memoised (estimator/memo.py)
+    states = _STATES.get((spec,), key, lambda: trainable_state_bytes(spec, setup))
     weights, trainable = _shard(states, weight_bytes(spec, setup, profile), sharding, n)
     if sharding in ("fsdp", "zero3") and n > 1:
         weights += _gathered_layer_bytes(spec, setup, profile)
@@ -143,10 +167,7 @@ def memory_breakdown(
             checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
     else:
         assert h and layers
-        ctx = Context.build(spec, setup, cb)
-        acts = [
-            (layer_activations(ctx, spec, lt, mt), count) for lt, mt, count in _layer_kinds(spec)
-        ]
+        ctx, acts = _ACTS.get((spec,), key, lambda: _activations(spec, setup, cb))
         if setup.checkpointing == "none":
             checkpoints = sum(
                 count * (a.per_token * tokens + a.per_token_seq * tokens * seq + a.per_layer)

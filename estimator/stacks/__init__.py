@@ -33,6 +33,7 @@ OVERRIDES = (
     "train_embeddings",
     "base",
     "kbit_prepare",
+    "compile",
 )
 
 # Behaviour of the stack that is not a setup option.

@@ -311,3 +311,51 @@ def test_every_planning_command_reads_the_config_and_lists_what_it_ignored(
         assert doc["setup"]["method"] == "qlora" and doc["setup"]["lora_rank"] == 8  # CLI wins
     if command == "recommend":
         assert doc["method"] == "qlora" and doc["required_seq_len"] == 8192
+
+
+def test_a_full_training_arguments_dump_maps_without_false_warnings(tmp_path: Path) -> None:
+    """`TrainingArguments.to_dict()` of the installed transformers (114 keys), with what a user
+    sets, then the same with TRL's SFTConfig keys added: only the set keys count, no warnings."""
+    transformers = pytest.importorskip("transformers")
+    dump = transformers.TrainingArguments(output_dir=str(tmp_path / "out")).to_dict()
+    dump.update(
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=4,
+        optim="adamw_bnb_8bit",
+        bf16=True,
+        gradient_checkpointing=True,
+        fsdp="full_shard auto_wrap",
+    )
+    (tmp_path / "args.json").write_text(json.dumps(dump, default=str))
+    m = read_file(tmp_path / "args.json")
+    assert m.format == "hf-trainer"
+    assert m.setup == {
+        "stack": "hf",
+        "batch": 2,
+        "grad_accum": 4,
+        "optimizer": "adamw-8bit",
+        "paged": False,
+        "autocast": True,
+        "precision": "mixed",
+        "checkpointing": "gpu",
+        "sharding": "fsdp",
+    }
+    assert m.warnings == [] and m.ignored == []
+    sft = {
+        **dump,
+        "max_length": 4096,
+        "packing": True,
+        "packing_strategy": "bfd",
+        "padding_free": False,
+        "loss_type": None,
+        "activation_offloading": False,
+        "dataset_text_field": "text",
+        "completion_only_loss": None,
+        "assistant_only_loss": False,
+        "model_init_kwargs": None,
+    }
+    (tmp_path / "sft.json").write_text(json.dumps(sft, default=str))
+    m = read_file(tmp_path / "sft.json")
+    assert m.format == "trl" and m.seq_lens == [4096] and m.setup["loss"] == "chunked"
+    assert m.run["packing"] is True
+    assert m.warnings == [] and m.ignored == []

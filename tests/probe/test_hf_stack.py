@@ -50,6 +50,7 @@ def test_cli_runs_one_hf_step_with_dropout_autocast_and_grad_accumulation(tmp_pa
     assert "bf16=True" in ran and "lora_dropout=0.05" in ran
     substituted = " ".join(env["substituted"])
     assert "random weights" in substituted and "autocast" in substituted
+    assert "native_dropout" in substituted  # CUDA's dropout kernel on the CPU
     maxima = res["component_maxima"]
     assert maxima["logits"] > 0 and maxima["trainable_states"] > 0
     assert maxima["weights"] == res["components"]["params"]
