@@ -216,7 +216,7 @@ def memory_breakdown(
     )
     peak = reserved + overhead
     return MemoryBreakdown(
-        components, host, peak, n, sharding, states, missing, allocated, reserved, phases
+        components, host, peak, n, sharding, states, missing, allocated, reserved, phases=phases
     )
 
 
