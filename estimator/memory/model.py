@@ -216,7 +216,16 @@ def memory_breakdown(
     )
     peak = reserved + overhead
     return MemoryBreakdown(
-        components, host, peak, n, sharding, states, missing, allocated, reserved, phases=phases
+        components,
+        host,
+        peak,
+        n,
+        sharding,
+        states=states,
+        not_computable=missing,
+        allocated=allocated,
+        reserved=reserved,
+        phases=phases,
     )
 
 

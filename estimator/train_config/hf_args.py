@@ -54,7 +54,7 @@ TRL_LORA_DEFAULTS = (
 HF_DEFAULT_OPTIM = "adamw_torch_fused"  # transformers 5.24.0 training_args.py:806-811, torch>=2.8
 # TrainingArguments keys whose names look memory-related but that do not change the training
 # step's GPU memory: evaluation, host-side data loading, logging, checkpoint files, the options
-# of torch_compile (itself listed as ignored). Read so that a full `TrainingArguments.to_dict()`
+# of torch_compile (mapped to `compile`). Read so that a full `TrainingArguments.to_dict()`
 # dump gives no false warnings.
 NO_TRAIN_MEMORY = (
     "per_device_eval_batch_size",
@@ -113,8 +113,9 @@ def map_trainer_args(m: TrainConfigMapping, data: dict[str, Any], sft: bool) -> 
     if m.get(data, "activation_offloading"):
         m.set("checkpointing", "offload", "activation_offloading")
     _map_liger(m, data)
-    if m.get(data, "torch_compile"):
-        m.ignore("torch_compile", "torch.compile's memory effect is not modelled")
+    compiled = m.get(data, "torch_compile")
+    if compiled is not None:
+        m.set("compile", bool(compiled), "torch_compile")
     if m.get(data, "auto_find_batch_size"):
         m.ignore("auto_find_batch_size", "the batch is searched at run time; trainfit uses batch")
     fsdp = m.get(data, "fsdp")
