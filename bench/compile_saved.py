@@ -21,9 +21,9 @@ from typing import Any
 
 def main(argv: list[str] | None = None) -> int:
     import torch
-    from torch._inductor.decomposition import select_decomp_table
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._inductor.decomposition import select_decomp_table
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
