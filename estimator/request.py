@@ -204,6 +204,10 @@ class SolverRequest(BaseModel):
     granularity: int = Field(256, ge=1, le=1_000_000)
     usable_fraction: float = Field(0.92, gt=0, le=1)
     profile: str = Field("default", min_length=1, max_length=MAX_NAME_CHARS)
+    # min-gpus with layout search: the run's tokens and prices price each layout
+    tokens: float | None = Field(None, gt=0, le=1e16)
+    prices: dict[str, float] = Field(default_factory=dict, max_length=64)
+    within_days: float | None = Field(None, gt=0, le=1e5)
 
 
 class RecommendRequest(BaseModel):

@@ -75,7 +75,9 @@ def estimate_rows(
     profile: Profile,
 ) -> tuple[list[dict[str, Any]], MemoryBreakdown]:
     seqs = np.asarray(seq_lens, dtype=np.float64)
-    mem = memory_breakdown(spec, setup, seqs, setup.batch, profile)
+    # a --parallel layout needs its card count: the first option's (estimator/parallel/)
+    first = devices_for(options[0], setup) if options and setup.parallel else None
+    mem = memory_breakdown(spec, setup, seqs, setup.batch, profile, devices=first)
     per_option: dict[str, MemoryBreakdown] = {}
     for opt in options:
         n = devices_for(opt, setup)

@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from estimator.parallel.layout import parse_parallel, parse_wrap
+from estimator.setup_choices import (
+    AdapterDtype,
+    Attention,
+    Base,
+    Checkpointing,
+    Loss,
+    Method,
+    Offload,
+    Optimizer,
+    OptimizerImpl,
+    Precision,
+    Sharding,
+    StackName,
+)
 from estimator.stacks import OVERRIDES, load_stack
-
-Method = Literal["full", "lora", "qlora"]
-Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]
-Precision = Literal["mixed", "bf16", "fp32"]
-Checkpointing = Literal["none", "gpu", "offload", "selective"]
-Loss = Literal["full", "chunked", "liger", "cce", "unsloth"]
-StackName = Literal["hf", "unsloth", "torchtune", "torchtitan", "deepspeed", "probe"]
-OptimizerImpl = Literal["fused", "foreach", "in-backward"]
-Base = Literal["bf16", "int8", "nf4"]
-Sharding = Literal["none", "fsdp", "zero1", "zero2", "zero3", "device_map"]
-Attention = Literal["sdpa", "flash", "eager"]
-Offload = Literal["none", "optimizer", "params"]
-AdapterDtype = Literal["fp32", "bf16"]
 
 MAX_BATCH = 1_000_000
 MAX_GPUS = 100_000
@@ -80,6 +79,8 @@ class TrainingSetup(BaseModel):
     def _parallel_parses(cls, text: str | None) -> str | None:
         if text is None or not text.strip():
             return None
+        if text.strip().lower() == "auto":  # min-gpus / recommend search the layouts
+            return "auto"
         return parse_parallel(text).text
 
     @field_validator("fsdp_wrap")

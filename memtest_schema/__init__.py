@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
+    "DuplicatedKey",
+    "reject_duplicate_keys",
     "SCHEMA_ID",
     "DEVICES",
     "STATUSES",
@@ -115,17 +117,20 @@ class MemtestSchemaError(ValueError):
 # parsing
 
 
-class _Duplicated(dict):  # type: ignore[type-arg]
-    """An object in which a key occurs twice; `key` names it (the path is found afterwards)."""
+class DuplicatedKey(dict):  # type: ignore[type-arg]
+    """An object in which a key occurs twice; `key` names it (the path is found afterwards).
+    The service's strict JSON bodies (app/api/strict.py) use the same parse."""
 
     key: str = ""
 
 
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`json.loads(..., object_pairs_hook=reject_duplicate_keys)`: an object with a repeated key
+    comes back as a `DuplicatedKey` naming it (json.loads itself would keep the last value)."""
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            marked = _Duplicated(out)
+            marked = DuplicatedKey(out)
             marked.key = key
             return marked
         out[key] = value
@@ -134,7 +139,7 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _find_duplicate(value: Any, path: str) -> str | None:
     """The dotted path of the first duplicated key in the parsed document, if any."""
-    if isinstance(value, _Duplicated):
+    if isinstance(value, DuplicatedKey):
         return _join(path, value.key)
     if isinstance(value, dict):
         children: Any = value.items()
@@ -171,7 +176,7 @@ def load_memtest(data: str | bytes) -> dict[str, Any]:
         raise MemtestSchemaError("", "expected JSON text (str or bytes)")
     try:
         doc = json.loads(
-            text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant
+            text, object_pairs_hook=reject_duplicate_keys, parse_constant=_reject_constant
         )
     except MemtestSchemaError:
         raise

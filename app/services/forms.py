@@ -39,6 +39,7 @@ class FormValues:
     seq_lens: str = "4096"
     gpus: list[str] = field(default_factory=list)
     gpus_extra: str = ""
+    parallel: str = ""  # multi-GPU layout (estimator/parallel/), e.g. fsdp or fsdp=8,tp=2
     usable_fraction: str = "0.92"
     profile: str = "default"
     tokens: str = ""
@@ -69,6 +70,7 @@ class FormValues:
             seq_lens=one("seq_lens"),
             gpus=many("gpus"),
             gpus_extra=one("gpus_extra"),
+            parallel=one("parallel"),
             usable_fraction=one("usable_fraction", "0.92"),
             profile=one("profile", "default"),
             tokens=one("tokens"),
@@ -244,6 +246,8 @@ def build_requests(
                 "loss": loss,
                 "batch": batch,
             }
+            if values.parallel:
+                setup["parallel"] = values.parallel
             if values.method in ("lora", "qlora"):
                 setup["lora_rank"] = lora_rank
                 setup["lora_targets"] = targets or ["all-linear"]

@@ -14,6 +14,7 @@ import numpy as np
 
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.errors import EstimatorInputError
+from estimator.memo import Memo, setup_key
 from estimator.memory.activations import (
     Context,
     layer_activations,
@@ -98,6 +99,21 @@ def _gathered_layer_bytes(spec: ModelSpec, setup: TrainingSetup, profile: Profil
     return profile.number("memory", "fsdp_gathered_layers") * max(per_layer, head)
 
 
+_STATES: Memo[StateBytes] = Memo()
+_ACTS: Memo[tuple[Context, list[tuple[Any, int]]]] = Memo()
+
+
+def _activations(
+    spec: ModelSpec, setup: TrainingSetup, cb: int
+) -> tuple[Context, list[tuple[Any, int]]]:
+    """Each kind of layer's saved activations (per token, per token x seq, per layer), once per
+    (spec, setup): they do not depend on the length."""
+    ctx = Context.build(spec, setup, cb)
+    return ctx, [
+        (layer_activations(ctx, spec, lt, mt), count) for lt, mt, count in _layer_kinds(spec)
+    ]
+
+
 def memory_breakdown(
     spec: ModelSpec,
     setup: TrainingSetup,
@@ -122,7 +138,8 @@ def memory_breakdown(
     cb = compute_bytes(setup.precision)
     missing: dict[str, str] = {}
 
-    states = trainable_state_bytes(spec, setup)
+    key = setup_key(setup)  # what follows up to the length is memoised (estimator/memo.py)
+    states = _STATES.get((spec,), key, lambda: trainable_state_bytes(spec, setup))
     weights, trainable = _shard(states, weight_bytes(spec, setup, profile), sharding, n)
     if sharding in ("fsdp", "zero3") and n > 1:
         weights += _gathered_layer_bytes(spec, setup, profile)
@@ -150,10 +167,7 @@ def memory_breakdown(
             checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
     else:
         assert h and layers
-        ctx = Context.build(spec, setup, cb)
-        acts = [
-            (layer_activations(ctx, spec, lt, mt), count) for lt, mt, count in _layer_kinds(spec)
-        ]
+        ctx, acts = _ACTS.get((spec,), key, lambda: _activations(spec, setup, cb))
         if setup.checkpointing == "none":
             checkpoints = sum(
                 count * (a.per_token * tokens + a.per_token_seq * tokens * seq + a.per_layer)
@@ -203,7 +217,16 @@ def memory_breakdown(
     )
     peak = reserved + overhead
     return MemoryBreakdown(
-        components, host, peak, n, sharding, states, missing, allocated, reserved, phases
+        components,
+        host,
+        peak,
+        n,
+        sharding,
+        states=states,
+        not_computable=missing,
+        allocated=allocated,
+        reserved=reserved,
+        phases=phases,
     )
 
 

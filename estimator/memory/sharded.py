@@ -18,11 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from estimator.dtypes import BF16, FP32
 from estimator.memory.model import MemoryBreakdown, memory_breakdown
 from estimator.memory.reserved import allocator_slack
 from estimator.memory.states import largest_tensor
-from estimator.parallel.data import DataParallelBytes, ReplicaBytes, data_parallel_bytes
+from estimator.parallel.data import (
+    DataParallelBytes,
+    ReplicaBytes,
+    data_parallel_bytes,
+    reduce_bytes,
+)
 from estimator.parallel.layout import Layout
 from estimator.parallel.nccl import ASSUMED_CHANNELS, nccl_buffer_bytes
 from estimator.parallel.split import (
@@ -36,19 +40,6 @@ from estimator.parallel.split import (
 from estimator.profile import Profile
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
-
-# FSDP2 reduce dtype under mixed precision, by stack: torchtitan's job config default
-# `mixed_precision_reduce = "float32"`; accelerate 1.16 (the hf stack) sets reduce_dtype to the
-# mixed-precision dtype (utils/dataclasses.py:2009).
-REDUCE_DTYPE_BYTES = {"hf": BF16, "unsloth": BF16}
-
-
-def reduce_bytes(setup: TrainingSetup) -> float:
-    if setup.precision == "fp32":
-        return float(FP32)
-    if setup.precision == "bf16":
-        return float(BF16)
-    return float(REDUCE_DTYPE_BYTES.get(setup.stack, FP32))
 
 
 def _scalar(value: Any) -> float:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from estimator.dtypes import BF16, FP32
 from estimator.errors import EstimatorInputError
 from estimator.parallel.layout import Layout
+from estimator.setup import TrainingSetup
 
 DDP_BUCKET_CAP_MB = 25  # torch/nn/parallel/distributed.py:31
 ZERO_REDUCE_BUCKET = 5e8  # elements, config.py reduce_bucket_size
@@ -217,3 +218,18 @@ def data_parallel_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) ->
     if layout.data == "fsdp":
         return fsdp_bytes(r, layout, reduce_bytes)
     return zero_bytes(r, layout)
+
+
+# FSDP2 reduce dtype under mixed precision, by stack: torchtitan's job config default
+# `mixed_precision_reduce = "float32"`; accelerate 1.16 (the hf stack) sets reduce_dtype to the
+# mixed-precision dtype (utils/dataclasses.py:2009).
+REDUCE_DTYPE_BYTES = {"hf": BF16, "unsloth": BF16}
+
+
+def reduce_bytes(setup: TrainingSetup) -> float:
+    """Bytes per element of FSDP2's reduce-scatter (fp32 precision: fp32; bf16: bf16)."""
+    if setup.precision == "fp32":
+        return float(FP32)
+    if setup.precision == "bf16":
+        return float(BF16)
+    return float(REDUCE_DTYPE_BYTES.get(setup.stack, FP32))

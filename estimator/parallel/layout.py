@@ -228,3 +228,12 @@ def resolve(spec_text: LayoutText, gpus: int, gpus_per_node: int | None = None) 
         pp=t.pp,
         ep=t.ep,
     )
+
+
+def fixed_gpus(text: str) -> int | None:
+    """The GPU count a layout names by itself (`fsdp=8,tp=2` -> 16), None when a degree is
+    left open (`fsdp,tp=2`) or the layout is `hsdp`."""
+    t = parse_parallel(text)
+    if t.shard is None or t.replicate is None or t.hsdp:
+        return None
+    return t.shard * t.replicate * t.tp * t.cp * t.pp

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from estimator.errors import EstimatorInputError
 from estimator.parallel.layout import Layout, parse_parallel, parse_wrap, resolve
 from estimator.setup import TrainingSetup
 
@@ -17,6 +18,12 @@ def layout_of(setup: TrainingSetup, gpus: int, gpus_per_node: int | None = None)
     legacy `sharding` field applies)."""
     if not setup.parallel:
         return None
+    if setup.parallel == "auto":
+        raise EstimatorInputError(
+            "setup.parallel",
+            "auto searches layouts (min-gpus, recommend); estimate and check need one, "
+            "e.g. fsdp or fsdp=8,tp=2",
+        )
     layout = resolve(parse_parallel(setup.parallel), gpus, gpus_per_node or DEFAULT_GPUS_PER_NODE)
     return dataclasses.replace(
         layout,

@@ -68,8 +68,9 @@ def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapp
         map_fsdp_dict(m, fsdp, "fsdp_config.")
     m.get(data, "fsdp_version")
     m.get(data, "deepspeed")
-    if m.get(data, "torch_compile"):
-        m.ignore("torch_compile", "torch.compile's memory effect is not modelled")
+    compiled = m.get(data, "torch_compile")
+    if compiled is not None:
+        m.set("compile", bool(compiled), "torch_compile")
     for key in ("datasets", "plugins", "trust_remote_code", "eval_sample_packing"):
         m.get(data, key)
     m.warn_unread(data)

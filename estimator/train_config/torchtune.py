@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from estimator.train_config.result import TrainConfigMapping
+from estimator.train_config.sharding import set_layout, set_offload
 from estimator.train_config.vocab import COMPONENT_OPTIMIZERS, model_ref
 
 BUILDER = re.compile(r"^torchtune\.models\.[a-z0-9_]+\.(?P<kind>q?lora_)?(?P<name>[a-z0-9_]+)$")
@@ -90,8 +91,9 @@ def read_torchtune(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMa
             m.set("autocast", False, "dtype")
         else:
             m.ignore("dtype", f"dtype {dtype!r} is not modelled (bf16/fp32 are)")
-    if m.get(data, "compile"):
-        m.ignore("compile", "torch.compile's memory effect is not modelled")
+    compiled = m.get(data, "compile")
+    if compiled is not None:
+        m.set("compile", bool(compiled), "compile")
     _fsdp(m, data)
     dataset = m.get(data, "dataset")
     if isinstance(dataset, dict) and dataset.get("packed"):
@@ -217,9 +219,10 @@ def _fsdp(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     offload = m.get(data, "fsdp_cpu_offload")
     if "fsdp_cpu_offload" in data or reshard is not None:
         key = "fsdp_reshard_after_forward" if reshard is not None else "fsdp_cpu_offload"
-        m.set("sharding", "zero2" if reshard is False else "fsdp", key)
+        keep = reshard is not False
+        set_layout(m, "fsdp" if keep else "zero2", "fsdp", key, reshard=keep)
     if offload:
-        m.ignore("fsdp_cpu_offload", "FSDP CPU offload of params/grads/states is not modelled")
+        set_offload(m, "params", "fsdp_cpu_offload")  # CPUOffloadPolicy: params, grads, states
 
 
 def _checkpointing(m: TrainConfigMapping, data: dict[str, Any]) -> None:

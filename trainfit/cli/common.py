@@ -122,6 +122,24 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
         choices=["none", "fsdp", "zero1", "zero2", "zero3", "device_map"],
         help="how weights and states are split over --num-gpus cards",
     )
+    g.add_argument(
+        "--parallel",
+        help="multi-GPU layout: dp | fsdp | hsdp | zero1|zero2|zero3 [=N], tp=N[,sp], cp=N, "
+        "pp=N, ep=N, combined with commas (fsdp=8,tp=8); degrees multiply to the GPU count",
+    )
+    g.add_argument("--fsdp-wrap", default="layer", help="FSDP unit: layer or block-of-N")
+    g.add_argument(
+        "--reshard-after-forward",
+        default="true",
+        choices=["true", "false"],
+        help="FSDP2 frees each unit's gathered parameters after its forward (default true)",
+    )
+    g.add_argument(
+        "--offload",
+        default="none",
+        choices=["none", "optimizer", "params"],
+        help="ZeRO optimizer offload; FSDP / ZeRO-3 parameter offload (to host memory)",
+    )
     g.add_argument("--attention", default="sdpa", choices=["sdpa", "flash", "eager"], help="kernel")
     g.add_argument("--usable", type=float, default=0.92, help="usable fraction of each card")
     g.add_argument("--profile", default="default", help="assumption profile: default or seed-000")
@@ -159,6 +177,15 @@ def setup_input(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str
         "sharding": args.sharding,
         "attention": args.attention,
     }
+    if getattr(args, "parallel", None):
+        setup.update(
+            {
+                "parallel": args.parallel,
+                "fsdp_wrap": args.fsdp_wrap,
+                "reshard_after_forward": args.reshard_after_forward == "true",
+                "offload": args.offload,
+            }
+        )
     if args.lora_alpha is not None:
         setup["lora_alpha"] = args.lora_alpha
     if args.adapter_config:

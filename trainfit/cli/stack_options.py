@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, get_args
 
-from estimator.setup import Base, Checkpointing, Loss, OptimizerImpl, StackName
+from estimator.setup_choices import Base, Checkpointing, Loss, OptimizerImpl, StackName
 
 CHECKPOINTING = get_args(Checkpointing)
 LOSSES = get_args(Loss)

@@ -50,6 +50,8 @@ def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.Ar
 def _cli_value(name: str, value: Any) -> Any:
     if name == "lora_targets":
         return ",".join(value)
+    if name == "reshard_after_forward":  # the option takes true|false
+        return "true" if value else "false"
     return value
 
 
