@@ -5,7 +5,7 @@ nothing (targets live here, not in unit tests). Run from the repository root:
     python bench/speed.py --only estimate,cells1000         # some of them
     python bench/speed.py --quick                           # fewer repeats (tests use this)
 
-Figures (median of `--repeats` timings; in-process figures on one core):
+Figures (the best of `--repeats` timings, as timeit; in-process figures on one core):
 - `estimate_one`: one `estimate_document()` for one preset, one length, one GPU option (memory,
   FLOPs, time, cost, verdict), the same request again and again (the spec cache is warm);
 - `estimate_one_new_len`: the same with a different length each call (nothing memoised by
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,7 +67,8 @@ CELLS_GPUS = [
 
 
 def _per_call(fn: Callable[[], Any], calls: int, repeats: int) -> float:
-    """Median over `repeats` of the mean seconds per call over `calls` calls."""
+    """Best (as timeit) over `repeats` of the mean seconds per call over `calls` calls: the
+    machine is shared, and the least disturbed repeat is the figure of the code."""
     fn()
     times = []
     for _ in range(repeats):
@@ -76,7 +76,7 @@ def _per_call(fn: Callable[[], Any], calls: int, repeats: int) -> float:
         for _ in range(calls):
             fn()
         times.append((time.perf_counter() - start) / calls)
-    return statistics.median(times)
+    return min(times)
 
 
 def _print(name: str, value: float | None, unit: str, what: str) -> None:
@@ -182,7 +182,7 @@ def _wall(cmd: list[str], repeats: int) -> float:
         start = time.perf_counter()
         subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
         times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+    return min(times[1:])
 
 
 def bench_cli(quick: bool, repeats: int) -> None:
