@@ -176,7 +176,8 @@ def hub_download(hub: HubId, filename: str, settings: HubSettings, field: str = 
         raise EstimatorInputError(
             field,
             f"{where}: no such model repo on the Hub (or it is private: set HF_TOKEN); "
-            f"check the id, or pass a config.json file",
+            f"check the id, or pass its config.json with --model path/to/config.json "
+            f"(REST: model.config)",
         ) from None
     except errors.RemoteEntryNotFoundError:
         raise EstimatorInputError(field, f"{where}: the repo has no {filename}") from None
