@@ -122,7 +122,8 @@ def _model(
     component = str(model.get("_component_", ""))
     match = BUILDER.match(component)
     checkpoint_dir = (data.get("checkpointer") or {}).get("checkpoint_dir")
-    if checkpoint_dir and Path(str(checkpoint_dir), "config.json").is_file():
+    local = base_dir is not None  # a config sent to the service names no file we read
+    if local and checkpoint_dir and Path(str(checkpoint_dir), "config.json").is_file():
         m.model = model_ref(str(checkpoint_dir), base_dir)
         m.origin["model"] = "checkpointer.checkpoint_dir"
     elif match and match["name"] in BUILDER_MODELS:

@@ -83,9 +83,12 @@ def trains_embeddings(modules: object) -> bool | None:
 
 def model_ref(text: str, base_dir: Path | None = None) -> dict[str, str]:
     """A base model as a config names it: a local directory or file (relative to the config's
-    folder first), else `estimator.hub.model_source` (preset id wins, then a Hub id)."""
-    from estimator.hub import model_source
+    folder first), else `estimator.hub.model_source` (preset id wins, then a Hub id). Without
+    `base_dir` (a config's text sent to the service) no local path is looked at."""
+    from estimator.hub import model_source, preset_or_hub
 
+    if base_dir is None:
+        return preset_or_hub(text)
     candidates = [Path(text)]
     if base_dir is not None and not Path(text).is_absolute():
         candidates.insert(0, base_dir / text)
