@@ -189,6 +189,7 @@ def memory_breakdown(
     if vocab and h:
         logit_dtype = BF16 if setup.autocast and setup.precision != "fp32" else stream
         logits = logits_bytes(tokens, seq, (vocab, h), setup, profile, (logit_dtype, stream))
+        logits = logits + _head_grad_bytes(spec, setup)
     else:
         logits = None
         missing["logits"] = "needs --vocab and --hidden"
@@ -248,6 +249,22 @@ def mask_bytes(spec: ModelSpec, setup: TrainingSetup, seq: Any, tokens: Any, ctx
     if sliding and window:
         return np.where(seq > window, seq * seq * 1.0, 0.0)
     return seq * 0.0
+
+
+def _head_grad_bytes(spec: ModelSpec, setup: TrainingSetup) -> float:
+    """A trained output projection's weight gradient, made by the loss's backward while the
+    loss's saved tensors are still alive: a chunked loss writes it at the first chunk and keeps
+    the other chunks' saved logits (torchtune cross_entropy_loss.py, TRL sft_trainer.py:203-214,
+    Unsloth's fused loss), Liger allocates it in the forward (Liger-Kernel ead96b61
+    ops/fused_linear_cross_entropy.py:73 grad_weight = zeros_like(weight)). The unsharded
+    gradient in the compute dtype (FSDP reduce-scatters it after the backward of its unit). A
+    full loss frees its fp32 tensors before the head's matmul backward runs, so it adds none.
+    The `probe` stack keeps the estimator's behaviour before stacks (none)."""
+    if setup.is_adapter or setup.loss == "full" or setup.stack == "probe":
+        return 0.0
+    heads = [lin.params for lin in spec.linears if lin.group == "head"]
+    params = heads[0] if heads else sum(g.params for g in spec.others if g.name == "embed_tokens")
+    return float(params * (FP32 if setup.precision == "fp32" else BF16))
 
 
 def _embedding_grad_bytes(spec: ModelSpec, setup: TrainingSetup, states: StateBytes) -> float:

@@ -31,6 +31,20 @@ from estimator.train_config.result import TrainConfigMapping
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
 from estimator.train_config.vocab import lora_targets, model_ref, trains_embeddings
 
+# schemas/config.py: custom LoRA autograd + Triton kernels ("for speed and memory savings",
+# docs/lora_optims), the older unsloth_* switches, ALST tiled MLP
+KERNEL_FLAGS = (
+    "lora_mlp_kernel",
+    "lora_qkv_kernel",
+    "lora_o_kernel",
+    "unsloth_lora_mlp",
+    "unsloth_lora_qkv",
+    "unsloth_lora_o",
+    "unsloth_rms_norm",
+    "unsloth_rope",
+    "unsloth_cross_entropy_loss",
+    "tiled_mlp",
+)
 ATTENTION_FLAGS = (
     ("flash_attention", "flash"),
     ("sdp_attention", "sdpa"),
@@ -195,3 +209,6 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     ):
         if m.get(data, key):
             m.ignore(key, "Liger's fused kernel: its activation savings are not modelled")
+    for key in KERNEL_FLAGS:
+        if m.get(data, key):
+            m.ignore(key, "axolotl's fused/tiled kernel: its activation savings are not modelled")

@@ -57,8 +57,8 @@ def test_axolotl_qlora_with_deepspeed_beside_it() -> None:
     }
     assert m.seq_lens == [8192]
     assert m.run == {"epochs": 2, "packing": True, "packing_strategy": "multipack"}
-    assert ignored_keys(m) == {"liger_rms_norm", "liger_glu_activation"}  # kernels, not modelled
-    assert len(m.warnings) == 1 and m.warnings[0].startswith("lora_qkv_kernel:")
+    assert ignored_keys(m) == {"liger_rms_norm", "liger_glu_activation", "lora_qkv_kernel"}
+    assert m.warnings == []
     assert m.origin["double_quant"].startswith("(axolotl QLoRA default")
     assert m.origin["sharding"] == "deepspeed:zero_optimization.stage"
 
@@ -228,9 +228,9 @@ def test_fsdp_strategies_and_zero_stages() -> None:
 
 
 def test_unknown_optimizer_and_unread_memory_keys_are_reported() -> None:
-    m = map_config({"base_model": "x/y", "optimizer": "muon", "unsloth_lora_mlp": True})
+    m = map_config({"base_model": "x/y", "optimizer": "muon", "activation_memory_budget": 0.5})
     assert "optimizer" in ignored_keys(m)
-    assert any(w.startswith("unsloth_lora_mlp:") for w in m.warnings)
+    assert any(w.startswith("activation_memory_budget:") for w in m.warnings)
     assert "optimizer" not in m.setup
 
 
@@ -319,7 +319,7 @@ def test_every_planning_command_reads_the_config_and_lists_what_it_ignored(
     ignored = {i["key"] for i in doc["setup"]["ignored"]}
     assert {"liger_rms_norm", "liger_glu_activation"} <= ignored
     assert doc["train_config"]["model"] == {"preset": "llama-3.1-8b"}
-    assert "warning: lora_qkv_kernel:" in captured.err
+    assert "ignored lora_qkv_kernel: axolotl's fused/tiled kernel" in captured.err
     if command == "estimate":
         assert doc["model"]["name"] == "llama-3.1-8b"
         assert [r["seq_len"] for r in doc["rows"]] == [8192]  # the file's sequence_len

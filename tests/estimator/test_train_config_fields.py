@@ -793,7 +793,7 @@ def test_every_format_covers_every_field_or_says_why_not() -> None:
 @pytest.mark.parametrize(
     ("text", "key"),
     [
-        ("base_model: x/y\nunsloth_lora_mlp: true\n", "unsloth_lora_mlp"),
+        ("base_model: x/y\nactivation_memory_budget: 0.5\n", "activation_memory_budget"),
         ("model_name_or_path: x/y\nstage: sft\nmodel_max_length: 8192\n", "model_max_length"),
         (
             "model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\n"
