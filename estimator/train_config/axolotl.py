@@ -29,7 +29,12 @@ from typing import Any
 from estimator.train_config.hf_args import map_optim
 from estimator.train_config.result import TrainConfigMapping
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
-from estimator.train_config.vocab import lora_targets, model_ref, trains_embeddings
+from estimator.train_config.vocab import (
+    lora_targets,
+    map_attention,
+    model_ref,
+    trains_embeddings,
+)
 
 # schemas/config.py: custom LoRA autograd + Triton kernels ("for speed and memory savings",
 # docs/lora_optims), the older unsloth_* switches, ALST tiled MLP
@@ -177,14 +182,7 @@ def _attention(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     for key in ("flex_attention", "xformers_attention"):
         if m.get(data, key):
             m.ignore(key, f"{key.split('_')[0]} attention is not modelled; counted as sdpa")
-    impl = m.get(data, "attn_implementation")
-    if impl is not None:
-        from estimator.train_config.vocab import ATTENTION
-
-        if str(impl) in ATTENTION:
-            m.set("attention", ATTENTION[str(impl)], "attn_implementation")
-        else:
-            m.ignore("attn_implementation", f"attention {impl!r} is not modelled")
+    map_attention(m, m.get(data, "attn_implementation"), "attn_implementation")
 
 
 def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:

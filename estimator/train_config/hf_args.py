@@ -25,9 +25,9 @@ from typing import Any
 from estimator.train_config.result import TrainConfigMapping
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
 from estimator.train_config.vocab import (
-    ATTENTION,
     HF_OPTIMIZERS,
     lora_targets,
+    map_attention,
     model_ref,
     trains_embeddings,
 )
@@ -183,12 +183,8 @@ def map_sft(m: TrainConfigMapping, data: dict[str, Any]) -> None:
 
 def map_model_keys(m: TrainConfigMapping, data: dict[str, Any], prefix: str = "") -> None:
     """`attn_implementation`, `dtype`/`torch_dtype` (TRL ModelConfig, model_init_kwargs)."""
-    attn = m.get(data, "attn_implementation", prefix)
-    if attn is not None:
-        if str(attn) in ATTENTION:
-            m.set("attention", ATTENTION[str(attn)], prefix + "attn_implementation")
-        else:
-            m.ignore(prefix + "attn_implementation", f"attention {attn!r} is not modelled")
+    key = prefix + "attn_implementation"
+    map_attention(m, m.get(data, "attn_implementation", prefix), key)
     for k in ("dtype", "torch_dtype"):
         dtype = m.get(data, k, prefix)
         if dtype in ("float32", "fp32") and "autocast" not in m.setup:

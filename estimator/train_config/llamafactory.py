@@ -24,7 +24,7 @@ from typing import Any
 
 from estimator.train_config.hf_args import map_trainer_args
 from estimator.train_config.result import TrainConfigMapping
-from estimator.train_config.vocab import ATTENTION, lora_targets, model_ref, trains_embeddings
+from estimator.train_config.vocab import lora_targets, map_attention, model_ref, trains_embeddings
 
 # keys only LLaMA-Factory uses (TRL's ModelConfig says lora_r, not lora_rank)
 LF_KEYS = (
@@ -101,11 +101,7 @@ def _finetuning(m: TrainConfigMapping, data: dict[str, Any]) -> None:
 
 def _model_args(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     attn = m.get(data, "flash_attn")
-    if attn not in (None, "auto"):
-        if str(attn) in ATTENTION:
-            m.set("attention", ATTENTION[str(attn)], "flash_attn")
-        else:
-            m.ignore("flash_attn", f"attention {attn!r} is not modelled")
+    map_attention(m, None if attn == "auto" else attn, "flash_attn")
     if m.get(data, "use_unsloth"):
         m.set("stack", "unsloth", "use_unsloth")
     if m.get(data, "use_unsloth_gc"):

@@ -180,9 +180,16 @@ def _hf_names(names: list[str]) -> list[str]:
     return [TT_TO_HF.get(n, n) for n in names]
 
 
+def _component(m: TrainConfigMapping, data: dict[str, Any], key: str) -> tuple[dict[str, Any], str]:
+    """A `key: {_component_: dotted.name, ...}` section and its component name ("" if none)."""
+    section = m.get(data, key)
+    if not isinstance(section, dict):
+        return {}, ""
+    return section, str(section.get("_component_", ""))
+
+
 def _optimizer(m: TrainConfigMapping, data: dict[str, Any]) -> None:
-    opt = m.get(data, "optimizer") or {}
-    component = str(opt.get("_component_", "")) if isinstance(opt, dict) else ""
+    opt, component = _component(m, data, "optimizer")
     fields = COMPONENT_OPTIMIZERS.get(component)
     if fields is None:
         if component:
@@ -198,8 +205,7 @@ def _optimizer(m: TrainConfigMapping, data: dict[str, Any]) -> None:
 
 
 def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
-    loss = m.get(data, "loss") or {}
-    component = str(loss.get("_component_", "")) if isinstance(loss, dict) else ""
+    loss, component = _component(m, data, "loss")
     kind = LOSSES.get(component)
     if kind is None:
         if component:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from estimator.train_config.result import TrainConfigMapping
+
 # HF `optim` value -> trainfit optimizer fields. `optimizer_impl` only where the name fixes it.
 HF_OPTIMIZERS: dict[str, dict[str, Any]] = {
     "adamw_torch": {"optimizer": "adamw", "optimizer_impl": "foreach"},
@@ -52,6 +54,17 @@ ATTENTION: dict[str, str] = {
     "fa3": "flash",
     "disabled": "eager",  # LLaMA-Factory AttentionFunction.DISABLED -> "eager" (model_args.py)
 }
+
+
+def map_attention(m: TrainConfigMapping, value: object, key: str) -> None:
+    """An attention implementation name (None: unset) as trainfit's `attention`, or ignored."""
+    if value is None:
+        return
+    if str(value) in ATTENTION:
+        m.set("attention", ATTENTION[str(value)], key)
+    else:
+        m.ignore(key, f"attention {value!r} is not modelled")
+
 
 ALL_LINEAR = ["all-linear"]
 EMBEDDING_MODULES = {"embed_tokens", "lm_head", "wte", "word_embeddings", "embed_out", "output"}

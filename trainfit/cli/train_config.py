@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from estimator.train_config.load import read_train_configs
-from estimator.train_config.result import Ignored, TrainConfigMapping, split_supported
+if TYPE_CHECKING:
+    from estimator.train_config.result import Ignored, TrainConfigMapping
 
 # setup field -> argparse dest where the two differ
 CLI_DEST: dict[str, str] = {}
@@ -61,6 +61,7 @@ def overlay_namespace(
     """Set the mapping's values on `args` where the option was not given; returns what could not
     be applied (no such setup field, value not allowed, no option in this command)."""
     from estimator.setup import TrainingSetup
+    from estimator.train_config.result import Ignored, split_supported
 
     accepted, rejected = split_supported(mapping.setup, TrainingSetup.model_fields)
     for name, value in accepted.items():
@@ -87,6 +88,8 @@ def apply_train_config(
 ) -> TrainConfigMapping:
     """Read `args.train_config` (a list of files), overlay it on `args`, print what was ignored
     and the warnings, and keep the report on `args.train_config_report` for the JSON output."""
+    from estimator.train_config.load import read_train_configs  # only with --train-config
+
     mapping = read_train_configs(args.train_config)
     given = given_options(command_parser(parser, getattr(args, "command", "")), argv)
     mapping.ignored.extend(overlay_namespace(args, mapping, given))
