@@ -376,3 +376,17 @@ def test_a_full_training_arguments_dump_maps_without_false_warnings(tmp_path: Pa
     assert m.format == "trl" and m.seq_lens == [4096] and m.setup["loss"] == "chunked"
     assert m.run["packing"] is True
     assert m.warnings == [] and m.ignored == []
+
+
+def test_sharding_on_the_command_line_replaces_the_configs_layout(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = str(EXAMPLES / "axolotl-qlora-llama31-8b.yml")  # ZeRO-2 + optimizer offload
+    argv = ["estimate", "--train-config", config, "--gpu", "h100-80gb", "--format", "json"]
+    assert main([*argv, "--sharding", "none"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["setup"]["sharding"], doc["setup"]["parallel"]) == ("none", None)
+    assert {"parallel", "offload"} <= {i["key"] for i in doc["setup"]["ignored"]}
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["setup"]["parallel"], doc["setup"]["offload"]) == ("zero2", "optimizer")
