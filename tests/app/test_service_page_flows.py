@@ -260,3 +260,35 @@ def test_a_training_config_on_the_form(sqlite_client: TestClient) -> None:
         data=seed_form(train_config_text="adapter: [unclosed", gpus_extra=""),
     )
     assert bad.status_code == 422 and 'id="train_config_text-error"' in bad.text
+
+
+def test_a_refused_save_keeps_the_result_and_what_was_typed(sqlite_url: str) -> None:
+    for settings, words in (
+        (make_settings(sqlite_url), "not a requester or approver token"),
+        (
+            make_settings(sqlite_url, requester_tokens="", approver_tokens=""),
+            "trainfit token create --role requester",
+        ),
+    ):
+        with TestClient(create_app(settings)) as client:
+            token = csrf(client)
+            page = client.post("/estimate", data=seed_form(checkpointing="offload", loss="chunked"))
+            query = html.unescape(re.search(r'name="query" value="([^"]+)"', page.text)[1])
+            bodies = re.findall(r'name="request_json" value="([^"]+)"', page.text)
+            refused = client.post(
+                "/quotes",
+                data={
+                    "csrf_token": token,
+                    "option": "0:rtx-pro-6000",
+                    "request_json": [html.unescape(b) for b in bodies],
+                    "query": query,
+                    "title": "my title",
+                    "comment": "typed with care",
+                    "token": "wrong-token-here",
+                },
+            )
+            assert refused.status_code == 403
+            assert 'id="quote-error"' in refused.text and words in refused.text
+            assert 'value="typed with care"' in refused.text and 'value="my title"' in refused.text
+            assert re.search(r'value="0:rtx-pro-6000"[^>]*checked', refused.text)
+            assert 'id="fit-table"' in refused.text
