@@ -18,6 +18,8 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from estimator.errors import EstimatorInputError
@@ -171,7 +173,20 @@ async def _request_validation(_request: Request, exc: Exception) -> JSONResponse
     )
 
 
+async def _database_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+    """The database did not answer (down, restarting, locked past the busy timeout, or the
+    pool timed out): a 503 the client may retry, never a 500. Integrity and programming errors
+    are not caught here: they are bugs."""
+    return SafeJSONResponse(
+        status_code=503,
+        content={"detail": f"database unavailable: {type(exc).__name__}"},
+        headers={"Retry-After": "1"},
+    )
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    for unavailable in (OperationalError, InterfaceError, PoolTimeout):
+        app.add_exception_handler(unavailable, _database_unavailable)
     app.add_exception_handler(StarletteHTTPException, _http_exception)
     app.add_exception_handler(RequestValidationError, _request_validation)
     app.add_exception_handler(EstimatorInputError, _estimator_input)

@@ -10,9 +10,22 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from app.api.routes import catalog, estimates, health, memtests, pages, quotes, solvers
-from app.db.engine import make_engine, make_session_factory
+from app.api.routes import (
+    catalog,
+    docs,
+    estimates,
+    health,
+    memtests,
+    pages,
+    pages_memtests,
+    pages_quotes,
+    quotes,
+    solvers,
+)
+from app.api.routes.docs import DOCS_STATIC_URL, docs_static_dir
+from app.db.engine import is_memory_sqlite, make_engine, make_session_factory
 from app.db.migrate import upgrade_head
+from app.db.slots import DbSlots
 from app.errors import install_error_handlers
 from app.headers import SecurityHeaders
 from app.limits import BodySizeLimit, RejectNul
@@ -34,10 +47,19 @@ def _version() -> str:
         return "0.0.0"
 
 
+def pool_capacity(settings: Settings) -> int:
+    return settings.db_pool_size + settings.db_max_overflow
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app. The engine is created here; migrations run at start-up (lifespan)."""
     settings = settings or Settings()
-    engine = make_engine(settings.database_url, busy_timeout_ms=settings.sqlite_busy_timeout_ms)
+    engine = make_engine(
+        settings.database_url,
+        busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -51,16 +73,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=_version(),
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served from local files by app/api/routes/docs.py
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.engine = engine
     app.state.session_factory = make_session_factory(engine)
+    app.state.db_slots = DbSlots(
+        1 if is_memory_sqlite(settings.database_url) else pool_capacity(settings),
+        wait_s=settings.db_slot_wait_s,
+    )
     app.state.version = _version()
 
     install_error_handlers(app)
-    for module in (health, catalog, estimates, solvers, memtests, quotes, pages):
+    pages_all = (pages, pages_quotes, pages_memtests, docs)
+    for module in (health, catalog, estimates, solvers, memtests, quotes, *pages_all):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount(DOCS_STATIC_URL, StaticFiles(directory=docs_static_dir()), name="static-docs")
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_upload_bytes)
     app.add_middleware(RejectNul)
     app.add_middleware(SecurityHeaders)  # outermost: 413/422 from the limits get them too

@@ -50,6 +50,11 @@ SEED_REQUEST_EXAMPLE: dict[str, Any] = {
 
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
+    version: str
+
+
+class Ready(BaseModel):
+    status: Literal["ok"] = "ok"
     database: Literal["ok"] = "ok"
     version: str
 

@@ -91,4 +91,22 @@ class Settings(BaseSettings):
     )
     run_migrations: bool = True
     sqlite_busy_timeout_ms: int = Field(5000, ge=0)
+    db_pool_size: int = Field(10, ge=1, le=200, description="database connections kept open")
+    db_max_overflow: int = Field(10, ge=0, le=200, description="extra connections under load")
+    db_slot_wait_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="how long a request waits for a database slot before a 503 + Retry-After",
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="a client must send its request line and headers within"
+    )
+    body_timeout_s: float = Field(
+        60.0, gt=0, le=3600, description="a client must send its whole request body within"
+    )
+    keep_alive_s: int = Field(5, ge=1, le=600, description="idle keep-alive connections close")
+    max_connections: int = Field(
+        1000, ge=1, description="open connections beyond this get 503 + Retry-After and close"
+    )
     cookie_secure: bool = False

@@ -1,13 +1,16 @@
 """Benchmark (not a test): count the tokens of a generated 100,000-row JSONL dataset.
 
     PYTHONPATH=. python bench/dataset_tokens.py [--rows 100000] [--messages] [--tokenizer FILE]
+        [--bpe]
 
 Writes the dataset to a temporary folder (plain texts, or chat messages with --messages), then
 runs estimator.dataset_tokens.count_tokens three times in fresh subprocesses: cold (counted),
 warm (answered from the length cache), and the packing of the counted lengths. Prints wall time
 and the peak RSS of each (resource.getrusage ru_maxrss of the child, KiB on Linux). The default
-tokenizer is the small word-level one in examples/dataset; pass a real tokenizer.json for
-realistic speed.
+tokenizer is the small word-level one in examples/dataset; `--bpe` trains a byte-level BPE
+tokenizer (GPT-2 style pre-tokenizer, 32,000 ids, `tokenizers` BpeTrainer) on the first 10,000
+generated rows, here, so that encoding runs the merges as a real LLM tokenizer does (nothing
+is downloaded); or pass a real tokenizer.json.
 """
 
 from __future__ import annotations
@@ -62,6 +65,28 @@ def write_dataset(path: Path, rows: int, messages: bool) -> None:
             f.write(json.dumps(row) + "\n")
 
 
+def train_bpe(data: Path, out: Path, rows: int = 10_000) -> Path:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    texts = []
+    with data.open() as f:
+        for _, line in zip(range(rows), f, strict=False):
+            row = json.loads(line)
+            texts.append(row.get("text") or json.dumps(row.get("messages")))
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=32_000,
+        special_tokens=["<s>", "</s>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(texts, trainer)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    return out / "tokenizer.json"
+
+
 def run(args: dict[str, object]) -> dict[str, object]:
     out = subprocess.run(
         [sys.executable, "-c", CHILD, json.dumps(args)],
@@ -80,6 +105,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--messages", action="store_true")
     parser.add_argument("--tokenizer", default=str(ROOT / "examples" / "dataset"))
+    parser.add_argument("--bpe", action="store_true", help="train a byte-level BPE here")
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data.jsonl"
@@ -87,6 +113,10 @@ def main() -> None:
         write_dataset(data, opts.rows, opts.messages)
         size = data.stat().st_size / 2**20
         print(f"dataset: {opts.rows:,} rows, {size:.1f} MiB ({time.perf_counter() - t0:.1f} s)")
+        if opts.bpe:
+            t0 = time.perf_counter()
+            opts.tokenizer = str(train_bpe(data, Path(tmp) / "bpe"))
+            print(f"byte-level BPE, 32,000 ids, trained here ({time.perf_counter() - t0:.1f} s)")
         base = {
             "data": str(data),
             "tokenizer": opts.tokenizer,

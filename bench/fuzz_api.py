@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.durability import APPROVER_TOKEN, UPLOAD_TOKEN, Server, free_port, pg_schema  # noqa: E402
+from bench.harness import APPROVER_TOKEN, UPLOAD_TOKEN, Server, free_port, pg_schema  # noqa: E402
 
 CHECKS = ",".join(
     [

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.durability import Server, free_port  # noqa: E402
+from bench.harness import Server, free_port  # noqa: E402
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 CONFIGS = Path(__file__).resolve().parent.parent / "tests" / "data" / "configs"

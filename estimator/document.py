@@ -8,7 +8,7 @@ recommendation documents are built on the same parts.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator.errors import EstimatorInputError
 from estimator.gpu_options import GpuOption, check_devices, parse_gpu_options
@@ -21,10 +21,14 @@ from estimator.rows import estimate_rows, model_summary
 from estimator.scenario import Scenario
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
-from estimator.time.calibration import Calibration, calibrate
+from estimator.time.cost import gpu_price, normalise_prices
 from estimator.time.flops import step_flops
-from estimator.time.plan import row_time_and_cost, training_summary
+from estimator.time.plan import cell_time_and_cost, training_summary
+from estimator.time.step import OptionRates, option_rates
 from estimator.time.tokens import RunTokens, resolve_tokens, seq_len_report
+
+if TYPE_CHECKING:
+    from estimator.time.calibration import Calibration
 
 SCHEMA = "trainfit.estimate/1"
 
@@ -51,9 +55,13 @@ def add_time_and_cost(
     profile: Profile,
     options: dict[str, GpuOption],
 ) -> Calibration | None:
-    """FLOPs per row; `time` and `cost` per row and GPU option (`estimator.time.plan`)."""
+    """FLOPs once per row (they do not depend on the GPU); the rates of each GPU option once
+    per setup (`option_rates`); `time` and `cost` per row and option (`cell_time_and_cost`,
+    the cells `estimator.time.plan.row_time_and_cost` makes one at a time)."""
     cal = None
     if request.calibration is not None:
+        from estimator.time.calibration import calibrate  # loaded only when asked for
+
         c = request.calibration
         measured = Scenario(
             spec, next(iter(setups.values())), profile, c.seq_len, c.batch, option=c.gpu
@@ -64,35 +72,45 @@ def add_time_and_cost(
             tokens_per_second=c.tokens_per_second,
             source="calibration in the request",
         )
+    prices = normalise_prices(request.prices) if request.prices else {}
+    option_prices = {k: gpu_price(o.gpu, prices) for k, o in options.items()}
+    rates: dict[tuple[str, str, str], OptionRates] = {}  # per (setup, option): not per row
     for row in rows:
-        setup = setups[(row["checkpointing"], row["loss"])]
-        row["flops_per_step"] = step_flops(spec, setup, row["seq_len"], row["batch"]).total
+        key = (row["checkpointing"], row["loss"])
+        setup = setups[key]
+        if row["seq_len"] < 1 or row["batch"] < 1:
+            raise EstimatorInputError("seq_len", "sequence length and batch must be positive")
+        flops = step_flops(spec, setup, row["seq_len"], row["batch"])  # once per row
+        row["flops_per_step"] = flops.total
         tokens = _tokens_for(spec, request, row["seq_len"])
         for option, fit in row["fit"].items():
-            efficiency = source = None
-            if cal is not None:
-                efficiency = cal.efficiency_on(fit["gpu"], profile)
-                source = f"calibrated: {cal.tokens_per_second:.4g} tokens/s on {cal.gpu_option}"
-            sc = Scenario(
-                spec,
-                setup,
-                profile,
+            r = rates.get((*key, option))
+            if r is None:
+                efficiency = source = None
+                if cal is not None:
+                    efficiency = cal.efficiency_on(fit["gpu"], profile)
+                    source = f"calibrated: {cal.tokens_per_second:.4g} tokens/s on {cal.gpu_option}"
+                sc = Scenario(
+                    spec,
+                    setup,
+                    profile,
+                    row["seq_len"],
+                    row["batch"],
+                    gpu=options[option].gpu,
+                    count=fit["devices"],
+                    option=option,
+                    prices=request.prices,
+                )
+                r = rates[(*key, option)] = option_rates(sc, efficiency, source)
+            fit["time"], fit["cost"] = cell_time_and_cost(
+                r,
+                flops,
                 row["seq_len"],
                 row["batch"],
-                gpu=options[option].gpu,
-                count=fit["devices"],
-                option=option,
-                prices=request.prices,
+                tokens,
+                row["host_bytes"] or 0,
+                option_prices[option],
             )
-            cell = row_time_and_cost(
-                sc,
-                tokens=tokens,
-                host_bytes=row["host_bytes"] or 0,
-                fits=fit["verdict"] == "fits",
-                efficiency=efficiency,
-                efficiency_source=source,
-            )
-            fit["time"], fit["cost"] = cell["time"], cell["cost"]
             if cal is not None:
                 fit["time"]["measured"] = cal.is_measured(option, row["seq_len"], row["batch"])
     return cal
@@ -114,7 +132,8 @@ def estimate(
     mem = None
     by_key: dict[tuple[str, str], TrainingSetup] = {}
     for setup in setups:
-        TrainingSetup.model_validate(setup.model_dump())  # overrides re-validated
+        if variants:
+            TrainingSetup.model_validate(setup.model_dump())  # overrides re-validated
         by_key[(setup.checkpointing, setup.loss)] = setup
         setup_rows, mem = estimate_rows(
             spec, setup, request.seq_lens, options, request.usable_fraction, profile
@@ -266,15 +285,26 @@ def max_batch_document(req: SolverRequest) -> dict[str, Any]:
 
 
 def min_gpus_document(req: SolverRequest) -> dict[str, Any]:
+    """Fewest cards: with `setup.parallel` auto (or no layout and no sharding) every layout is
+    searched (estimator/layout_search.py); otherwise the given layout or sharding."""
     from estimator.solvers import min_gpus
 
     spec, setup, budget, profile, _ = _solver_inputs(req)
-    return {"gpu": req.gpu, **min_gpus(spec, setup, _needs_seq(req), budget, profile)}
+    seq = _needs_seq(req)
+    if setup.parallel == "auto" or (not setup.parallel and setup.sharding == "none"):
+        from estimator.layout_search import min_gpus_layouts
+        from estimator.time.cost import normalise_prices
+
+        option = parse_gpu_options([req.gpu])[0]
+        prices = normalise_prices(req.prices) if req.prices else {}
+        sc = Scenario(spec, setup, profile, seq, setup.batch, gpu=option.gpu, prices=prices)
+        found = min_gpus_layouts(sc, budget.usable_bytes, req.tokens, req.within_days)
+        return {"gpu": req.gpu, "seq_len": seq, "batch": setup.batch, "search": True, **found}
+    return {"gpu": req.gpu, **min_gpus(spec, setup, seq, budget, profile)}
 
 
 def recommend_document(req: RecommendRequest) -> dict[str, Any]:
     from estimator.recommend import recommend
-    from estimator.time.cost import normalise_prices
 
     prices = normalise_prices(req.prices) if req.prices else {}
     sc = Scenario(resolve_model(req.model), req.setup, load_profile(req.profile), prices=prices)

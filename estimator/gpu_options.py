@@ -9,6 +9,9 @@ from typing import Any
 
 import gpu_catalog
 from estimator.errors import EstimatorInputError
+from estimator.parallel import check_model
+from estimator.parallel.layout import fixed_gpus
+from estimator.parallel.of_setup import layout_of
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 
@@ -88,9 +91,17 @@ def resolve_gpu_option(option: str, setup: TrainingSetup | None = None) -> tuple
 
 def check_devices(spec: ModelSpec, setup: TrainingSetup, options: list[GpuOption]) -> None:
     """Layer splitting (device_map) over more cards than the model has layers puts no layer
-    on some cards: an error naming the option, not a silent estimate."""
+    on some cards: an error naming the option, not a silent estimate. A `--parallel` layout
+    must multiply to the cards and divide the model (estimator/parallel/checks.py)."""
     for i, option in enumerate(options):
         n = devices_for(option, setup)
+        if setup.parallel == "auto":
+            continue
+        if setup.parallel:
+            layout = layout_of(setup, n, option.gpu.gpus_per_node)
+            if layout is not None:
+                check_model(layout, spec)
+            continue
         sharding = setup.sharding if setup.sharding != "none" else "device_map"
         if n > 1 and sharding == "device_map" and spec.layers and n > spec.layers:
             raise EstimatorInputError(
@@ -101,5 +112,11 @@ def check_devices(spec: ModelSpec, setup: TrainingSetup, options: list[GpuOption
 
 
 def devices_for(option: GpuOption, setup: TrainingSetup) -> int:
-    """`2xh200` means 2 cards; a single-card id with `num_gpus` N means N of that card."""
-    return option.count if option.count > 1 else setup.num_gpus
+    """`2xh200` means 2 cards; a single-card id with `num_gpus` N means N of that card; a
+    single card with a layout that names its degrees (`--parallel fsdp=8,tp=2`) means that
+    many cards."""
+    if option.count > 1:
+        return option.count
+    if setup.num_gpus == 1 and setup.parallel and setup.parallel != "auto":
+        return fixed_gpus(setup.parallel) or 1
+    return setup.num_gpus

@@ -94,6 +94,8 @@ class _WithTrainConfig(BaseModel):
     @model_validator(mode="wrap")
     @classmethod
     def _merge_train_config(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        if not isinstance(data, dict) or data.get("train_config") is None:
+            return handler(data)  # no config to read: estimator.train_config is not loaded
         from estimator.errors import EstimatorInputError
         from estimator.train_config.body import merge_train_config
 
@@ -204,6 +206,10 @@ class SolverRequest(BaseModel):
     granularity: int = Field(256, ge=1, le=1_000_000)
     usable_fraction: float = Field(0.92, gt=0, le=1)
     profile: str = Field("default", min_length=1, max_length=MAX_NAME_CHARS)
+    # min-gpus with layout search: the run's tokens and prices price each layout
+    tokens: float | None = Field(None, gt=0, le=1e16)
+    prices: dict[str, float] = Field(default_factory=dict, max_length=64)
+    within_days: float | None = Field(None, gt=0, le=1e5)
 
 
 class RecommendRequest(BaseModel):

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from estimator.parallel.layout import parse_parallel, parse_wrap
+from estimator.setup_choices import (
+    AdapterDtype,
+    Attention,
+    Base,
+    Checkpointing,
+    Loss,
+    Method,
+    Offload,
+    Optimizer,
+    OptimizerImpl,
+    Precision,
+    Sharding,
+    StackName,
+)
 from estimator.stacks import OVERRIDES, load_stack
-
-Method = Literal["full", "lora", "qlora"]
-Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]
-Precision = Literal["mixed", "bf16", "fp32"]
-Checkpointing = Literal["none", "gpu", "offload", "selective"]
-Loss = Literal["full", "chunked", "liger", "cce", "unsloth"]
-StackName = Literal["hf", "unsloth", "torchtune", "torchtitan", "deepspeed", "probe"]
-OptimizerImpl = Literal["fused", "foreach", "in-backward"]
-Base = Literal["bf16", "int8", "nf4"]
-Sharding = Literal["none", "fsdp", "zero1", "zero2", "zero3", "device_map"]
-Attention = Literal["sdpa", "flash", "eager"]
-AdapterDtype = Literal["fp32", "bf16"]
 
 MAX_BATCH = 1_000_000
 MAX_GPUS = 100_000
@@ -63,9 +64,30 @@ class TrainingSetup(BaseModel):
     train_embeddings: bool | None = None
     base: Base | None = None
     kbit_prepare: bool | None = None
+    compile: bool | None = None
     sharding: Sharding = "none"
     num_gpus: int = Field(1, ge=1, le=MAX_GPUS)
     attention: Attention = "sdpa"
+    # multi-GPU layout (estimator/parallel/): `fsdp=8,tp=8`, `zero3`, `dp`, `hsdp`, ...
+    parallel: str | None = Field(None, max_length=200)
+    fsdp_wrap: str = Field("layer", max_length=40)  # FSDP unit: layer | block-of-N
+    reshard_after_forward: bool = True
+    offload: Offload = "none"  # ZeRO optimizer offload, FSDP / ZeRO-3 parameter offload
+
+    @field_validator("parallel")
+    @classmethod
+    def _parallel_parses(cls, text: str | None) -> str | None:
+        if text is None or not text.strip():
+            return None
+        if text.strip().lower() == "auto":  # min-gpus / recommend search the layouts
+            return "auto"
+        return parse_parallel(text).text
+
+    @field_validator("fsdp_wrap")
+    @classmethod
+    def _wrap_parses(cls, text: str) -> str:
+        parse_wrap(text)
+        return text.strip().lower()
 
     @field_validator("lora_targets")
     @classmethod

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any
 
+from estimator.errors import EstimatorInputError
 from estimator.memory import memory_breakdown
 from estimator.profile import Profile
 from estimator.scenario import Scenario
@@ -137,14 +138,18 @@ def min_gpus(
     """Fewest cards of this kind that fit with `setup.sharding` (none -> device_map)."""
 
     def fits(n: int) -> bool:
-        return peak_bytes(spec, setup, seq, setup.batch, profile, n) <= budget.usable_bytes
+        try:
+            return peak_bytes(spec, setup, seq, setup.batch, profile, n) <= budget.usable_bytes
+        except EstimatorInputError:  # a --parallel layout that n cards cannot take
+            return False
 
     n = smallest_fitting(fits, upper)
     out: dict[str, Any] = {
         "gpus": n,
         "seq_len": seq,
         "batch": setup.batch,
-        "sharding": setup.sharding if setup.sharding != "none" else "device_map",
+        "sharding": setup.parallel
+        or (setup.sharding if setup.sharding != "none" else "device_map"),
         "usable_bytes": int(budget.usable_bytes),
     }
     if n is not None:

@@ -5,6 +5,7 @@ or from a bare parameter count by `params_only_spec`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 LAYER_FULL = "full_attention"
 LAYER_SLIDING = "sliding_attention"
@@ -196,13 +197,13 @@ class ModelSpec:
     def geometry_known(self) -> bool:
         return self.params_given is None
 
-    @property
+    @cached_property  # the spec is frozen; the sums are asked for on every row
     def params_total(self) -> int:
         if self.params_given is not None:
             return self.params_given
         return sum(lin.params for lin in self.linears) + sum(g.params for g in self.others)
 
-    @property
+    @cached_property  # the spec is frozen; the sums are asked for on every row
     def params_active(self) -> int:
         """Parameters used per token (MoE: routed experts only)."""
         if self.params_given is not None:
@@ -213,14 +214,14 @@ class ModelSpec:
     def params_extras(self) -> int:
         return sum(g.params for g in self.extras)
 
-    @property
+    @cached_property  # the spec is frozen; the sums are asked for on every row
     def params_linear(self) -> int:
         """Parameters in Linear layers of the decoder blocks (what LoRA/QLoRA act on); lm_head is
         kept separately as a ParamGroup-like Linear with group 'head'."""
         return sum(lin.params for lin in self.linears if lin.group != "head")
 
     def count_layers(self, layer_type: str) -> int:
-        return sum(1 for t in self.layer_types if t == layer_type)
+        return self.layer_types.count(layer_type)
 
     def linear(self, name: str) -> list[Linear]:
         return [lin for lin in self.linears if lin.name == name]

@@ -29,6 +29,8 @@ NUMERIC_FIGURES: tuple[str, ...] = (
     "memory_bandwidth_bytes_per_s",
     "interconnect_bytes_per_s",
     "host_link_bytes_per_s",
+    "gpus_per_node",
+    "inter_node_bytes_per_s",
     "price_usd_per_hour",
     "tdp_w",
 )
@@ -54,6 +56,11 @@ class GPU(BaseModel):
     interconnect_bytes_per_s: NonNegInt | None = None  # GPU-to-GPU, per direction
     host_link: str | None = None
     host_link_bytes_per_s: NonNegInt | None = None  # per direction, theoretical
+    # nodes: GPUs that share the intra-node link (`interconnect_bytes_per_s`); beyond a node
+    # traffic crosses `inter_node` (InfiniBand / RoCE / Ethernet), per GPU, per direction
+    gpus_per_node: int | None = Field(default=None, ge=1)
+    inter_node: str | None = None
+    inter_node_bytes_per_s: NonNegInt | None = None
     price_usd_per_hour: NonNegFloat | None = None  # on-demand, per GPU
     price_source: str | None = None
     tdp_w: NonNegInt | None = None

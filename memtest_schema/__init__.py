@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
+    "DuplicatedKey",
+    "reject_duplicate_keys",
     "SCHEMA_ID",
     "DEVICES",
     "STATUSES",
@@ -89,6 +91,12 @@ STACK_SETUP_FIELDS: dict[str, tuple[str, ...] | None] = {
     "kbit_prepare": None,  # bool: peft's prepare_model_for_kbit_training ran (QLoRA)
     "train_embeddings": None,  # bool: embeddings / lm_head trained (peft modules_to_save)
     "base": ("bf16", "int8", "nf4"),  # storage of the frozen base weights
+    "compile": None,  # bool: torch.compile of the decoder layers
+    # multi-GPU layout (issue 12, estimator/parallel/): absent for a single-device run
+    "parallel": None,  # str or null: `fsdp=8,tp=8`, `zero3`, `dp`, ...
+    "fsdp_wrap": None,  # str: FSDP unit, `layer` or `block-of-N`
+    "reshard_after_forward": None,  # bool: FSDP2 reshard_after_forward
+    "offload": ("none", "optimizer", "params"),  # ZeRO / FSDP CPU offload
 }
 
 MAX_RESULTS = 1000
@@ -118,17 +126,20 @@ class MemtestSchemaError(ValueError):
 # parsing
 
 
-class _Duplicated(dict):  # type: ignore[type-arg]
-    """An object in which a key occurs twice; `key` names it (the path is found afterwards)."""
+class DuplicatedKey(dict):  # type: ignore[type-arg]
+    """An object in which a key occurs twice; `key` names it (the path is found afterwards).
+    The service's strict JSON bodies (app/api/strict.py) use the same parse."""
 
     key: str = ""
 
 
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`json.loads(..., object_pairs_hook=reject_duplicate_keys)`: an object with a repeated key
+    comes back as a `DuplicatedKey` naming it (json.loads itself would keep the last value)."""
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            marked = _Duplicated(out)
+            marked = DuplicatedKey(out)
             marked.key = key
             return marked
         out[key] = value
@@ -137,7 +148,7 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _find_duplicate(value: Any, path: str) -> str | None:
     """The dotted path of the first duplicated key in the parsed document, if any."""
-    if isinstance(value, _Duplicated):
+    if isinstance(value, DuplicatedKey):
         return _join(path, value.key)
     if isinstance(value, dict):
         children: Any = value.items()
@@ -174,7 +185,7 @@ def load_memtest(data: str | bytes) -> dict[str, Any]:
         raise MemtestSchemaError("", "expected JSON text (str or bytes)")
     try:
         doc = json.loads(
-            text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant
+            text, object_pairs_hook=reject_duplicate_keys, parse_constant=_reject_constant
         )
     except MemtestSchemaError:
         raise
@@ -362,8 +373,21 @@ def _check_stack_setup(setup: dict[str, Any], path: str) -> None:
         item, field = setup[key], _join(path, key)
         if choices is not None:
             _choice(item, field, choices)
-        elif key in ("autocast", "paged", "double_quant", "kbit_prepare", "train_embeddings"):
+        elif key in (
+            "autocast",
+            "paged",
+            "double_quant",
+            "kbit_prepare",
+            "train_embeddings",
+            "compile",
+            "reshard_after_forward",
+        ):
             _bool(item, field)
+        elif key == "parallel":
+            if item is not None:
+                _str(item, field, nonempty=True)
+        elif key == "fsdp_wrap":
+            _str(item, field, nonempty=True)
         elif key == "grad_accum":
             _int(item, field, minimum=1, maximum=MAX_STEPS)
         elif key == "lora_dropout":

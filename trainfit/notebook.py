@@ -27,7 +27,11 @@ ModelArg = str | Path | Mapping[str, Any] | float | int
 
 
 def _model_input(model: ModelArg, name: str | None) -> dict[str, Any]:
-    """A preset id, a path to a config.json, a config dict, or a parameter count."""
+    """A preset id, a Hub id `ORG/NAME[@revision]`, a path to a config.json (or its folder), a
+    config dict, or a parameter count (strings are classified by `estimator.hub.model_source`,
+    as `--model` is)."""
+    from estimator.hub import model_source
+
     out: dict[str, Any]
     if isinstance(model, bool):
         raise TypeError("model: expected a preset id, a config path or dict, or a parameter count")
@@ -35,16 +39,18 @@ def _model_input(model: ModelArg, name: str | None) -> dict[str, Any]:
         out = {"params": float(model)}
     elif isinstance(model, Mapping):
         out = {"config": dict(model)}
-    elif isinstance(model, Path) or str(model).endswith(".json"):
-        out = {"config": json.loads(Path(model).read_text(encoding="utf-8"))}
     else:
-        out = {"preset": str(model)}
+        source = model_source(str(model))
+        if "file" in source:
+            out = {"config": json.loads(Path(source["file"]).read_text(encoding="utf-8"))}
+        else:
+            out = dict(source)
     if name:
         out["name"] = name
     return out
 
 
-def _listed(value: str | Iterable[Any]) -> list[Any]:
+def _listed(value: str | int | float | Iterable[Any]) -> list[Any]:
     return [value] if isinstance(value, str | int | float) else list(value)
 
 
@@ -98,38 +104,71 @@ class Plan:
         return self.to_markdown()
 
 
+ConfigPaths = str | Path | Sequence[str | Path]
+DEFAULT_SEQ_LENS = (4096,)
+
+
 def estimate(
-    model: ModelArg,
+    model: ModelArg | None = None,
     *,
     gpus: str | Sequence[str] = ("a100-80gb", "h100-80gb", "h200"),
-    seq_lens: int | Sequence[int] = (4096,),
+    seq_lens: int | Sequence[int] | None = None,
+    train_config: ConfigPaths | None = None,
     profile: str = "default",
     usable_fraction: float = 0.92,
     name: str | None = None,
     run: Mapping[str, Any] | None = None,
     **setup: Any,
 ) -> Plan:
-    """Estimate memory, time and cost of training `model` on each GPU option at each length.
+    """Estimate memory, time and cost of training `model` on each GPU option at each length
+    (default 4096, or the training config's).
 
     `setup` keywords are `TrainingSetup` fields (`method="lora"`, `lora_rank=16`,
-    `optimizer="adamw-8bit"`, `checkpointing="offload"`, ...); `run` takes the request's
-    tokens/cost fields (`{"tokens": 6.4e6, "prices": {"h200": 5.0}}`). Bad input raises
+    `optimizer="adamw-8bit"`, `checkpointing="offload"`, ...); `train_config` is an axolotl /
+    LLaMA-Factory / torchtune / TRL file (or a list: + a DeepSpeed JSON or accelerate config),
+    whose values come under the keywords given here, as on the command line; what it could not
+    honour is in `plan.doc["setup"]["ignored"]`. `run` takes the request's tokens/cost fields
+    (`{"tokens": 6.4e6, "prices": {"h200": 5.0}}`). Bad input raises
     `pydantic.ValidationError` or `estimator.EstimatorInputError`, naming the field."""
     from estimator.document import estimate_document
     from estimator.request import EstimateRequest
 
-    req = EstimateRequest.model_validate(
-        {
-            "model": _model_input(model, name),
-            "setup": setup,
-            "seq_lens": _listed(seq_lens),
-            "gpus": _listed(gpus),
-            "usable_fraction": usable_fraction,
-            "profile": profile,
-            **dict(run or {}),
-        }
-    )
-    return Plan(estimate_document(req))
+    body: dict[str, Any] = {
+        "setup": setup,
+        "gpus": _listed(gpus),
+        "usable_fraction": usable_fraction,
+        "profile": profile,
+        **dict(run or {}),
+    }
+    if model is not None:
+        body["model"] = _model_input(model, name)
+    if seq_lens is not None:
+        body["seq_lens"] = _listed(seq_lens)
+    body, report = _with_train_config(body, train_config, name)
+    body.setdefault("seq_lens", list(DEFAULT_SEQ_LENS))
+    doc = estimate_document(EstimateRequest.model_validate(body))
+    if report is not None:
+        doc.setdefault("setup", {})["ignored"] = report["ignored"]
+        doc["train_config"] = report
+    return Plan(doc)
+
+
+def _with_train_config(
+    body: dict[str, Any], paths: ConfigPaths | None, name: str | None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The body with a training config's values under it (estimator.train_config.body) and the
+    report of what was read and ignored; a config naming a local model file reads it here."""
+    if paths is None:
+        return body, None
+    from estimator.train_config.body import apply_to_body
+    from estimator.train_config.load import read_train_configs
+
+    mapping = read_train_configs([paths] if isinstance(paths, str | Path) else list(paths))
+    if "model" not in body and mapping.model is not None:
+        body = {**body, "model": _model_input(next(iter(mapping.model.values())), name)}
+    merged = apply_to_body(body, mapping)
+    report: dict[str, Any] = merged.pop("train_config")
+    return merged, report
 
 
 def sweep(

@@ -21,26 +21,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import TypeAdapter, ValidationError
 
+from memtest_schema import DuplicatedKey, reject_duplicate_keys
+
 # Longer than any name, id, title or comment the models accept (comments: 10,000): a bound on
 # what one string in a request may cost (a model's own `max_length` is usually far lower).
 MAX_STRING_CHARS = 10_000
 
 Loc = list[str | int]
-
-
-class _Duplicated(dict):  # type: ignore[type-arg]
-    key: str = ""
-
-
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            marked = _Duplicated(out)
-            marked.key = key
-            return marked
-        out[key] = value
-    return out
 
 
 def _is_lone_surrogate(text: str) -> bool:
@@ -62,7 +49,7 @@ def find_problem(value: Any, loc: Loc) -> tuple[Loc, str, str] | None:
             if _is_lone_surrogate(item):
                 return where, "lone UTF-16 surrogate (not valid Unicode text)", "string_unicode"
         elif isinstance(item, dict):
-            if isinstance(item, _Duplicated):
+            if isinstance(item, DuplicatedKey):
                 return [*where, item.key], f"duplicated key {item.key[:100]!r}", "duplicate_key"
             for key, child in reversed(list(item.items())):
                 if len(key) > MAX_STRING_CHARS or _is_lone_surrogate(key):
@@ -92,14 +79,14 @@ def _suspicious(value: Any) -> bool:
         if kind is str:
             if len(item) > MAX_STRING_CHARS:
                 return True
-        elif kind is _Duplicated:
+        elif kind is DuplicatedKey:
             return True
         elif kind is dict:
             if any(len(k) > MAX_STRING_CHARS for k in item):
                 return True
             stack.extend(item.values())
         elif kind is list:
-            stack.extend(x for x in item if type(x) in (str, dict, list, _Duplicated))
+            stack.extend(x for x in item if type(x) in (str, dict, list, DuplicatedKey))
     return False
 
 
@@ -109,7 +96,7 @@ def check_json_body(raw: bytes, adapter: TypeAdapter[Any] | None = None) -> None
     over-long list before anything walks it), then duplicate keys and string lengths."""
     if _SURROGATE_ESCAPE.search(raw):
         try:
-            parsed = json.loads(raw, object_pairs_hook=_pairs)
+            parsed = json.loads(raw, object_pairs_hook=reject_duplicate_keys)
         except (ValueError, RecursionError):
             return
         problem = find_problem(parsed, ["body"])
@@ -128,7 +115,7 @@ def check_json_body(raw: bytes, adapter: TypeAdapter[Any] | None = None) -> None
                     ]
                 ) from None
     try:
-        parsed = json.loads(raw, object_pairs_hook=_pairs)
+        parsed = json.loads(raw, object_pairs_hook=reject_duplicate_keys)
     except (ValueError, RecursionError):
         return  # FastAPI answers it (422 json_invalid)
     if _suspicious(parsed):

@@ -17,7 +17,8 @@ use `intermediate_size_mlp`. Layers with RoPE use chunked attention (`attention_
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 from estimator.architectures.parts import (
     assemble,
@@ -51,36 +52,65 @@ def _stored_dtype(c: ConfigReader) -> str | None:
     return "mxfp4" if quant.text("quant_method") == "mxfp4" else None
 
 
-def gpt_oss(c: ConfigReader, family: str) -> ModelSpec:
+@dataclass
+class _Decoder:
+    """What the gpt-oss and Llama 4 text readers share: the attention projections and shape
+    (heads, kv heads, head dim), the expert count, top-k and width (`intermediate_size`), the
+    base fields and the (possibly tied) embeddings."""
+
+    hidden: int
+    layers: int
+    lins: list[Linear]
+    shape: tuple[int, int, int]
+    n_exp: int
+    k: int
+    inter: int
+    fields: dict[str, Any]
+    tied: bool
+    groups: list[ParamGroup]
+    head: list[Linear]
+
+
+def _decoder(c: ConfigReader, family: str, attention_bias: bool) -> _Decoder:
     hidden = c.integer("hidden_size")
     layers = c.integer("num_hidden_layers")
-    bias = c.flag("attention_bias", True)
+    bias = c.flag("attention_bias", attention_bias)
     lins, heads, kv_heads, head_dim = attention_linears(
         c, hidden, layers, qkv_bias=bias, o_bias=bias
     )
     n_exp = c.integer("num_local_experts")
     k = top_k(c, n_exp)
     inter = c.integer("intermediate_size")
-    stored = _stored_dtype(c)
-    experts = swiglu(hidden, inter, layers, "experts", bias=True, moe=(n_exp, k))
-    lins += [Linear("router", hidden, n_exp, layers, True, "router", nn_linear=False)]
-    lins += [replace(lin, stored_dtype=stored) for lin in experts]
     fields = base_fields(c, family, hidden, layers)
     tied = c.flag("tie_word_embeddings", False)
     groups, head = embeddings(hidden, fields["vocab"], tied)
-    groups += [norms(hidden, layers, 2), ParamGroup("attention_sinks", layers * heads)]
+    shape = (heads, kv_heads, head_dim)
+    return _Decoder(hidden, layers, lins, shape, n_exp, k, inter, fields, tied, groups, head)
+
+
+def gpt_oss(c: ConfigReader, family: str) -> ModelSpec:
+    d = _decoder(c, family, attention_bias=True)
+    hidden, layers, n_exp, inter = d.hidden, d.layers, d.n_exp, d.inter
+    stored = _stored_dtype(c)
+    experts = swiglu(hidden, inter, layers, "experts", bias=True, moe=(n_exp, d.k))
+    lins = d.lins + [Linear("router", hidden, n_exp, layers, True, "router", nn_linear=False)]
+    lins += [replace(lin, stored_dtype=stored) for lin in experts]
+    groups = d.groups + [
+        norms(hidden, layers, 2),
+        ParamGroup("attention_sinks", layers * d.shape[0]),
+    ]
     types = patterned_layer_types(c, layers, 2, LAYER_SLIDING, LAYER_FULL)
     return assemble(
-        fields,
-        (heads, kv_heads, head_dim),
+        d.fields,
+        d.shape,
         types,
         [True] * layers,
-        lins + head,
+        lins + d.head,
         groups,
         intermediate=inter,
-        tied_embeddings=tied,
+        tied_embeddings=d.tied,
         sliding_window=c.integer("sliding_window", 128),
-        moe=MoEGeometry(n_exp, k, inter, activation="clamped_swiglu"),
+        moe=MoEGeometry(n_exp, d.k, inter, activation="clamped_swiglu"),
         attention_sinks=True,
         requires_eager=True,
         notes=_gpt_oss_notes(stored),
@@ -129,38 +159,28 @@ def _llama4_sparse(c: ConfigReader, layers: int) -> list[bool]:
 
 
 def llama4_text(c: ConfigReader, family: str) -> ModelSpec:
-    hidden = c.integer("hidden_size")
-    layers = c.integer("num_hidden_layers")
-    bias = c.flag("attention_bias", False)
-    lins, heads, kv_heads, head_dim = attention_linears(
-        c, hidden, layers, qkv_bias=bias, o_bias=bias
-    )
-    n_exp = c.integer("num_local_experts")
-    k = top_k(c, n_exp)
-    inter = c.integer("intermediate_size")
+    d = _decoder(c, family, attention_bias=False)
+    hidden, layers, n_exp, inter = d.hidden, d.layers, d.n_exp, d.inter
     inter_mlp = c.integer("intermediate_size_mlp")
     sparse = _llama4_sparse(c, layers)
     n_sparse = sum(sparse)
-    lins += [Linear("router", hidden, n_exp, n_sparse, group="router")]
-    lins += swiglu(hidden, inter, n_sparse, "experts", moe=(n_exp, k))
+    lins = d.lins + [Linear("router", hidden, n_exp, n_sparse, group="router")]
+    lins += swiglu(hidden, inter, n_sparse, "experts", moe=(n_exp, d.k))
     lins += swiglu(hidden, inter, n_sparse, "shared_expert")
     lins += swiglu(hidden, inter_mlp, layers - n_sparse)
-    fields = base_fields(c, family, hidden, layers)
-    tied = c.flag("tie_word_embeddings", False)
-    groups, head = embeddings(hidden, fields["vocab"], tied)
-    groups.append(norms(hidden, layers, 2))
+    groups = d.groups + [norms(hidden, layers, 2)]
     types = _llama4_types(c, layers)
     chunk = c.integer("attention_chunk_size") if LAYER_CHUNKED in types else None
     return assemble(
-        fields,
-        (heads, kv_heads, head_dim),
+        d.fields,
+        d.shape,
         types,
         sparse,
-        lins + head,
+        lins + d.head,
         groups,
         intermediate=inter_mlp,
-        tied_embeddings=tied,
-        moe=MoEGeometry(n_exp, k, inter, inter, dense_compute=True),
+        tied_embeddings=d.tied,
+        moe=MoEGeometry(n_exp, d.k, inter, inter, dense_compute=True),
         notes=(
             "transformers' Llama4TextMoe computes every expert for every token: activations "
             "count all experts; FLOPs count the routed top-k (an efficient MoE kernel)",

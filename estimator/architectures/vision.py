@@ -95,13 +95,20 @@ def pixtral_vision(root: ConfigReader, v: ConfigReader, text_hidden: int) -> int
     return tower + projector
 
 
-def siglip_vision(v: ConfigReader, text_hidden: int) -> int:
-    """SigLIP tower (Gemma 3) plus `Gemma3MultiModalProjector`."""
+def _square_patches(v: ConfigReader) -> tuple[int, int, int, int, int]:
+    """hidden, intermediate, patch, channels and image size of a ViT with square patches over a
+    square image (SigLIP, Llama 4 vision)."""
     vh, vi = v.integer("hidden_size"), v.integer("intermediate_size")
     patch, channels = v.integer("patch_size"), v.integer("num_channels", 3)
     image = v.integer("image_size")
     if image < patch:
         raise EstimatorInputError(v.field("image_size"), f"smaller than patch_size {patch}")
+    return vh, vi, patch, channels, image
+
+
+def siglip_vision(v: ConfigReader, text_hidden: int) -> int:
+    """SigLIP tower (Gemma 3) plus `Gemma3MultiModalProjector`."""
+    vh, vi, patch, channels, image = _square_patches(v)
     positions = (image // patch) ** 2
     block = _vit_block(vh, vi, bias=True, norm_bias=True)
     tower = _linear(channels * patch * patch, vh) + positions * vh
@@ -115,11 +122,7 @@ def siglip_vision(v: ConfigReader, text_hidden: int) -> int:
 
 def llama4_vision(v: ConfigReader, text_hidden: int) -> int:
     """Llama 4 vision model plus `Llama4MultiModalProjector` (linear_1 without bias)."""
-    vh, vi = v.integer("hidden_size"), v.integer("intermediate_size")
-    patch, channels = v.integer("patch_size"), v.integer("num_channels", 3)
-    image = v.integer("image_size")
-    if image < patch:
-        raise EstimatorInputError(v.field("image_size"), f"smaller than patch_size {patch}")
+    vh, vi, patch, channels, image = _square_patches(v)
     positions = (image // patch) ** 2 + 1  # + the class token
     block = _vit_block(vh, vi, bias=True, norm_bias=True)
     tower = channels * patch * patch * vh + vh + positions * vh + 2 * 2 * vh

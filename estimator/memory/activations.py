@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from estimator.dtypes import BF16, FP32
 from estimator.lora import expert_banks, lora_targets
+from estimator.memory.activations_compiled import adapted_count, compiled_layer_saved
 from estimator.memory.weights import kbit_fp32
 from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_LINEAR, MLP_MOE, ModelSpec
@@ -49,6 +50,7 @@ class Context:
     rank_bytes: int = 0
     mask_bytes: int = 0
     fused: bool = False  # Unsloth's fused RMSNorm / LoRA QKV / LoRA MLP kernels
+    compiled: bool = False  # torch.compile of each decoder layer (activations_compiled)
     adapter_transient: int = 0  # bytes per element of an adapted input's unsaved copies
     weight_casts: float = 0.0  # bytes per layer of autocast's bf16 copies of fp32 LoRA weights
 
@@ -91,6 +93,7 @@ class Context:
             rank_bytes,
             mask,
             bool(stack.get("fused_kernels")) and setup.is_adapter and not setup.lora_dropout,
+            bool(setup.compile),
             _adapter_transient(setup, stream, adapter, autocast),
             casts,
         )
@@ -296,6 +299,13 @@ def layer_activations(
         return _gpt2_layer(ctx, spec)
     if ctx.fused and layer_type != LAYER_LINEAR and mlp_type != MLP_MOE:
         return _fused_layer(ctx, spec)
+    if ctx.compiled and _compilable(ctx, spec, layer_type, mlp_type):
+        saved = compiled_layer_saved(spec, cb, ctx.full, ctx.targets, ctx.rank_bytes)
+        adapters = 0 if ctx.full else adapted_count(ctx.targets)
+        saved += adapters * ctx.rank * ctx.rank_bytes
+        saved += adapters * (spec.hidden or 0) * ctx.mask_bytes  # dropout masks (approx. width)
+        m = spec.intermediate or 0
+        return LayerActivations(saved, 0.0, 2 * cb * h + 2 * cb * m)
     saved = rms_norm_saved(ctx, h) * 2  # input_layernorm, post_attention_layernorm
     if spec.norms_per_layer > 2:  # gemma2/3, glm4: post-attention and post-feedforward norms
         saved += rms_norm_saved(ctx, h) * 2  # post-attention and post-feedforward norms
@@ -337,6 +347,20 @@ def _forward_transient(ctx: Context, spec: ModelSpec) -> float:
     if down and not ctx.full:
         held += ctx.adapter_transient * m
     return float(held)
+
+
+def _compilable(ctx: Context, spec: ModelSpec, layer_type: str, mlp_type: str) -> bool:
+    """Dense softmax-attention layers with SDPA/flash: the layers the compiled model of
+    activations_compiled was read from; other kinds keep their eager terms (an overestimate)."""
+    return (
+        layer_type != LAYER_LINEAR
+        and mlp_type != MLP_MOE
+        and spec.mla is None
+        and not spec.attention_sinks
+        and not ctx.eager
+        and not spec.qk_norm
+        and spec.norms_per_layer <= 2
+    )
 
 
 def _fused_layer(ctx: Context, spec: ModelSpec) -> LayerActivations:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from estimator.dtypes import BF16, FP32
+from estimator.memo import Memo, setup_key
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 from estimator.stacks import load_stack
@@ -71,6 +72,16 @@ def allocator_slack(spec: ModelSpec, setup: TrainingSetup, allocated: Any, devic
         return zero
     if expandable:
         return zero + K_LARGE_BUFFER
+    # one float per (spec, setup, devices): memoised, it does not depend on the length
+    key = (setup_key(setup), devices)
+    return zero + _SLACK.get((spec,), key, lambda: _tensor_slack(spec, setup, devices))
+
+
+_SLACK: Memo[float] = Memo()
+
+
+def _tensor_slack(spec: ModelSpec, setup: TrainingSetup, devices: int) -> float:
+    """Sum of `segment_waste` over the weight, gradient, master and optimizer-state tensors."""
     shard = devices if setup.sharding in ("fsdp", "zero3") and devices > 1 else 1
     weight_dtype = FP32 if setup.precision == "fp32" else BF16
     sizes: list[tuple[float, int]] = []
@@ -85,5 +96,4 @@ def allocator_slack(spec: ModelSpec, setup: TrainingSetup, allocated: Any, devic
         if not setup.is_adapter:
             sizes += [(elements * b, lin.count) for b in _state_tensors(setup)]
     sizes += [(g.params * weight_dtype / shard, 1) for g in spec.others if g.name == "embed_tokens"]
-    slack = zero + sum(float(segment_waste(b)) * c for b, c in sizes)
-    return slack
+    return sum(float(segment_waste(b)) * c for b, c in sizes)

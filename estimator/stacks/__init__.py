@@ -33,6 +33,7 @@ OVERRIDES = (
     "train_embeddings",
     "base",
     "kbit_prepare",
+    "compile",
 )
 
 # Behaviour of the stack that is not a setup option.
@@ -44,6 +45,7 @@ FACTS = (
     "loss_num_chunks",
     "loss_upcasts_head",
     "loss_target_bytes",
+    "loss_compiled",
     "eager_models",
     "materialised_masks",
     "fsdp_gathers_storage_dtype",

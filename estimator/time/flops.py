@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from estimator.architectures.attention import chunked_pairs, core_head_dims
 from estimator.lora import lora_rank_check, lora_targets
+from estimator.memo import Memo, setup_key
 from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_CHUNKED, LAYER_FULL, LAYER_LINEAR, LAYER_SLIDING, Linear, ModelSpec
 
@@ -193,16 +194,6 @@ def gated_deltanet_solve_forward(
     return float(n_layers * per_chunk_head * chunks * geo.num_value_heads * batch)
 
 
-def _adds(parts: dict[str, PartFlops], name: str, part: PartFlops) -> None:
-    old = parts.get(name, PartFlops())
-    parts[name] = PartFlops(
-        old.forward + part.forward,
-        old.backward + part.backward,
-        old.recompute + part.recompute,
-        old.model + part.model,
-    )
-
-
 def _params_only(spec: ModelSpec, setup: TrainingSetup, tokens: int) -> StepFlops:
     """6*N*T for full training (Kaplan et al. 2020; Hoffmann et al. 2022 use the same), 4*N*T
     with a frozen base (no weight gradients), +2*N*T recomputed forward under checkpointing.
@@ -222,6 +213,49 @@ def _params_only(spec: ModelSpec, setup: TrainingSetup, tokens: int) -> StepFlop
     return StepFlops(fwd, bwd, rec, fwd + bwd, {"params": part}, notes, tokens)
 
 
+@dataclass(frozen=True)
+class _FlopsPlan:
+    """What `step_flops` needs that does not depend on the tokens, per (spec, setup): each
+    Linear's forward FLOPs per token (`linear_forward_flops` without its last factor, so that
+    multiplying by the tokens repeats its arithmetic exactly) with its group, and the LoRA
+    adapters' forward FLOPs per token, one per target."""
+
+    linears: tuple[tuple[str, float], ...]
+    lora: tuple[float, ...] | None
+    notes: tuple[str, ...]
+
+
+def _flops_plan(spec: ModelSpec, setup: TrainingSetup) -> _FlopsPlan:
+    notes: list[str] = [
+        "attention core counted causal (s^2/2 pairs); FlopCounterMode counts s^2",
+    ]
+    linears = list(spec.linears)
+    if not any(lin.group == "head" for lin in linears) and spec.vocab and spec.hidden:
+        # tied embeddings: the output projection uses the embedding matrix
+        linears.append(Linear("lm_head(tied)", spec.hidden, spec.vocab, 1, group="head"))
+    per_token = tuple(
+        (
+            lin.group,
+            2.0 * lin.in_features * lin.out_features * lin.active_experts * lin.count,
+        )
+        for lin in linears
+    )
+    lora = None
+    if setup.is_adapter:
+        targets = lora_targets(spec, setup)
+        lora_rank_check(spec, setup, targets)
+        r = setup.lora_rank
+        lora = tuple(2.0 * r * (t.in_features + t.out_features) * t.count for t in targets)
+        notes.append(
+            "frozen base: activation gradients only (the first layer's are counted although "
+            "autograd skips them when the embeddings are frozen)"
+        )
+    return _FlopsPlan(per_token, lora, tuple(notes))
+
+
+_PLANS: Memo[_FlopsPlan] = Memo()
+
+
 def step_flops(spec: ModelSpec, setup: TrainingSetup, seq_len: int, batch: int) -> StepFlops:
     """FLOPs of one step of `batch` sequences of `seq_len` tokens, by part.
 
@@ -233,49 +267,41 @@ def step_flops(spec: ModelSpec, setup: TrainingSetup, seq_len: int, batch: int) 
         return _params_only(spec, setup, tokens)
     recompute_on = setup.checkpointing in CHECKPOINTED
     adapter = setup.is_adapter
-    parts: dict[str, PartFlops] = {}
-    notes: list[str] = [
-        "attention core counted causal (s^2/2 pairs); FlopCounterMode counts s^2",
-    ]
+    plan = _PLANS.get((spec,), setup_key(setup), lambda: _flops_plan(spec, setup))
+    sums: dict[str, list[float]] = {}  # group -> [forward, backward, recompute, model]
+    notes = list(plan.notes)
 
-    linears = list(spec.linears)
-    if not any(lin.group == "head" for lin in linears) and spec.vocab and spec.hidden:
-        # tied embeddings: the output projection uses the embedding matrix
-        linears.append(Linear("lm_head(tied)", spec.hidden, spec.vocab, 1, group="head"))
-    for lin in linears:
-        fwd = linear_forward_flops(lin, tokens)
+    def add(group: str, fwd: float, bwd: float, rec: float, model: float) -> None:
+        # PartFlops summed per group, from zero, in the order the parts come
+        old = sums.get(group)
+        if old is None:
+            sums[group] = [0.0 + fwd, 0.0 + bwd, 0.0 + rec, 0.0 + model]
+        else:
+            old[0] += fwd
+            old[1] += bwd
+            old[2] += rec
+            old[3] += model
+
+    for group, fwd_per_token in plan.linears:
+        fwd = fwd_per_token * tokens  # linear_forward_flops
         trainable = not adapter  # LoRA/QLoRA: every base weight (and lm_head) is frozen
         bwd = 2.0 * fwd if trainable else fwd
-        rec = fwd if recompute_on and lin.group != "head" else 0.0
-        _adds(parts, lin.group, PartFlops(fwd, bwd, rec, fwd + bwd))
+        rec = fwd if recompute_on and group != "head" else 0.0
+        add(group, fwd, bwd, rec, fwd + bwd)
 
-    if adapter:
-        targets = lora_targets(spec, setup)
-        lora_rank_check(spec, setup, targets)
-        r = setup.lora_rank
-        fwd = sum(2.0 * r * (t.in_features + t.out_features) * t.count * tokens for t in targets)
-        _adds(parts, "lora", PartFlops(fwd, 2.0 * fwd, fwd if recompute_on else 0.0, 3.0 * fwd))
-        notes.append(
-            "frozen base: activation gradients only (the first layer's are counted although "
-            "autograd skips them when the embeddings are frozen)"
-        )
+    if plan.lora is not None:
+        fwd = sum(per_token * tokens for per_token in plan.lora)
+        add("lora", fwd, 2.0 * fwd, fwd if recompute_on else 0.0, 3.0 * fwd)
 
     attn = attention_core_forward(spec, seq_len, batch)
     if attn:
-        _adds(
-            parts,
-            "attention_core",
-            PartFlops(attn, 2.5 * attn, attn if recompute_on else 0.0, 3.0 * attn),
-        )
+        add("attention_core", attn, 2.5 * attn, attn if recompute_on else 0.0, 3.0 * attn)
     gdn = gated_deltanet_forward(spec, seq_len, batch)
     if gdn:
-        _adds(
-            parts,
-            "linear_attention_core",
-            PartFlops(gdn, 2.0 * gdn, gdn if recompute_on else 0.0, 3.0 * gdn),
-        )
+        add("linear_attention_core", gdn, 2.0 * gdn, gdn if recompute_on else 0.0, 3.0 * gdn)
         notes.append(f"linear attention: chunked Gated DeltaNet, chunk {GDN_CHUNK}")
 
+    parts = {group: PartFlops(*v) for group, v in sums.items()}
     fwd_total = sum(p.forward for p in parts.values())
     bwd_total = sum(p.backward for p in parts.values())
     rec_total = sum(p.recompute for p in parts.values())

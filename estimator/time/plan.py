@@ -14,8 +14,9 @@ from typing import Any
 
 from estimator.errors import EstimatorInputError
 from estimator.scenario import Scenario
-from estimator.time.cost import gpu_price, normalise_prices, rank_options, run_cost
-from estimator.time.step import step_time
+from estimator.time.cost import Price, gpu_price, normalise_prices, rank_options, run_cost
+from estimator.time.flops import StepFlops, step_flops
+from estimator.time.step import OptionRates, cell, option_rates
 
 
 def row_time_and_cost(
@@ -33,39 +34,62 @@ def row_time_and_cost(
     `tokens`: the run's tokens (None: no hours, no cost). `host_bytes`: the memory model's host
     bytes for this row (offloaded checkpoints), moved out and back once per step. `fits`: the
     memory verdict, carried so rankings can leave non-fitting options out. A scenario whose
-    `gpu` is set skips the catalog lookup (tests, stand-in GPUs)."""
+    `gpu` is set skips the catalog lookup (tests, stand-in GPUs). The estimate document makes
+    the same cells with `option_rates` once per option and `cell_time_and_cost` per row."""
     if sc.gpu is None:
         sc = sc.on(sc.option)
     gpu = sc.require_gpu()
-    st = step_time(
-        sc, host_bytes=host_bytes, efficiency=efficiency, efficiency_source=efficiency_source
-    )
-    wall, gpu_hours = st.hours(tokens)
+    if sc.seq_len < 1 or sc.batch < 1:
+        raise EstimatorInputError("seq_len", "sequence length and batch must be positive")
+    flops = step_flops(sc.spec, sc.setup, sc.seq_len, sc.batch)
+    rates = option_rates(sc, efficiency, efficiency_source)
+    price = gpu_price(gpu, normalise_prices(sc.prices) if sc.prices else {})
+    time, cost = cell_time_and_cost(rates, flops, sc.seq_len, sc.batch, tokens, host_bytes, price)
+    return {"time": time, "cost": cost, "fits": fits}
+
+
+def cell_time_and_cost(
+    rates: OptionRates,
+    flops: StepFlops,
+    seq_len: int,
+    batch: int,
+    tokens: float | None,
+    host_bytes: int,
+    price: Price,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The `time` and `cost` of one row on one option (`step_time`'s figures, as JSON)."""
+    c = cell(rates, flops, seq_len, batch, host_bytes)
+    step, peak = c.step_seconds, c.peak_flops
+    tps = c.tokens_per_step / step if step else None
+    wall = gpu_hours = None
+    if tokens is not None and tps is not None:
+        wall = tokens / tps / 3600.0
+        gpu_hours = wall * c.cards
     time: dict[str, Any] = {
-        "step_seconds": st.step_seconds,
-        "tokens_per_second": st.tokens_per_second,
-        "tokens_per_step": st.tokens_per_step,
-        "compute_seconds": st.compute_seconds,
-        "memory_seconds": st.memory_seconds,
-        "offload_seconds": st.offload_seconds,
-        "comm_seconds": st.comm_seconds,
-        "mfu": st.mfu,
-        "efficiency": st.efficiency,
-        "efficiency_source": st.efficiency_source,
-        "flops_per_step": st.flops.total,
-        "model_flops_per_step": st.flops.model_flops,
-        "gpus": sc.cards,
-        "sharding": st.sharding,
+        "step_seconds": step,
+        "tokens_per_second": tps,
+        "tokens_per_step": c.tokens_per_step,
+        "compute_seconds": c.compute_seconds,
+        "memory_seconds": c.memory_seconds,
+        "offload_seconds": c.offload_seconds,
+        "comm_seconds": c.comm_seconds,
+        "comm_inter_node_seconds": c.comm_inter_node_seconds,
+        "mfu": c.model_flops / (step * peak) if step and peak else None,
+        "efficiency": c.efficiency,
+        "efficiency_source": c.efficiency_source,
+        "flops_per_step": c.flops_total,
+        "model_flops_per_step": c.model_flops,
+        "gpus": rates.count,
+        "sharding": c.sharding,
         "wall_hours": wall,
         "gpu_hours": gpu_hours,
     }
-    if st.unknown:
-        time["unknown"] = list(st.unknown)
-    price = gpu_price(gpu, normalise_prices(sc.prices) if sc.prices else {})
-    cost = run_cost(gpu_hours, price, gpu.id)
-    if st.step_seconds is None and price.usd_per_gpu_hour is not None:
-        cost["reason"] = "; ".join(st.unknown)
-    return {"time": time, "cost": cost, "fits": fits}
+    if c.unknown:
+        time["unknown"] = c.unknown
+    cost = run_cost(gpu_hours, price, rates.gpu.id)
+    if step is None and price.usd_per_gpu_hour is not None:
+        cost["reason"] = "; ".join(c.unknown)
+    return time, cost
 
 
 def training_summary(

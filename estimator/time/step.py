@@ -20,10 +20,12 @@ A rate the catalog does not know (null) is never guessed: the step time is then 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from estimator.errors import EstimatorInputError
 from estimator.lora import lora_params
+from estimator.memo import Memo, setup_key
+from estimator.parallel.of_setup import layout_of
 from estimator.profile import Profile
 from estimator.scenario import Scenario
 from estimator.setup import TrainingSetup
@@ -93,7 +95,12 @@ def trainable_params(spec: ModelSpec, setup: TrainingSetup) -> int:
     0 for a params-only spec, whose adapters cannot be sized)."""
     if not setup.is_adapter:
         return spec.params_total
-    return lora_params(spec, setup) if spec.geometry_known else 0
+    if not spec.geometry_known:
+        return 0
+    return _ADAPTER_PARAMS.get((spec,), setup_key(setup), lambda: lora_params(spec, setup))
+
+
+_ADAPTER_PARAMS: Memo[int] = Memo()  # per (spec, setup): the same for every row and GPU
 
 
 def weight_bytes(spec: ModelSpec, setup: TrainingSetup, profile: Profile) -> float:
@@ -178,6 +185,7 @@ class StepTime:
     step_seconds: float | None
     unknown: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    comm_inter_node_seconds: float | None = None  # --parallel layouts: time/comm.py
 
     @property
     def tokens_per_second(self) -> float | None:
@@ -209,6 +217,7 @@ class StepTime:
             "offload_transfer_seconds": self.offload_transfer_seconds,
             "comm_seconds": self.comm_seconds,
             "comm_transfer_seconds": self.comm_transfer_seconds,
+            "comm_inter_node_seconds": self.comm_inter_node_seconds,
             "mfu": self.mfu,
             "efficiency": self.efficiency,
             "efficiency_source": self.efficiency_source,
@@ -229,37 +238,160 @@ def _rate(value: float | int | None, name: str, gpu_id: str, unknown: list[str])
     return float(value)
 
 
-def step_time(
-    sc: Scenario,
-    *,
-    host_bytes: int = 0,
-    efficiency: float | None = None,
-    efficiency_source: str | None = None,
-) -> StepTime:
-    """Step time of `batch` sequences of `seq_len` per card on `count` cards of `gpu`.
+@dataclass(frozen=True)
+class OptionRates:
+    """What the step time of a GPU option takes that does not depend on the length: computed
+    once per option (`option_rates`) and applied to every row (`step_cell`, `cell`). A setup
+    with a `parallel` layout keeps its `layout` (and the efficiency it was `given`): its cells
+    are `estimator.time.parallel_step.layout_step_time`'s, one at a time."""
 
-    Data parallel (fsdp/zero*): every card runs its own batch, tokens per step = count x batch x
-    seq_len. device_map: one card computes at a time, so the step is one card's compute over the
-    whole model and the other cards idle (they are still rented). `efficiency` overrides the
-    profile (a calibration)."""
-    spec, setup, profile, seq_len, batch = sc.spec, sc.setup, sc.profile, sc.seq_len, sc.batch
+    sc: Scenario
+    gpu: GPULike
+    count: int
+    sharding: str
+    efficiency: float
+    efficiency_source: str
+    peak_flops: float | None
+    memory_seconds: float | None
+    unknown: tuple[str, ...]
+    layout: Any = None
+    given: tuple[float | None, str | None] = (None, None)
+    comm_volume: float | None = None  # bytes per rank per step when the tokens do not matter
+
+    @property
+    def ranks(self) -> int:
+        return self.count if self.sharding in DATA_PARALLEL else 1
+
+
+def option_rates(
+    sc: Scenario, efficiency: float | None = None, efficiency_source: str | None = None
+) -> OptionRates:
+    """The scenario's GPU option: sharding, efficiency (the profile's unless given), peak
+    FLOP/s, and the HBM floor of a step (it depends on the weights, not on the tokens)."""
+    spec, setup, profile = sc.spec, sc.setup, sc.profile
     gpu, count = sc.require_gpu(), sc.cards
-    if seq_len < 1 or batch < 1:
-        raise EstimatorInputError("seq_len", "sequence length and batch must be positive")
+    layout = layout_of(setup, count, getattr(gpu, "gpus_per_node", None))
+    if layout is not None:
+        given = (efficiency, efficiency_source)
+        return OptionRates(sc, gpu, count, "", 0.0, "", None, None, (), layout, given)
     sharding = effective_sharding(setup, count)
-    flops = step_flops(spec, setup, seq_len, batch)
     if efficiency is None:
         efficiency, efficiency_source = efficiency_for(profile, setup, gpu.id)
     if not 0 < efficiency <= 1:
         raise EstimatorInputError("efficiency", f"{efficiency} is not in (0, 1]")
     unknown: list[str] = []
-    notes: list[str] = list(flops.notes)
     peak, peak_name = peak_flops(gpu, setup)
     peak = _rate(peak, peak_name, gpu.id, unknown)
     bw = _rate(gpu.memory_bandwidth_bytes_per_s, "memory_bandwidth_bytes_per_s", gpu.id, unknown)
-
-    compute = flops.total / (peak * efficiency) if peak else None
     mem = memory_bytes(spec, setup, profile, sharding, count) / bw if bw else None
+    # data-parallel traffic is the weights' and gradients': the same for every row
+    volume = (
+        None
+        if sharding == "device_map"
+        else comm_bytes(spec, setup, profile, sharding, count, 1, 1)
+    )
+    return OptionRates(
+        sc,
+        gpu,
+        count,
+        sharding,
+        efficiency,
+        efficiency_source or "given",
+        peak,
+        mem,
+        tuple(unknown),
+        comm_volume=volume,
+    )
+
+
+class Cell(NamedTuple):
+    """One row on one option, the figures the estimate document reports (`StepTime`'s)."""
+
+    step_seconds: float | None
+    tokens_per_step: int
+    compute_seconds: float | None
+    memory_seconds: float | None
+    offload_seconds: float | None
+    comm_seconds: float | None
+    peak_flops: float | None
+    efficiency: float
+    efficiency_source: str
+    flops_total: float
+    model_flops: float
+    cards: int  # cards rented: GPU hours = wall hours x cards
+    sharding: str
+    unknown: list[str]
+    comm_inter_node_seconds: float | None = None  # --parallel layouts (time/comm.py)
+
+
+def cell(r: OptionRates, flops: StepFlops, seq_len: int, batch: int, host_bytes: int) -> Cell:
+    """`step_time` of one row on the option `r`, without building a StepTime (the legacy
+    sharding path); a `parallel` layout's cell is `layout_step_time`'s."""
+    if r.layout is not None:
+        from estimator.time.parallel_step import layout_step_time
+
+        sc = r.sc.at(seq_len=seq_len, batch=batch)
+        st = layout_step_time(sc, r.layout, host_bytes, *r.given)
+        return Cell(
+            st.step_seconds,
+            st.tokens_per_step,
+            st.compute_seconds,
+            st.memory_seconds,
+            st.offload_seconds,
+            st.comm_seconds,
+            st.peak_flops,
+            st.efficiency,
+            st.efficiency_source,
+            st.flops.total,
+            st.flops.model_flops,
+            st.count,
+            st.sharding,
+            list(st.unknown),
+            st.comm_inter_node_seconds,
+        )
+    compute, _, offload, _, comm, step, unknown, _ = step_cell(
+        r, flops.total, seq_len, batch, host_bytes, False
+    )
+    return Cell(
+        step,
+        seq_len * batch * r.ranks,
+        compute,
+        r.memory_seconds,
+        offload,
+        comm,
+        r.peak_flops,
+        r.efficiency,
+        r.efficiency_source,
+        flops.total,
+        flops.model_flops,
+        r.count,
+        r.sharding,
+        unknown,
+    )
+
+
+CellTimes = tuple[
+    float | None,  # compute_seconds
+    float | None,  # offload_transfer_seconds
+    float | None,  # offload_seconds
+    float | None,  # comm_transfer_seconds
+    float | None,  # comm_seconds
+    float | None,  # step_seconds
+    list[str],  # unknown (the option's, then this cell's)
+    list[str],  # notes (offload, communication, device_map) when asked for
+]
+
+
+def step_cell(
+    r: OptionRates, flops_total: float, seq_len: int, batch: int, host_bytes: int, notes: bool
+) -> CellTimes:
+    """One row on one option: compute, offload and communication seconds and the step (see the
+    module docstring); None where a rate the catalog does not know is needed."""
+    setup, profile, gpu, sharding = r.sc.setup, r.sc.profile, r.gpu, r.sharding
+    unknown = list(r.unknown)
+    said: list[str] = []
+    peak = r.peak_flops
+    compute = flops_total / (peak * r.efficiency) if peak else None
 
     offload_raw: float | None = 0.0
     offload: float | None = 0.0
@@ -268,45 +400,81 @@ def step_time(
         hidden = profile.number("time", "offload_overlap_fraction")
         offload_raw = 2.0 * host_bytes / link if link else None
         offload = None if offload_raw is None else (1.0 - hidden) * offload_raw
-        notes.append(f"offload: 2 x {host_bytes} bytes over the host link, {hidden:.0%} hidden")
+        if notes:
+            said.append(f"offload: 2 x {host_bytes} bytes over the host link, {hidden:.0%} hidden")
 
     comm_raw: float | None = 0.0
     comm: float | None = 0.0
-    volume = comm_bytes(spec, setup, profile, sharding, count, seq_len, batch)
+    volume = r.comm_volume
+    if volume is None:  # device_map: the layer-boundary activations, per token
+        volume = comm_bytes(r.sc.spec, setup, profile, sharding, r.count, seq_len, batch)
     if volume > 0:
         net = _rate(gpu.interconnect_bytes_per_s, "interconnect_bytes_per_s", gpu.id, unknown)
         hidden = profile.number("time", "comm_overlap_fraction")
         comm_raw = volume / net if net else None
         comm = None if comm_raw is None else (1.0 - hidden) * comm_raw
-        notes.append(f"{sharding}: {volume:.3g} bytes per rank per step, {hidden:.0%} hidden")
-    if sharding == "device_map":
-        notes.append("device_map: one card computes at a time; all cards are rented")
+        if notes:
+            said.append(f"{sharding}: {volume:.3g} bytes per rank per step, {hidden:.0%} hidden")
+    if notes and sharding == "device_map":
+        said.append("device_map: one card computes at a time; all cards are rented")
 
-    parts = (compute, mem, offload, comm)
+    mem = r.memory_seconds
     step = None
-    if all(p is not None for p in parts):
+    if compute is not None and mem is not None and offload is not None and comm is not None:
         step = max(compute or 0.0, mem or 0.0) + (offload or 0.0) + (comm or 0.0)
-    ranks = count if sharding in DATA_PARALLEL else 1
+    return compute, offload_raw, offload, comm_raw, comm, step, unknown, said
+
+
+def step_time(
+    sc: Scenario,
+    *,
+    host_bytes: int = 0,
+    efficiency: float | None = None,
+    efficiency_source: str | None = None,
+    flops: StepFlops | None = None,
+) -> StepTime:
+    """Step time of `batch` sequences of `seq_len` per card on `count` cards of `gpu`.
+
+    Data parallel (fsdp/zero*): every card runs its own batch, tokens per step = count x batch x
+    seq_len. device_map: one card computes at a time, so the step is one card's compute over the
+    whole model and the other cards idle (they are still rented). `efficiency` overrides the
+    profile (a calibration). `flops`: this row's `step_flops` when the caller has it (they do
+    not depend on the GPU)."""
+    seq_len, batch = sc.seq_len, sc.batch
+    gpu, count = sc.require_gpu(), sc.cards
+    layout = layout_of(sc.setup, count, getattr(gpu, "gpus_per_node", None))
+    if layout is not None:
+        from estimator.time.parallel_step import layout_step_time
+
+        return layout_step_time(sc, layout, host_bytes, efficiency, efficiency_source)
+    if seq_len < 1 or batch < 1:
+        raise EstimatorInputError("seq_len", "sequence length and batch must be positive")
+    if flops is None:
+        flops = step_flops(sc.spec, sc.setup, seq_len, batch)
+    r = option_rates(sc, efficiency, efficiency_source)
+    compute, offload_raw, offload, comm_raw, comm, step, unknown, said = step_cell(
+        r, flops.total, seq_len, batch, host_bytes, True
+    )
     return StepTime(
-        gpu_id=gpu.id,
-        count=count,
-        sharding=sharding,
+        gpu_id=r.gpu.id,
+        count=r.count,
+        sharding=r.sharding,
         seq_len=seq_len,
         batch=batch,
-        tokens_per_step=seq_len * batch * ranks,
+        tokens_per_step=seq_len * batch * r.ranks,
         flops=flops,
-        efficiency=efficiency,
-        efficiency_source=efficiency_source or "given",
-        peak_flops=peak,
+        efficiency=r.efficiency,
+        efficiency_source=r.efficiency_source,
+        peak_flops=r.peak_flops,
         compute_seconds=compute,
-        memory_seconds=mem,
+        memory_seconds=r.memory_seconds,
         offload_transfer_seconds=offload_raw,
         offload_seconds=offload,
         comm_transfer_seconds=comm_raw,
         comm_seconds=comm,
         step_seconds=step,
         unknown=tuple(unknown),
-        notes=tuple(notes),
+        notes=(*flops.notes, *said),
     )
 
 

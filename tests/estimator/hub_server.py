@@ -29,7 +29,18 @@ TINY = {
     "tie_word_embeddings": False,
     "torch_dtype": "bfloat16",
 }
-REPOS = {"acme/tiny-llama": (TINY, False), "acme/gated-llama": ({**TINY, "hidden_size": 512}, True)}
+REPOS = {
+    "acme/tiny-llama": (TINY, False),
+    "acme/gated-llama": ({**TINY, "hidden_size": 512}, True),
+    "acme/tiny-tokenizer": (TINY, False),
+}
+DATASET = Path(__file__).resolve().parents[2] / "examples" / "dataset"
+# files besides config.json: a tokenizer repo (the small tokenizer built for the tests)
+FILES: dict[str, dict[str, bytes]] = {
+    "acme/tiny-tokenizer": {
+        name: (DATASET / name).read_bytes() for name in ("tokenizer.json", "tokenizer_config.json")
+    }
+}
 
 
 class HubHandler(BaseHTTPRequestHandler):
@@ -56,9 +67,10 @@ class HubHandler(BaseHTTPRequestHandler):
             return self._error(401, "GatedRepo", f"Access to model {repo} is restricted.")
         if revision not in ("main", COMMIT):
             return self._error(404, "RevisionNotFound", "Invalid rev id")
-        if filename != "config.json":
+        extra = FILES.get(repo, {})
+        if filename != "config.json" and filename not in extra:
             return self._error(404, "EntryNotFound", "Entry not found")
-        data = json.dumps(config).encode()
+        data = extra[filename] if filename in extra else json.dumps(config).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

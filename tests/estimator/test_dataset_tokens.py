@@ -159,15 +159,79 @@ def test_dataset_lengths_for_packs_at_the_longest_seq(tmp_path: Path) -> None:
         dataset_lengths_for({**options, "seq": None})
 
 
-def test_cli_uses_counted_lengths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = [
-        "estimate", "--model", "tinyllama-1.1b", "--gpu", "h100-80gb", "--seq", "128,4096",
+def estimate_argv(seq: str, cache: Path) -> list[str]:
+    """`trainfit estimate` of TinyLlama over the shipped texts, counted with the tokenizer."""
+    return [
+        "estimate", "--model", "tinyllama-1.1b", "--gpu", "h100-80gb", "--seq", seq,
         "--dataset", str(DATA / "texts.jsonl"), "--tokenizer", TOKENIZER,
-        "--token-cache", str(tmp_path), "--format", "json",
+        "--token-cache", str(cache), "--format", "json",
     ]  # fmt: skip
-    assert main(argv) == 0
+
+
+def test_cli_uses_counted_lengths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(estimate_argv("128,4096", tmp_path)) == 0
     doc = json.loads(capsys.readouterr().out)
     counted = [text_count(str(r["text"])) for r in rows("texts.jsonl")]
     assert doc["dataset"]["stats"]["samples"] == len(counted)
     assert doc["dataset"]["stats"]["tokens"] == sum(counted)
     assert doc["dataset"]["by_max_seq"][0]["dropped"] == sum(1 for n in counted if n > 128)
+
+
+def test_a_tokenizer_by_hub_id_from_the_local_endpoint(tmp_path: Path, hub_env: Path) -> None:
+    from tests.estimator.hub_server import HubHandler
+
+    result = count_tokens(CountRequest(DATA / "texts.jsonl", "acme/tiny-tokenizer"), tmp_path)
+    assert result.lengths == [text_count(str(r["text"])) for r in rows("texts.jsonl")]
+    asked = {r.split()[1].split("/")[-1] for r in HubHandler.requests}
+    assert {"tokenizer.json", "tokenizer_config.json"} <= asked  # and nothing heavier
+    assert (hub_env / "models--acme--tiny-tokenizer").is_dir()
+
+
+def test_a_progress_bar_on_stderr_for_long_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("tqdm")
+    result = count_tokens(CountRequest(DATA / "texts.jsonl", TOKENIZER), tmp_path, True)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "tokens:" in captured.err and "B/s" in captured.err  # tqdm over the bytes read
+    assert len(result.lengths) == len(rows("texts.jsonl"))
+    count_tokens(CountRequest(DATA / "texts.jsonl", TOKENIZER), tmp_path / "quiet", None)
+    assert capsys.readouterr().err == ""  # a small file: no bar
+
+
+def test_percentiles_and_the_recommendation_use_the_counted_lengths(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    np = pytest.importorskip("numpy")
+    counted = [text_count(str(r["text"])) for r in rows("texts.jsonl")]
+    common = ["--model", "tinyllama-1.1b", "--gpu", "h100-80gb", "--format", "json"]
+    data = ["--dataset", str(DATA / "texts.jsonl"), "--tokenizer", TOKENIZER]
+    data += ["--token-cache", str(tmp_path)]
+    assert main(["estimate", *common, *data, "--seq", "128,256"]) == 0
+    stats = json.loads(capsys.readouterr().out)["dataset"]["stats"]
+    assert stats["p50"] == pytest.approx(float(np.percentile(counted, 50)))
+    assert stats["p90"] == pytest.approx(float(np.percentile(counted, 90)))
+    assert main(["recommend", *common, *data, "--seq", "256", "--price", "h100-80gb=2"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    kept = [n for n in counted if n <= 256]
+    assert (row["dataset"]["kept"], row["dataset"]["dropped"]) == (
+        len(kept),
+        len(counted) - len(kept),
+    )
+    assert row["dataset"]["tokens_kept"] == sum(kept)
+    assert row["cost"]["usd"] > 0
+
+
+def test_packing_turns_dropped_samples_into_packed_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    counted = [text_count(str(r["text"])) for r in rows("texts.jsonl")]
+    argv = estimate_argv("256", tmp_path)
+    assert main(argv) == 0
+    plain = json.loads(capsys.readouterr().out)["dataset"]["by_max_seq"][0]
+    assert plain["dropped"] == sum(1 for n in counted if n > 256) > 0
+    assert main([*argv, "--packing"]) == 0
+    packed = json.loads(capsys.readouterr().out)["dataset"]
+    assert packed["by_max_seq"][0]["dropped"] == 0
+    assert packed["stats"]["samples"] == len(pack_lengths(counted, 256)) < len(counted)

@@ -38,6 +38,7 @@ CLI_CASES = [
     ("train embeddings with a value", ["--train-embeddings=maybe"], "--train-embeddings"),
     ("kbit prepare with a value", ["--kbit-prepare=sure"], "--kbit-prepare"),
     ("paged with a value", ["--paged=on"], "--paged"),
+    ("compile with a value", ["--compile=fast"], "--compile"),
 ]
 
 
@@ -73,6 +74,7 @@ REST_CASES = [
     ({"train_embeddings": 3}, "train_embeddings"),
     ({"kbit_prepare": "maybe"}, "kbit_prepare"),
     ({"lora_alpha": -1}, "lora_alpha"),
+    ({"compile": "inductor"}, "compile"),
     ({"optimizer_impl": "in-backward", "grad_accum": 2}, "optimizer_impl"),
 ]
 

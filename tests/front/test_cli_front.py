@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
@@ -70,17 +71,48 @@ def test_a_solver_without_an_answer_exits_1(capsys: pytest.CaptureFixture[str]) 
     assert "nothing fits on 1gib" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
+def _leaf_commands() -> list[tuple[list[str], argparse.ArgumentParser]]:
+    """Every (sub)command of the parser tree, nested ones (`token create`) included."""
+    found: list[tuple[list[str], argparse.ArgumentParser]] = []
+
+    def walk(path: list[str], parser: argparse.ArgumentParser) -> None:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if path and not subs:
+            found.append((path, parser))
+        for sub in subs:
+            for name, child in sub.choices.items():
+                walk([*path, name], child)
+
+    walk([], build_parser())
+    return found
+
+
+LEAVES = _leaf_commands()
+
+
+def test_the_help_walk_finds_every_command() -> None:
+    assert {path[0] for path, _ in LEAVES} == COMMANDS
+
+
+@pytest.mark.parametrize(("path", "parser"), LEAVES, ids=[" ".join(p) for p, _ in LEAVES])
 def test_every_help_shows_defaults_and_an_example(
-    command: str, capsys: pytest.CaptureFixture[str]
+    path: list[str], parser: argparse.ArgumentParser, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as done:
-        main([command, "--help"])
+        main([*path, "--help"])
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert "example:\n  trainfit " in out
-    if command not in ("presets", "compare", "db", "token"):
-        assert "(default: " in out
+    # every option with a default says it (argparse's "%(default)s" or the option's own words)
+    flat = "".join(out.split())  # argparse wraps lines, also after a hyphen
+    for action in parser._actions:
+        if not action.option_strings or action.default in (None, False, argparse.SUPPRESS):
+            continue
+        if action.default == []:
+            continue
+        helped = parser.formatter_class(prog="x")._expand_help(action)
+        assert "default" in helped, f"{path} {action.option_strings[0]}: {helped!r}"
+        assert "".join(helped.split()) in flat
 
 
 def test_num_gpus_has_the_old_name_as_an_alias(capsys: pytest.CaptureFixture[str]) -> None:

@@ -69,3 +69,32 @@ def test_version_is_the_installed_distribution() -> None:
     from importlib.metadata import version
 
     assert trainfit.__version__ == version("trainfit")
+
+
+def test_estimate_takes_a_training_config_and_keywords_win() -> None:
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[2] / "examples" / "train_configs"
+    plan = trainfit.estimate(
+        train_config=config / "axolotl-qlora-llama31-8b.yml", gpus="h100-80gb", lora_rank=8
+    )
+    assert plan.doc["model"]["name"] == "llama-3.1-8b"
+    assert [r["seq_len"] for r in plan.doc["rows"]] == [8192]  # the file's sequence_len
+    assert plan.doc["setup"]["method"] == "qlora" and plan.doc["setup"]["lora_rank"] == 8
+    assert "liger_rms_norm" in {i["key"] for i in plan.doc["setup"]["ignored"]}
+    assert plan.doc["setup"]["offload"] == "optimizer"  # the DeepSpeed JSON beside it
+    assert len(plan.to_frame()) == 1
+    shorter = trainfit.estimate(
+        train_config=[config / "trl-sft-qlora.yml", config / "accelerate-fsdp.yml"],
+        gpus=["h100-80gb"],
+        seq_lens=2048,
+    )
+    assert shorter.doc["setup"]["num_gpus"] == 4 and shorter.doc["rows"][0]["seq_len"] == 2048
+
+
+def test_a_hub_id_string_is_a_hub_model(hub_env: object) -> None:
+    plan = trainfit.estimate("acme/tiny-llama", gpus="h100-80gb", seq_lens=512)
+    assert plan.doc["model"]["name"] == "acme/tiny-llama"
+    assert trainfit.estimate("meta-llama/Llama-3.1-8B", gpus="h200").doc["model"]["name"] == (
+        "llama-3.1-8b"
+    )

@@ -122,6 +122,24 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
         choices=["none", "fsdp", "zero1", "zero2", "zero3", "device_map"],
         help="how weights and states are split over --num-gpus cards",
     )
+    g.add_argument(
+        "--parallel",
+        help="multi-GPU layout: dp | fsdp | hsdp | zero1|zero2|zero3 [=N], tp=N[,sp], cp=N, "
+        "pp=N, ep=N, combined with commas (fsdp=8,tp=8); degrees multiply to the GPU count",
+    )
+    g.add_argument("--fsdp-wrap", default="layer", help="FSDP unit: layer or block-of-N")
+    g.add_argument(
+        "--reshard-after-forward",
+        default="true",
+        choices=["true", "false"],
+        help="FSDP2 frees each unit's gathered parameters after its forward (default true)",
+    )
+    g.add_argument(
+        "--offload",
+        default="none",
+        choices=["none", "optimizer", "params"],
+        help="ZeRO optimizer offload; FSDP / ZeRO-3 parameter offload (to host memory)",
+    )
     g.add_argument("--attention", default="sdpa", choices=["sdpa", "flash", "eager"], help="kernel")
     g.add_argument("--usable", type=float, default=0.92, help="usable fraction of each card")
     g.add_argument("--profile", default="default", help="assumption profile: default or seed-000")
@@ -159,6 +177,15 @@ def setup_input(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str
         "sharding": args.sharding,
         "attention": args.attention,
     }
+    if getattr(args, "parallel", None):
+        setup.update(
+            {
+                "parallel": args.parallel,
+                "fsdp_wrap": args.fsdp_wrap,
+                "reshard_after_forward": args.reshard_after_forward == "true",
+                "offload": args.offload,
+            }
+        )
     if args.lora_alpha is not None:
         setup["lora_alpha"] = args.lora_alpha
     if args.adapter_config:
@@ -213,7 +240,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--chat-template", help="a .jinja/tokenizer_config.json file or from-tokenizer")
     g.add_argument("--token-cache", help="cache folder (default ~/.cache/trainfit)")
     g.add_argument("--packing", action="store_true", help="pack samples into --seq rows (TRL bfd)")
-    g.add_argument("--packing-strategy", choices=["bfd", "bfd_split", "wrapped"], default="bfd")
+    g.add_argument(
+        "--packing-strategy",
+        choices=["bfd", "bfd_split", "wrapped"],
+        default="bfd",
+        help="how --packing fills rows (TRL packing_strategy)",
+    )
     g.add_argument("--epochs", type=float, default=1.0, help="passes over the data")
     g.add_argument("--truncate", action="store_true", help="truncate long samples, not drop")
     g.add_argument("--price", action="append", default=[], help="ID=USD per GPU-hour")
@@ -221,7 +253,6 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def run_fields(args: argparse.Namespace) -> dict[str, Any]:
-    from estimator.time.calibration import parse_calibrate_option
     from estimator.time.cost import parse_price_option
     from estimator.time.tokens import read_lengths
 
@@ -243,6 +274,8 @@ def run_fields(args: argparse.Namespace) -> dict[str, Any]:
     if args.price:
         fields["prices"] = parse_price_option(args.price)
     if args.calibrate:
+        from estimator.time.calibration import parse_calibrate_option
+
         fields["calibration"] = _calibration_fields(parse_calibrate_option(args.calibrate), args)
     return fields
 

@@ -7,23 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from trainfit.cli.common import (
-    EXIT_NO_FIT,
-    EXIT_OK,
-    InputError,
-    ServerUnavailable,
-    add_command,
-    add_model_options,
-    add_run_options,
-    add_setup_options,
-    csv_list,
-    gib_text,
-    int_list,
-    model_input,
-    run_fields,
-    setup_input,
-    write_json,
-)
+from trainfit.cli import common
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -32,60 +16,60 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from estimator.request import EstimateRequest
     from trainfit.cli.train_config import attach_report
 
-    setup, variants = setup_input(args)
+    setup, variants = common.setup_input(args)
     req = EstimateRequest.model_validate(
         {
-            "model": model_input(args),
+            "model": common.model_input(args),
             "setup": setup,
-            "seq_lens": int_list(args.seq, "--seq"),
-            "gpus": csv_list(args.gpu),
+            "seq_lens": common.int_list(args.seq, "--seq"),
+            "gpus": common.csv_list(args.gpu),
             "usable_fraction": args.usable,
             "profile": args.profile,
-            **run_fields(args),
+            **common.run_fields(args),
         }
     )
     doc = attach_report(estimate_document(req, variants), args)  # + setup.ignored, train_config
     if args.format == "json":
-        write_json(doc)
+        common.write_json(doc)
     elif args.format == "csv":
         sys.stdout.write(render_csv(doc))
     elif args.format == "markdown":
         sys.stdout.write(render_markdown(doc))
     else:
         sys.stdout.write(render_table(doc, colour=sys.stdout.isatty()))
-    return EXIT_OK
+    return common.EXIT_OK
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Every listed GPU is checked; exit 0 only when the run fits all of them."""
     from trainfit.cli.train_config import attach_report
 
-    setup, variants = setup_input(args)
+    setup, variants = common.setup_input(args)
     if variants:
-        raise InputError("check: give one --checkpointing and one --loss")
+        raise common.InputError("check: give one --checkpointing and one --loss")
     body = {
-        "model": model_input(args),
+        "model": common.model_input(args),
         "setup": setup,
-        "seq_lens": int_list(args.seq, "--seq"),
+        "seq_lens": common.int_list(args.seq, "--seq"),
         "usable_fraction": args.usable,
         "profile": args.profile,
     }
     results = []
-    for gpu in csv_list(args.gpu) or [args.gpu]:
+    for gpu in common.csv_list(args.gpu) or [args.gpu]:
         one = {**body, "gpu": gpu}
         result = _check_remote(args, one) if args.server else _check_local(one)
         results.append(attach_report(result, args))  # + setup.ignored, train_config
     if args.format == "json":
-        write_json(results[0] if len(results) == 1 else results)
+        common.write_json(results[0] if len(results) == 1 else results)
     else:
         for result in results:
             sys.stdout.write(
-                f"{result['verdict']}: peak {gib_text(result['peak_bytes'])} GiB at seq "
+                f"{result['verdict']}: peak {common.gib_text(result['peak_bytes'])} GiB at seq "
                 f"{result['seq_len']} on {result['gpu']}, usable "
-                f"{gib_text(result['usable_bytes'])} GiB ({result['usable_fraction']:.0%}), "
-                f"margin {gib_text(result['margin_bytes'])} GiB\n"
+                f"{common.gib_text(result['usable_bytes'])} GiB ({result['usable_fraction']:.0%}), "
+                f"margin {common.gib_text(result['margin_bytes'])} GiB\n"
             )
-    return EXIT_OK if all(r["fits"] for r in results) else EXIT_NO_FIT
+    return common.EXIT_OK if all(r["fits"] for r in results) else common.EXIT_NO_FIT
 
 
 def _check_local(body: dict[str, Any]) -> dict[str, Any]:
@@ -101,35 +85,35 @@ def _check_remote(args: argparse.Namespace, body: dict[str, Any]) -> dict[str, A
     try:
         result: dict[str, Any] = check_remote(args.server, body, timeout=args.timeout)
     except RemoteUnavailableError as err:
-        raise ServerUnavailable(str(err)) from None
+        raise common.ServerUnavailable(str(err)) from None
     return result
 
 
 def register(sub: Any) -> None:
-    est = add_command(
+    est = common.add_command(
         sub,
         "estimate",
         "memory per component, time, cost and the verdict per GPU",
         "trainfit estimate --model llama-3.1-8b --method lora --seq 8192,16384 --gpu h200,2xh200",
     )
-    add_model_options(est)
-    add_setup_options(est)
-    add_run_options(est)
+    common.add_model_options(est)
+    common.add_setup_options(est)
+    common.add_run_options(est)
     est.add_argument("--gpu", default="a100-80gb,h100-80gb,h200", help="GPU ids, e.g. h200,2xh200")
     est.add_argument(
         "--format", default="table", choices=["table", "json", "csv", "markdown"], help="output"
     )
     est.set_defaults(func=cmd_estimate)
 
-    chk = add_command(
+    chk = common.add_command(
         sub,
         "check",
         "exit 0 if the setup fits every GPU given, 1 if not, 2 bad input, 3 server unreachable",
         "trainfit check --train-config examples/train_configs/axolotl-qlora-llama31-8b.yml "
         "--gpu h100-80gb",
     )
-    add_model_options(chk)
-    add_setup_options(chk, lists=False)
+    common.add_model_options(chk)
+    common.add_setup_options(chk, lists=False)
     chk.add_argument("--gpu", required=True, help="GPU ids, e.g. h100-80gb or a100-80gb,h200")
     chk.add_argument("--server", help="ask a trainfit server instead of computing locally")
     chk.add_argument("--timeout", type=float, default=30.0, help="seconds, with --server")

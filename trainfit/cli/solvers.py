@@ -89,8 +89,111 @@ def _solver_request(args: argparse.Namespace, gpu: str, needs_seq: bool) -> Any:
             "granularity": args.granularity,
             "usable_fraction": args.usable,
             "profile": args.profile,
+            **_priced_fields(args),
         }
     )
+
+
+def _priced_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """min-gpus prices its layouts with --tokens and --price."""
+    out: dict[str, Any] = {}
+    if getattr(args, "tokens", None) is not None:
+        out["tokens"] = args.tokens
+    if getattr(args, "within_days", None) is not None:
+        out["within_days"] = args.within_days
+    if getattr(args, "price", None):
+        from estimator.time.cost import parse_price_option
+
+        out["prices"] = parse_price_option(args.price)
+    return out
+
+
+def layout_table(doc: dict[str, Any]) -> str:
+    """min-gpus with layout search: every layout tried on the answer's card count."""
+    header = [
+        "layout",
+        "offload",
+        "peak GiB",
+        "fits",
+        "tokens/s",
+        "step s",
+        "inter-node s",
+        "days",
+        "USD",
+        "why not",
+    ]
+    body = []
+    for r in doc.get("layouts", []):
+        t, c = r.get("time") or {}, r.get("cost") or {}
+        wall = t.get("wall_hours")
+        body.append(
+            [
+                r["parallel"],
+                r["offload"],
+                "-" if r.get("peak_bytes") is None else gib_text(r["peak_bytes"]),
+                "yes" if r["fits"] else "no",
+                "-" if t.get("tokens_per_second") is None else f"{t['tokens_per_second']:,.0f}",
+                "-" if t.get("step_seconds") is None else f"{t['step_seconds']:.2f}",
+                "-"
+                if t.get("comm_inter_node_seconds") is None
+                else f"{t['comm_inter_node_seconds']:.2f}",
+                "-" if wall is None else f"{wall / 24:.1f}",
+                "-" if c.get("usd") is None else f"{c['usd']:,.0f}",
+                r.get("reason", ""),
+            ]
+        )
+    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
+    return (
+        "\n".join(
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in [header, *body]
+        )
+        + "\n"
+    )
+
+
+def _search_text(args: argparse.Namespace, gpu: str, ans: dict[str, Any]) -> str:
+    if not ans.get("gpus"):
+        return f"no number of {gpu} cards fits: {ans.get('reason', '')}\n"
+    cheap, fast = ans["cheapest"], ans["fastest"]
+
+    def name(r: dict[str, Any]) -> str:
+        return r["parallel"] + ("" if r["offload"] == "none" else f" +offload {r['offload']}")
+
+    def money(r: dict[str, Any]) -> str:
+        t, c = r.get("time") or {}, r.get("cost") or {}
+        parts = []
+        if t.get("wall_hours") is not None:
+            parts.append(f"{t['wall_hours'] / 24:.1f} days")
+        if c.get("usd") is not None:
+            parts.append(f"{c['usd']:,.0f} USD")
+        return f" ({', '.join(parts)})" if parts else ""
+
+    within = f" finishing within {ans['within_days']:g} days" if ans.get("within_days") else ""
+    lines = [
+        f"fewest {gpu} cards at {ans['seq_len']} tokens{within}: {ans['gpus']}",
+        f"  cheapest layout: {name(cheap)}{money(cheap)}",
+        f"  fastest layout:  {name(fast)}{money(fast)}",
+        "",
+        layout_table(ans),
+    ]
+    fewer = ans.get("fewer")
+    if fewer:
+        fastest = fewer.get("fastest")
+        best = min(
+            (r for r in fewer["layouts"] if r.get("peak_bytes")),
+            key=lambda r: r["peak_bytes"],
+            default=None,
+        )
+        if fastest:
+            lines.append(
+                f"on {fewer['gpus']} cards the fastest is {name(fastest)}{money(fastest)}\n"
+            )
+        elif best:
+            lines.append(
+                f"on {fewer['gpus']} cards the smallest peak is {name(best)}: {best['reason']}\n"
+            )
+    return "\n".join(lines)
 
 
 def _answer_text(args: argparse.Namespace, answer: dict[str, Any], headline: str) -> str:
@@ -125,6 +228,10 @@ def answer_question(question: Question, args: argparse.Namespace) -> int:
     for gpu in csv_list(args.gpu) or [args.gpu]:
         req = _solver_request(args, gpu, needs_seq=question.needs_seq)
         answer = getattr(document, question.document)(req)
+        if answer.get("search"):
+            answers.append(attach_report(answer, args))
+            texts.append(_search_text(args, gpu, answer))
+            continue
         if answer[question.answer_key]:
             head = question.headline(args, req, answer)
         elif question.name == "min-gpus":
@@ -174,7 +281,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 EXAMPLES = {
     "max-seq": "trainfit max-seq --model llama-3.1-8b --method qlora --gpu rtx-4090,h100-80gb",
     "max-batch": "trainfit max-batch --model llama-3.1-8b --method lora --seq 4096 --gpu h100-80gb",
-    "min-gpus": "trainfit min-gpus --model llama-3.1-8b --sharding fsdp --seq 8192 --gpu h100-80gb",
+    "min-gpus": "trainfit min-gpus --model llama-3.1-8b --seq 4096 --gpu h100 --tokens 2e12",
 }
 
 
@@ -185,6 +292,12 @@ def register(sub: Any) -> None:
         add_setup_options(solver, lists=False)
         solver.add_argument("--gpu", required=True, help="GPU ids; a comma list answers each")
         solver.add_argument("--granularity", type=int, default=256, help="search step")
+        if question.name == "min-gpus":
+            solver.add_argument("--tokens", type=float, help="tokens of the run: prices layouts")
+            solver.add_argument("--price", action="append", default=[], help="ID=USD per GPU-hour")
+            solver.add_argument(
+                "--within-days", type=float, help="with --tokens: the run must end in D days"
+            )
         solver.add_argument(
             "--format", default="table", choices=["table", "json", "markdown"], help="output"
         )

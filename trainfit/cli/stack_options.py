@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, get_args
 
-from estimator.setup import Base, Checkpointing, Loss, OptimizerImpl, StackName
+from estimator.setup_choices import Base, Checkpointing, Loss, OptimizerImpl, StackName
 
 CHECKPOINTING = get_args(Checkpointing)
 LOSSES = get_args(Loss)
@@ -27,6 +27,12 @@ def add_stack_options(g: Any) -> None:
     g.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--train-embeddings", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--kbit-prepare", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile of each decoder layer (inductor's saved activations)",
+    )
     g.add_argument("--base", choices=get_args(Base), help="base weights: bf16, int8 (LLM.int8)")
 
 
@@ -43,6 +49,7 @@ def stack_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "train_embeddings",
         "kbit_prepare",
         "base",
+        "compile",
         "loss_chunk",
     )
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}

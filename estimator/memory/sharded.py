@@ -1,0 +1,219 @@
+"""Per-device memory under a `--parallel` layout: the one-device breakdown of
+`estimator.memory.model` at the local sequence (s / cp), split by the layout
+(estimator/parallel/split.py: tp, pp, ep, cp) and sharded by its data-parallel kind
+(estimator/parallel/data.py: DDP, FSDP2, ZeRO), with NCCL's buffers
+(estimator/parallel/nccl.py). Phases as in `model._peak` (`phases` rule):
+  loss      resident + unsharded/fetched parameters + checkpoints + logits
+  backward  resident + unsharded parameters and gradients + reduce buffers
+            + max(checkpoints, gradients made) + recompute peak
+  step      resident + all gradients + ZeRO's fp32 partition + optimizer temporaries
+resident = sharded parameters + states + persistent buckets (+ gradients under accumulation).
+A pipeline's first stage (embedding, min(pp, m) micro-batches in flight) and last stage
+(lm_head, logits) are both evaluated; the peak is the larger.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from estimator.memory.model import MemoryBreakdown, memory_breakdown
+from estimator.memory.reserved import allocator_slack
+from estimator.memory.states import largest_tensor
+from estimator.parallel.data import (
+    DataParallelBytes,
+    ReplicaBytes,
+    data_parallel_bytes,
+    reduce_bytes,
+)
+from estimator.parallel.layout import Layout
+from estimator.parallel.nccl import ASSUMED_CHANNELS, nccl_buffer_bytes
+from estimator.parallel.split import (
+    Stage,
+    attention_score_term,
+    checkpoint_factor,
+    param_groups,
+    stages,
+    tp_activation_factor,
+)
+from estimator.profile import Profile
+from estimator.setup import TrainingSetup
+from estimator.spec import ModelSpec
+
+
+def _scalar(value: Any) -> float:
+    return 0.0 if value is None else float(np.asarray(value, dtype=np.float64).ravel()[0])
+
+
+def _replica(
+    spec: ModelSpec, setup: TrainingSetup, base: MemoryBreakdown, stage: Stage, layout: Layout
+) -> ReplicaBytes:
+    """The stage's share of the one-device weights and states."""
+    assert base.states is not None
+    s = base.states
+    total = float(spec.params_total) or 1.0
+    frac = stage.params / total
+    weights = _scalar(base.components["weights"])
+    trainable = float(s.trainable_params)
+    full = not setup.is_adapter
+    embed, head, _, _ = param_groups(spec)
+    largest = max(float(largest_tensor(spec)), embed, head) / layout.tp
+    return ReplicaBytes(
+        weights=weights * frac,
+        adapters=s.weights * frac,
+        grads=s.grads * frac,
+        masters=s.masters * frac,
+        optimizer=s.optimizer * frac,
+        step_transient=s.step_transient * frac,
+        trainable=trainable * frac,
+        root_weights=weights * stage.root / total,
+        root_trainable=stage.root if full else 0.0,
+        unit_weights=weights * stage.layer * layout.wrap_layers / total,
+        unit_trainable=trainable * stage.layer * layout.wrap_layers / total,
+        largest_module=largest if full else min(largest, trainable * frac),
+    )
+
+
+def _activations(
+    spec: ModelSpec, setup: TrainingSetup, base: MemoryBreakdown, stage: Stage, layout: Layout
+) -> tuple[Any, Any, Any]:
+    """(checkpoints, recompute peak, logits) on one device of the stage."""
+    zero = np.asarray(base.components["overhead"]) * 0.0
+    layers = spec.layers or 1
+    share = stage.layers / layers * stage.in_flight
+    score = attention_score_term(spec, 1.0, setup.attention == "eager")
+    tp_act = tp_activation_factor(layout, score)
+    c = base.components["checkpoints"]
+    c = zero if c is None else np.asarray(c)
+    kept = tp_act if setup.checkpointing in ("none", "selective") else checkpoint_factor(layout)
+    checkpoints = c * share * kept
+    r = base.components["recompute_peak"]
+    recompute = zero if r is None else np.asarray(r) * tp_act
+    lg = base.components["logits"]
+    logits = zero if (lg is None or not stage.last) else np.asarray(lg) / layout.tp
+    return checkpoints, recompute, logits
+
+
+def _stage_name(stage: Stage) -> str:
+    if stage.first and stage.last:
+        return "only"
+    return "first" if stage.first else "last"
+
+
+def _phases(
+    dp: DataParallelBytes, acts: tuple[Any, Any, Any], profile: Profile, keep_grads: bool
+) -> dict[str, dict[str, Any]]:
+    """What is alive at each moment, by part (the same moments as `model._phases`)."""
+    checkpoints, recompute, logits = acts
+    zero = checkpoints * 0.0
+    states = zero + dp.states + (dp.grads if keep_grads else 0.0)
+    if profile.get("memory", "peak_rule") == "sum":
+        parts = {
+            "weights": zero + dp.weights + dp.backward_extra,
+            "trainable_states": zero + dp.states + dp.grads,
+            "buckets": zero + dp.persistent,
+            "checkpoints": checkpoints,
+            "recompute_peak": recompute,
+            "logits": logits,
+        }
+        return {"all": parts}
+    made = zero + (0.0 if keep_grads else dp.grads)
+    return {
+        "loss": {
+            "weights": zero + dp.weights,
+            "trainable_states": states,
+            "buckets": zero + dp.persistent,
+            "unsharded_params": zero + dp.forward_extra,
+            "checkpoints": checkpoints,
+            "logits": logits,
+        },
+        "backward": {
+            "weights": zero + dp.weights,
+            "trainable_states": states,
+            "buckets": zero + dp.persistent,
+            "unsharded_params_and_grads": zero + dp.backward_extra,
+            "checkpoints": np.where(checkpoints >= made, checkpoints, 0.0),
+            "gradients": np.where(checkpoints >= made, 0.0, made),
+            "recompute_peak": recompute,
+        },
+        "step": {
+            "weights": zero + dp.weights,
+            "trainable_states": zero + dp.states + dp.grads,
+            "buckets": zero + dp.persistent,
+            "optimizer_step": zero + dp.step_extra + dp.step_transient,
+        },
+    }
+
+
+def _largest(phases: dict[str, dict[str, Any]]) -> Any:
+    totals = [sum(parts.values()) for parts in phases.values()]
+    worst = totals[0]
+    for total in totals[1:]:
+        worst = np.maximum(worst, total)
+    return worst
+
+
+def layout_breakdown(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    seq_len: Any,
+    batch: Any,
+    profile: Profile,
+    layout: Layout,
+) -> MemoryBreakdown:
+    """Per-device memory of the worst device under `layout` (module docstring)."""
+    local = setup.model_copy(update={"parallel": None, "sharding": "none", "num_gpus": 1})
+    seq = np.asarray(seq_len, dtype=np.float64)
+    local_seq = np.ceil(seq / layout.cp)
+    base = memory_breakdown(spec, local, local_seq, batch, profile, devices=1)
+    overhead = np.asarray(base.components["overhead"]) + nccl_buffer_bytes(layout)
+    keep = (setup.grad_accum or 1) > 1
+    best: tuple[Any, dict[str, Any], DataParallelBytes, Any, Stage, Any] | None = None
+    for stage in stages(spec, layout, setup.grad_accum):
+        dp = data_parallel_bytes(
+            _replica(spec, setup, base, stage, layout), layout, reduce_bytes(setup)
+        )
+        acts = _activations(spec, setup, base, stage, layout)
+        phases = _phases(dp, acts, profile, keep)
+        allocated = _largest(phases)
+        host = np.asarray(base.host) * stage.layers / (spec.layers or 1) + dp.host
+        components = {
+            "weights": overhead * 0.0 + dp.weights + dp.forward_extra,
+            "trainable_states": overhead * 0.0 + dp.states + dp.grads,
+            "checkpoints": acts[0],
+            "recompute_peak": acts[1],
+            "logits": acts[2],
+            "overhead": overhead,
+        }
+        if best is None or float(np.max(allocated)) > float(np.max(best[0])):
+            best = (allocated, components, dp, host, stage, phases)
+    assert best is not None
+    allocated, components, dp, host, stage, phases = best
+    n = layout.gpus
+    reserved = allocated + (
+        allocator_slack(spec, setup, allocated, n)
+        if profile.get("memory", "count_allocator_slack")
+        else 0.0
+    )
+    detail = {
+        "layout": layout.text,
+        "gpus": n,
+        "stage": _stage_name(stage),
+        "nccl_buffer_bytes": nccl_buffer_bytes(layout),
+        "nccl_channels_assumed": ASSUMED_CHANNELS,
+        **{k: float(v) for k, v in dp.terms.items()},
+    }
+    return MemoryBreakdown(
+        components,
+        host,
+        reserved + overhead,
+        n,
+        layout.text,
+        base.states,
+        base.not_computable,
+        allocated,
+        reserved,
+        phases=phases,
+        parallel=detail,
+    )

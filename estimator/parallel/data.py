@@ -1,0 +1,235 @@
+"""Data parallelism: what one device keeps of the states, and the communication buffers, under
+DDP, torch FSDP2 and DeepSpeed ZeRO 1/2/3 (bytes, per device, after the model-parallel split).
+
+DDP (torch 2.13 torch/nn/parallel/distributed.py): a full replica; the Reducer copies every
+gradient into flat all-reduce buckets of `bucket_cap_mb` = 25 MiB (`_DEFAULT_BUCKET_CAP_MB`,
+line 31) that together hold every trainable gradient, allocated once and kept:
+`gradient_as_bucket_view=False` (the default, and accelerate 1.16 DistributedDataParallelKwargs
+line 169) costs one more gradient-sized buffer ("the saved memory size will be equal to the
+total gradients size", lines 731-735).
+
+FSDP2 (torch 2.13 torch/distributed/fsdp/_fully_shard/):
+- sharded parameters keep the model's original dtype: fp32 under mixed precision (accelerate
+  1.16 utils/fsdp_utils.py:800 upcasts to fp32; torchtitan loads fp32), so the 16 bytes/param
+  of Adam become fp32 shard + fp32 gradient shard + two fp32 moments, all / N;
+- every unit is all-gathered in `param_dtype` (bf16) before use; the root unit (embeddings,
+  lm_head, final norm) is not resharded after forward (_fsdp_state.py:203-207), so it stays
+  unsharded the whole step, and its gradients are reduce-scattered only when the root's
+  post-backward runs, at the end of the backward;
+- the next unit is prefetched (implicit forward prefetch, _fsdp_param_group.py:62, and the
+  default backward prefetch, _fsdp_state.py:384): two layer units unsharded at a time;
+  `reshard_after_forward=False` keeps every unit unsharded from its forward to its backward;
+- foreach_reduce (_fsdp_collectives.py:593-617) copies a unit's unsharded gradients into a
+  reduce-scatter input of `reduce_dtype` (fp32 in torchtitan's default, job_config
+  mixed_precision_reduce; bf16 in accelerate 1.16 utils/dataclasses.py:2009) and an output of
+  1/N of it, then frees the unsharded gradients.
+- offload_policy=CPUOffloadPolicy moves the sharded parameters, gradients and optimizer states
+  to the host (the optimizer steps on the CPU).
+
+DeepSpeed ZeRO (deepspeedai/DeepSpeed@1b88ac36 deepspeed/runtime/zero/config.py defaults:
+reduce_bucket_size 5e8, allgather_bucket_size 5e8, stage3_prefetch_bucket_size 5e7,
+stage3_max_live_parameters 1e9, stage3_param_persistence_threshold 1e5, contiguous_gradients
+True, overlap_comm True only for stage 3): bf16 parameters, bf16 gradients reduced through a
+contiguous bucket of reduce_bucket_size elements, and per rank 16 bytes/param / N of fp32
+master, Adam moments and fp32 gradient partition. Its own estimators say the same:
+`estimate_zero2_model_states_mem_needs` 4P + 16P/N (stage_1_and_2.py), and
+`estimate_zero3_model_states_mem_needs` 4 x largest layer + 18P/N (stage3.py); with optimizer
+offload 2P (stage 2) and 4 x largest + 2P/N (stage 3); with parameter offload 4 x largest.
+`offload_param` is valid only with stage 3 (config.py docstring).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from estimator.dtypes import BF16, FP32
+from estimator.errors import EstimatorInputError
+from estimator.parallel.layout import Layout
+from estimator.setup import TrainingSetup
+
+DDP_BUCKET_CAP_MB = 25  # torch/nn/parallel/distributed.py:31
+ZERO_REDUCE_BUCKET = 5e8  # elements, config.py reduce_bucket_size
+ZERO_PREFETCH_BUCKET = 5e7  # elements, config.py stage3_prefetch_bucket_size
+ZERO_MAX_LIVE = 1e9  # elements, config.py stage3_max_live_parameters
+ZERO_FP32_PARTITION = FP32 + FP32 + 2 * FP32  # fp32 grads + master + Adam moments per param
+
+
+@dataclass(frozen=True)
+class ReplicaBytes:
+    """One device's share of the model before data-parallel sharding."""
+
+    weights: float  # compute weights (bf16 / quantized base / fp32)
+    adapters: float  # trainable adapter weights (LoRA); 0 for full fine-tuning
+    grads: float  # gradients as autograd makes them
+    masters: float  # fp32 master weights (mixed precision full fine-tuning)
+    optimizer: float
+    step_transient: float
+    trainable: float  # trainable parameters (count)
+    root_weights: float  # embedding + lm_head compute weights
+    root_trainable: float  # trainable parameters of the root unit (count)
+    unit_weights: float  # one FSDP unit's compute weights
+    unit_trainable: float  # trainable parameters of one unit (count)
+    largest_module: float  # parameters of the largest module (ZeRO-3's fetch unit)
+
+    @property
+    def grad_bytes(self) -> float:
+        """Bytes per gradient element as autograd makes it."""
+        return self.grads / self.trainable if self.trainable else float(BF16)
+
+
+@dataclass
+class DataParallelBytes:
+    """Per-device bytes by when they are alive."""
+
+    weights: float  # resident (sharded or full) parameters
+    states: float  # resident trainable states other than gradients
+    grads: float  # gradients alive at the end of the backward
+    forward_extra: float = 0.0  # unsharded / fetched parameters during forward and loss
+    backward_extra: float = 0.0  # the same plus unsharded gradients and reduce buffers
+    step_extra: float = 0.0  # buffers of the optimizer step (ZeRO's fp32 gradient partition)
+    step_transient: float = 0.0
+    persistent: float = 0.0  # buffers alive all step (DDP / ZeRO buckets)
+    host: float = 0.0  # offloaded bytes
+    terms: dict[str, float] = field(default_factory=dict)
+
+
+def shard_degree(layout: Layout) -> int:
+    """Ranks FSDP / ZeRO shard over: the shard group times cp (torchtitan shards FSDP over the
+    `dp_shard_cp` mesh, parallel_dims.py; Megatron's distributed optimizer over dp x cp)."""
+    return layout.shard * layout.cp
+
+
+def ddp_bytes(r: ReplicaBytes, layout: Layout) -> DataParallelBytes:
+    bucket = r.grads if layout.replicate > 1 else 0.0
+    return DataParallelBytes(
+        weights=r.weights,
+        states=r.adapters + r.masters + r.optimizer,
+        grads=r.grads,
+        step_transient=r.step_transient,
+        persistent=bucket,
+        terms={"ddp_buckets": bucket},
+    )
+
+
+def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataParallelBytes:
+    """FSDP2 with `layout.wrap_layers` decoder layers per unit (see the module docstring)."""
+    n = shard_degree(layout)
+    if r.masters:  # mixed precision: the sharded parameter is the fp32 master
+        shard_params, shard_grads = r.masters / n, r.masters / n
+    else:
+        shard_params, shard_grads = (r.weights + r.adapters) / n, r.grads / n
+    gb = r.grad_bytes
+    layers_unsharded = max(r.weights - r.root_weights, 0.0)
+    gathered = 2 * r.unit_weights if layout.reshard_after_forward else layers_unsharded
+    unit_reduce = r.unit_trainable * (gb + reduce_bytes * (1 + 1 / n))
+    root_grads = r.root_trainable * gb
+    root_reduce = r.root_trainable * reduce_bytes * (1 + 1 / n)
+    backward = max(
+        r.root_weights + root_grads + gathered + unit_reduce,
+        r.root_weights + root_grads + root_reduce,
+    )
+    out = DataParallelBytes(
+        weights=shard_params,
+        states=r.optimizer / n,
+        grads=shard_grads,
+        forward_extra=r.root_weights + gathered,
+        backward_extra=backward,
+        step_transient=r.step_transient / n,
+        terms={
+            "fsdp_sharded_params": shard_params,
+            "fsdp_root_unsharded": r.root_weights,
+            "fsdp_root_grads_unsharded": root_grads,
+            "fsdp_gathered_units": gathered,
+            "fsdp_reduce_scatter_buffers": r.unit_trainable * reduce_bytes * (1 + 1 / n),
+        },
+    )
+    if layout.offload == "optimizer":
+        raise EstimatorInputError(
+            "setup.offload",
+            "FSDP2 offloads parameters, gradients and optimizer states together "
+            "(CPUOffloadPolicy): use --offload params, or zero1/2/3 for optimizer offload",
+        )
+    if layout.offload == "params":
+        out.host = out.weights + out.states + out.grads
+        out.weights = out.states = out.grads = 0.0
+        out.step_transient = 0.0
+    return out
+
+
+def zero_bytes(r: ReplicaBytes, layout: Layout) -> DataParallelBytes:
+    """DeepSpeed ZeRO stage `layout.data` (zero1 | zero2 | zero3)."""
+    n = shard_degree(layout)
+    stage = int(layout.data[-1])
+    gb = r.grad_bytes
+    partition = r.trainable * FP32 / n  # fp32 gradient partition, made for the step
+    states = (r.masters + r.optimizer) / n
+    bucket = min(ZERO_REDUCE_BUCKET, r.trainable) * gb
+    weights = r.weights + r.adapters
+    terms = {"zero_reduce_bucket": bucket, "zero_fp32_grad_partition": partition}
+    if stage == 3:
+        fetched = min(ZERO_MAX_LIVE, r.largest_module + ZERO_PREFETCH_BUCKET) * BF16
+        fetched = min(fetched, r.weights)
+        out = DataParallelBytes(
+            weights=weights / n,
+            states=states,
+            grads=partition,
+            forward_extra=fetched,
+            backward_extra=fetched + min(r.largest_module, r.trainable) * gb,
+            step_transient=r.step_transient / n,
+            persistent=bucket,
+            terms={**terms, "zero3_fetched_params": fetched},
+        )
+    else:
+        out = DataParallelBytes(
+            weights=weights,
+            states=states,
+            grads=r.grads if stage == 1 else r.grads / n,
+            step_extra=partition,
+            step_transient=r.step_transient / n,
+            persistent=bucket,
+            terms=terms,
+        )
+    if layout.offload == "params" and stage != 3:
+        raise EstimatorInputError(
+            "setup.offload", "DeepSpeed offloads parameters only with stage 3 (offload_param)"
+        )
+    if layout.offload in ("optimizer", "params"):
+        out.host = out.states + partition
+        out.states = 0.0
+        out.step_extra = 0.0
+        out.step_transient = 0.0
+        if stage == 3:
+            out.grads = 0.0
+        elif stage == 2:
+            out.grads = 0.0  # reduced partitions are copied to pinned host buffers
+        if layout.offload == "params":
+            out.host += out.weights
+            out.weights = 0.0
+    return out
+
+
+def data_parallel_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataParallelBytes:
+    if layout.data == "dp":
+        if layout.offload != "none":
+            raise EstimatorInputError(
+                "setup.offload", "offload needs fsdp (params) or zero1/2/3 (optimizer)"
+            )
+        return ddp_bytes(r, layout)
+    if layout.data == "fsdp":
+        return fsdp_bytes(r, layout, reduce_bytes)
+    return zero_bytes(r, layout)
+
+
+# FSDP2 reduce dtype under mixed precision, by stack: torchtitan's job config default
+# `mixed_precision_reduce = "float32"`; accelerate 1.16 (the hf stack) sets reduce_dtype to the
+# mixed-precision dtype (utils/dataclasses.py:2009).
+REDUCE_DTYPE_BYTES = {"hf": BF16, "unsloth": BF16}
+
+
+def reduce_bytes(setup: TrainingSetup) -> float:
+    """Bytes per element of FSDP2's reduce-scatter (fp32 precision: fp32; bf16: bf16)."""
+    if setup.precision == "fp32":
+        return float(FP32)
+    if setup.precision == "bf16":
+        return float(BF16)
+    return float(REDUCE_DTYPE_BYTES.get(setup.stack, FP32))

@@ -1,0 +1,33 @@
+"""The layout a training setup runs under on `gpus` cards."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from estimator.errors import EstimatorInputError
+from estimator.parallel.layout import Layout, parse_parallel, parse_wrap, resolve
+from estimator.setup import TrainingSetup
+
+# GPUs per node when the card is not known here (memory does not see the catalog): the 8-GPU
+# HGX / DGX board; time/comm.py uses the catalog's node size.
+DEFAULT_GPUS_PER_NODE = 8
+
+
+def layout_of(setup: TrainingSetup, gpus: int, gpus_per_node: int | None = None) -> Layout | None:
+    """The resolved `setup.parallel` layout, or None when the setup gives none (then the
+    legacy `sharding` field applies)."""
+    if not setup.parallel:
+        return None
+    if setup.parallel == "auto":
+        raise EstimatorInputError(
+            "setup.parallel",
+            "auto searches layouts (min-gpus, recommend); estimate and check need one, "
+            "e.g. fsdp or fsdp=8,tp=2",
+        )
+    layout = resolve(parse_parallel(setup.parallel), gpus, gpus_per_node or DEFAULT_GPUS_PER_NODE)
+    return dataclasses.replace(
+        layout,
+        wrap_layers=parse_wrap(setup.fsdp_wrap),
+        reshard_after_forward=setup.reshard_after_forward,
+        offload=setup.offload,
+    )
