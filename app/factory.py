@@ -10,6 +10,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from app import openapi
 from app.api.routes import catalog, estimates, health, memtests, pages, quotes, solvers
 from app.db.engine import is_memory_sqlite, make_engine, make_session_factory
 from app.db.migrate import upgrade_head
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.version = _version()
 
     install_error_handlers(app)
+    openapi.install(app)
     for module in (health, catalog, estimates, solvers, memtests, quotes, pages):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
