@@ -18,7 +18,16 @@ T = TypeVar("T")
 
 def setup_key(setup: Any) -> tuple[Any, ...]:
     """A hashable key of a `TrainingSetup`'s field values (lists become tuples)."""
-    return tuple(tuple(v) if type(v) is list else v for v in setup.__dict__.values())
+    values = dict(setup.__dict__)
+    targets = values.get("lora_targets")
+    if type(targets) is list:  # the one list field, made a tuple without a loop over all
+        values["lora_targets"] = tuple(targets)
+    key = tuple(values.values())
+    try:
+        hash(key)
+    except TypeError:  # another list field
+        return tuple(tuple(v) if type(v) is list else v for v in values.values())
+    return key
 
 
 class Memo(Generic[T]):

@@ -14,6 +14,7 @@ import numpy as np
 
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.errors import EstimatorInputError
+from estimator.memo import Memo, setup_key
 from estimator.memory.activations import (
     Context,
     layer_activations,
@@ -98,6 +99,21 @@ def _gathered_layer_bytes(spec: ModelSpec, setup: TrainingSetup, profile: Profil
     return profile.number("memory", "fsdp_gathered_layers") * max(per_layer, head)
 
 
+_STATES: Memo[StateBytes] = Memo()
+_ACTS: Memo[tuple[Context, list[tuple[Any, int]]]] = Memo()
+
+
+def _activations(
+    spec: ModelSpec, setup: TrainingSetup, cb: int
+) -> tuple[Context, list[tuple[Any, int]]]:
+    """Each kind of layer's saved activations (per token, per token x seq, per layer), once per
+    (spec, setup): they do not depend on the length."""
+    ctx = Context.build(spec, setup, cb)
+    return ctx, [
+        (layer_activations(ctx, spec, lt, mt), count) for lt, mt, count in _layer_kinds(spec)
+    ]
+
+
 def memory_breakdown(
     spec: ModelSpec,
     setup: TrainingSetup,
@@ -122,7 +138,8 @@ def memory_breakdown(
     cb = compute_bytes(setup.precision)
     missing: dict[str, str] = {}
 
-    states = trainable_state_bytes(spec, setup)
+    key = setup_key(setup)  # what follows up to the length is memoised (estimator/memo.py)
+    states = _STATES.get((spec,), key, lambda: trainable_state_bytes(spec, setup))
     weights, trainable = _shard(states, weight_bytes(spec, setup, profile), sharding, n)
     if sharding in ("fsdp", "zero3") and n > 1:
         weights += _gathered_layer_bytes(spec, setup, profile)
@@ -150,10 +167,7 @@ def memory_breakdown(
             checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
     else:
         assert h and layers
-        ctx = Context.build(spec, setup, cb)
-        acts = [
-            (layer_activations(ctx, spec, lt, mt), count) for lt, mt, count in _layer_kinds(spec)
-        ]
+        ctx, acts = _ACTS.get((spec,), key, lambda: _activations(spec, setup, cb))
         if setup.checkpointing == "none":
             checkpoints = sum(
                 count * (a.per_token * tokens + a.per_token_seq * tokens * seq + a.per_layer)
@@ -175,6 +189,7 @@ def memory_breakdown(
     if vocab and h:
         logit_dtype = BF16 if setup.autocast and setup.precision != "fp32" else stream
         logits = logits_bytes(tokens, seq, (vocab, h), setup, profile, (logit_dtype, stream))
+        logits = logits + _head_grad_bytes(spec, setup)
     else:
         logits = None
         missing["logits"] = "needs --vocab and --hidden"
@@ -202,7 +217,16 @@ def memory_breakdown(
     )
     peak = reserved + overhead
     return MemoryBreakdown(
-        components, host, peak, n, sharding, states, missing, allocated, reserved, phases
+        components,
+        host,
+        peak,
+        n,
+        sharding,
+        states=states,
+        not_computable=missing,
+        allocated=allocated,
+        reserved=reserved,
+        phases=phases,
     )
 
 
@@ -225,6 +249,22 @@ def mask_bytes(spec: ModelSpec, setup: TrainingSetup, seq: Any, tokens: Any, ctx
     if sliding and window:
         return np.where(seq > window, seq * seq * 1.0, 0.0)
     return seq * 0.0
+
+
+def _head_grad_bytes(spec: ModelSpec, setup: TrainingSetup) -> float:
+    """A trained output projection's weight gradient, made by the loss's backward while the
+    loss's saved tensors are still alive: a chunked loss writes it at the first chunk and keeps
+    the other chunks' saved logits (torchtune cross_entropy_loss.py, TRL sft_trainer.py:203-214,
+    Unsloth's fused loss), Liger allocates it in the forward (Liger-Kernel ead96b61
+    ops/fused_linear_cross_entropy.py:73 grad_weight = zeros_like(weight)). The unsharded
+    gradient in the compute dtype (FSDP reduce-scatters it after the backward of its unit). A
+    full loss frees its fp32 tensors before the head's matmul backward runs, so it adds none.
+    The `probe` stack keeps the estimator's behaviour before stacks (none)."""
+    if setup.is_adapter or setup.loss == "full" or setup.stack == "probe":
+        return 0.0
+    heads = [lin.params for lin in spec.linears if lin.group == "head"]
+    params = heads[0] if heads else sum(g.params for g in spec.others if g.name == "embed_tokens")
+    return float(params * (FP32 if setup.precision == "fp32" else BF16))
 
 
 def _embedding_grad_bytes(spec: ModelSpec, setup: TrainingSetup, states: StateBytes) -> float:

@@ -45,6 +45,7 @@ FACTS = (
     "loss_num_chunks",
     "loss_upcasts_head",
     "loss_target_bytes",
+    "loss_compiled",
     "eager_models",
     "materialised_masks",
     "fsdp_gathers_storage_dtype",

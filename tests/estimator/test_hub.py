@@ -73,8 +73,9 @@ def test_gated_repo_401_is_a_clear_message_and_hf_token_opens_it(
 
 
 def test_absent_repo_revision_and_file_are_clear_messages(hub_env: Path) -> None:
-    with pytest.raises(EstimatorInputError, match="no such model repo"):
+    with pytest.raises(EstimatorInputError, match="no such model repo") as err:
         fetch_config("acme/no-such-model")
+    assert "--model path/to/config.json" in err.value.message
     with pytest.raises(EstimatorInputError, match="revision 'v9' not found"):
         fetch_config("acme/tiny-llama@v9")
 

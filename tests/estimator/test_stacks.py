@@ -375,3 +375,35 @@ def test_compiled_layers_keep_what_inductors_partitioner_keeps() -> None:
     h, q, kv, m = 4096, 4096, 1024, 14336
     per_token = 2 * (4 * h + 3 * q + 2 * kv + 3 * m) + 4 * (2 + 32)
     assert _c(_mem(full), "checkpoints") == pytest.approx(per_token * 4096 * 32, rel=1e-9)
+
+
+def test_compiled_chunked_loss_keeps_bf16_logits_not_fp32_log_softmax() -> None:
+    """torchtune compiles the chunk's cross-entropy: inductor keeps the chunk's bf16 logits and
+    two floats per row instead of the fp32 log-softmax (bench/compile_saved.py --loss);
+    torchtitan's loss stays eager under compile (train.py@9dec370:138)."""
+    lora = {"method": "lora", "checkpointing": "gpu"}
+    eager = _c(_mem(TrainingSetup(stack="torchtune", **lora)), "logits")
+    compiled = _c(_mem(TrainingSetup(stack="torchtune", compile=True, **lora)), "logits")
+    tokens, vocab, h = 4096, 128256, 4096
+    chunk = tokens / 8
+    assert compiled == pytest.approx(
+        (tokens + chunk) * vocab * 2 + tokens * 8 + tokens * h * 2, rel=1e-9
+    )
+    assert compiled < eager
+    titan = {"stack": "torchtitan", "checkpointing": "gpu", "loss": "full"}
+    assert _c(_mem(TrainingSetup(compile=True, **titan)), "logits") == _c(
+        _mem(TrainingSetup(**titan)), "logits"
+    )
+
+
+def test_chunked_losses_keep_the_heads_weight_gradient_with_the_chunks() -> None:
+    """Full fine-tuning: the output projection's gradient is made at the first chunk while the
+    other chunks' saved tensors are alive (Liger allocates it in the forward); adapters and the
+    full loss add none."""
+    full = TrainingSetup(stack="torchtune", method="full", optimizer_impl="fused")
+    lora = TrainingSetup(stack="torchtune", method="lora")
+    per_logit = _c(_mem(lora), "logits")
+    head = 128256 * 4096 * 2
+    assert _c(_mem(full), "logits") == pytest.approx(per_logit + head, rel=1e-9)
+    titan = TrainingSetup(stack="torchtitan", method="full", loss="full", checkpointing="gpu")
+    assert _c(_mem(titan), "logits") == pytest.approx(4096 * 128256 * 12, rel=1e-9)

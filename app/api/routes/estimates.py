@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
 
 from app.api.strict import StrictJsonRoute
 from app.schemas import CheckOut, ValidationErrorOut
@@ -19,9 +20,12 @@ _422 = {422: {"model": ValidationErrorOut, "description": "bad input; `loc` name
     "/estimate",
     summary="Memory, FLOPs, time and cost per sequence length, and the verdict per GPU",
     responses=_422,
+    response_model=dict[str, Any],
 )
-def estimate(body: EstimateRequest) -> dict[str, Any]:
-    return estimates.estimate(body)
+def estimate(body: EstimateRequest) -> Response:
+    # the document is plain JSON types already: serialised once, as JSONResponse would, without
+    # jsonable_encoder's walk (~4x the estimate's own time at 100 cells, issue 17)
+    return JSONResponse(estimates.estimate(body))
 
 
 @router.post(
