@@ -728,6 +728,12 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
     ),
     (
         "accelerate",
+        "fsdp",  # no sharding: DDP keeps a whole copy per card (not device_map's split)
+        "distributed_type: MULTI_GPU\nnum_processes: 2\n",
+        {"setup.num_gpus": 2, "setup.parallel": "dp"},
+    ),
+    (
+        "accelerate",
         "deepspeed",
         "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n"
         "  offload_optimizer_device: cpu\n  gradient_accumulation_steps: 4\n",
