@@ -6,9 +6,9 @@ Bounded: one launch of 2 processes runs the three layouts (~50 s on a loaded 2-c
 
 What is asserted: the estimate is within 5 % of the lowest rank's peak (8 % for tp: the
 estimate runs 4-7 % low there, a replicated ~2 MB of DTensor's backward not yet identified),
-and within 15 % of every rank's. Gloo on the CPU keeps a collective's temporary copies alive for a time that
-depends on the other ranks (seen as a rank-dependent extra of up to one gradient-sized buffer);
-the lowest rank is the program's own memory, the others bound that noise."""
+and within 15 % of every rank's. Gloo on the CPU keeps a collective's temporary copies alive
+for a time that depends on the other ranks (a rank-dependent extra of up to one gradient-sized
+buffer); the lowest rank is the program's own memory, the others bound that noise."""
 
 from __future__ import annotations
 
