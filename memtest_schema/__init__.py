@@ -88,6 +88,11 @@ STACK_SETUP_FIELDS: dict[str, tuple[str, ...] | None] = {
     "train_embeddings": None,  # bool: embeddings / lm_head trained (peft modules_to_save)
     "base": ("bf16", "int8", "nf4"),  # storage of the frozen base weights
     "compile": None,  # bool: torch.compile of the decoder layers
+    # multi-GPU layout (issue 12, estimator/parallel/): absent for a single-device run
+    "parallel": None,  # str or null: `fsdp=8,tp=8`, `zero3`, `dp`, ...
+    "fsdp_wrap": None,  # str: FSDP unit, `layer` or `block-of-N`
+    "reshard_after_forward": None,  # bool: FSDP2 reshard_after_forward
+    "offload": ("none", "optimizer", "params"),  # ZeRO / FSDP CPU offload
 }
 
 MAX_RESULTS = 1000
@@ -371,8 +376,14 @@ def _check_stack_setup(setup: dict[str, Any], path: str) -> None:
             "kbit_prepare",
             "train_embeddings",
             "compile",
+            "reshard_after_forward",
         ):
             _bool(item, field)
+        elif key == "parallel":
+            if item is not None:
+                _str(item, field, nonempty=True)
+        elif key == "fsdp_wrap":
+            _str(item, field, nonempty=True)
         elif key == "grad_accum":
             _int(item, field, minimum=1, maximum=MAX_STEPS)
         elif key == "lora_dropout":

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from estimator.train_config.result import TrainConfigMapping
+from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
 from estimator.train_config.vocab import (
     HF_OPTIMIZERS,
@@ -157,7 +157,7 @@ def map_sft(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     if length is None and "max_length" not in data:
         length, key = 1024, "max_length (SFTConfig default)"
     if length is not None:
-        m.seq_lens = [int(length)]
+        m.seq_lens = [whole_number(length, key.split(" ")[0])]
         m.origin["seq_lens"] = key
     if m.get(data, "packing"):
         m.set_run("packing", True, "packing")

@@ -24,7 +24,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from estimator.train_config.result import TrainConfigMapping
+from estimator.errors import EstimatorInputError
+from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import set_layout, set_offload
 from estimator.train_config.vocab import COMPONENT_OPTIMIZERS, model_ref
 
@@ -74,7 +75,7 @@ def read_torchtune(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMa
     length = tokenizer.get("max_seq_len") if isinstance(tokenizer, dict) else None
     m.read.add("tokenizer.max_seq_len")
     if length is not None:
-        m.seq_lens = [int(length)]
+        m.seq_lens = [whole_number(length, "tokenizer.max_seq_len")]
         m.origin["seq_lens"] = "tokenizer.max_seq_len"
     else:
         m.warnings.append("tokenizer.max_seq_len: null, so rows are as long as the longest sample")
@@ -121,7 +122,8 @@ def _model(
 ) -> None:
     component = str(model.get("_component_", ""))
     match = BUILDER.match(component)
-    checkpoint_dir = (data.get("checkpointer") or {}).get("checkpoint_dir")
+    checkpointer = data.get("checkpointer")
+    checkpoint_dir = checkpointer.get("checkpoint_dir") if isinstance(checkpointer, dict) else None
     local = base_dir is not None  # a config sent to the service names no file we read
     if local and checkpoint_dir and Path(str(checkpoint_dir), "config.json").is_file():
         m.model = model_ref(str(checkpoint_dir), base_dir)
@@ -138,7 +140,12 @@ def _model(
         "method", {"lora_": "lora", "qlora_": "qlora"}.get(kind or "", "full"), "model._component_"
     )
     if kind:
-        targets = [str(t) for t in model.get("lora_attn_modules") or []]
+        listed = model.get("lora_attn_modules") or []
+        if not isinstance(listed, list):
+            raise EstimatorInputError(
+                "train_config.model.lora_attn_modules", f"expected a list, got {listed!r}"
+            )
+        targets = [str(t) for t in listed]
         if model.get("apply_lora_to_mlp"):
             targets += ["w1", "w2", "w3"]  # torchtune's FeedForward projections
         if model.get("apply_lora_to_output"):
@@ -213,7 +220,9 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         return
     m.set("loss", kind, "loss._component_")
     if kind == "chunked" and m.seq_lens:
-        chunks = int(loss.get("num_output_chunks", DEFAULT_LOSS_CHUNKS))
+        chunks = whole_number(
+            loss.get("num_output_chunks", DEFAULT_LOSS_CHUNKS), "loss.num_output_chunks"
+        )
         m.set("loss_chunk", -(-m.seq_lens[0] // chunks), "loss.num_output_chunks")
 
 

@@ -109,6 +109,17 @@ def test_a_quote_is_for_the_chosen_option_with_its_total_and_override(
     assert f"<strong>{option['cost_usd']:,.2f} USD</strong>" in page
     assert "at 1.80 USD per GPU-hour" in page
     assert 'id="quote-override"' in page and "override (rtx-pro-6000=1.8 USD/h)" in page
+    # the recommendation as the result page showed it: every GPU option of the estimate
+    saved = api["estimate"]["recommendation"]
+    assert {r["gpu"] for r in saved["rows"]} == {"a100-80gb", "rtx-pro-6000", "h200", "2xh200"}
+    assert 'id="quote-recommendation"' in page
+    token = csrf(sqlite_client, f"/quotes/{quote_id}")
+    sqlite_client.post(
+        f"/quotes/{quote_id}/decision",
+        data={"csrf_token": token, "decision": "reprice", "token": REQUESTER_TOKEN},
+    )
+    again = sqlite_client.get(f"/v1/quotes/{quote_id}").json()
+    assert again["version"] == 2 and again["estimate"]["recommendation"] == saved
     catalog_priced = _post_and_save(sqlite_client, "h200")
     other = sqlite_client.get(f"/quotes/{catalog_priced}").text
     assert 'id="quote-override"' not in other and "catalog:" in other
@@ -260,3 +271,35 @@ def test_a_training_config_on_the_form(sqlite_client: TestClient) -> None:
         data=seed_form(train_config_text="adapter: [unclosed", gpus_extra=""),
     )
     assert bad.status_code == 422 and 'id="train_config_text-error"' in bad.text
+
+
+def test_a_refused_save_keeps_the_result_and_what_was_typed(sqlite_url: str) -> None:
+    for settings, words in (
+        (make_settings(sqlite_url), "not a requester or approver token"),
+        (
+            make_settings(sqlite_url, requester_tokens="", approver_tokens=""),
+            "trainfit token create --role requester",
+        ),
+    ):
+        with TestClient(create_app(settings)) as client:
+            token = csrf(client)
+            page = client.post("/estimate", data=seed_form(checkpointing="offload", loss="chunked"))
+            query = html.unescape(re.search(r'name="query" value="([^"]+)"', page.text)[1])
+            bodies = re.findall(r'name="request_json" value="([^"]+)"', page.text)
+            refused = client.post(
+                "/quotes",
+                data={
+                    "csrf_token": token,
+                    "option": "0:rtx-pro-6000",
+                    "request_json": [html.unescape(b) for b in bodies],
+                    "query": query,
+                    "title": "my title",
+                    "comment": "typed with care",
+                    "token": "wrong-token-here",
+                },
+            )
+            assert refused.status_code == 403
+            assert 'id="quote-error"' in refused.text and words in refused.text
+            assert 'value="typed with care"' in refused.text and 'value="my title"' in refused.text
+            assert re.search(r'value="0:rtx-pro-6000"[^>]*checked', refused.text)
+            assert 'id="fit-table"' in refused.text

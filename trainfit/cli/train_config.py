@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 # setup field -> argparse dest where the two differ
 CLI_DEST: dict[str, str] = {}
+# estimator/parallel's layout fields: they win over `sharding` when `parallel` is set
+LAYOUT_FIELDS = ("parallel", "reshard_after_forward", "offload", "fsdp_wrap")
 
 
 def given_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
@@ -64,9 +66,12 @@ def overlay_namespace(
     from estimator.train_config.result import Ignored, split_supported
 
     accepted, rejected = split_supported(mapping.setup, TrainingSetup.model_fields)
+    legacy = "sharding" in given and "parallel" not in given  # --sharding replaces the layout
     for name, value in accepted.items():
         dest = CLI_DEST.get(name, name)
-        if not hasattr(args, dest):
+        if legacy and name in LAYOUT_FIELDS:
+            rejected.append(Ignored(name, "--sharding on the command line replaces the layout"))
+        elif not hasattr(args, dest):
             rejected.append(Ignored(name, "this command has no option for it"))
         elif dest not in given:
             setattr(args, dest, _cli_value(name, value))
