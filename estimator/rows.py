@@ -3,6 +3,7 @@ device) and a verdict per GPU option; and the model summary at its head."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -18,9 +19,9 @@ from estimator.spec import ModelSpec
 
 def _ints(values: Any, shape: tuple[int, ...]) -> list[int]:
     """Whole bytes (rounded up) of an array broadcast to `shape`, as Python ints."""
+    if type(values) is not np.ndarray or values.ndim == 0:  # one figure for every row
+        return [math.ceil(float(values))] * shape[0]
     up = np.ceil(values)
-    if np.ndim(up) == 0:  # one figure for every row
-        return [int(up)] * shape[0]
     if up.shape != shape:
         up = np.broadcast_to(up, shape)
     return [int(v) for v in up.tolist()]

@@ -6,7 +6,7 @@ Names read from:
   `deepspeed_config_file`) and 393-497 (`fsdp_config`: `fsdp_version`,
   `fsdp_reshard_after_forward`, `fsdp_offload_params`, `fsdp_activation_checkpointing`, ...);
   `commands/config/config_args.py` lines 78-114 (`distributed_type`, `mixed_precision`,
-  `num_processes`).
+  `num_processes`); `distributed_type: MULTI_GPU` is DistributedDataParallel (layout `dp`).
 - axolotl 067b021c `src/axolotl/utils/schemas/fsdp.py` (the same keys without the `fsdp_` prefix:
   `offload_params`, `activation_checkpointing`, `reshard_after_forward`, `fsdp_version`).
 - transformers 5.24.0 `training_args.py` line 1447 (`fsdp`: words such as `full_shard`,
@@ -239,6 +239,8 @@ def read_accelerate(data: dict[str, Any]) -> TrainConfigMapping:
     if precision in ("bf16", "fp16"):
         m.set("autocast", True, "mixed_precision")
         m.set("precision", "mixed", "mixed_precision")
+    if kind == "MULTI_GPU":  # DistributedDataParallel: every card holds the whole model
+        set_layout(m, "none", "dp", "distributed_type")
     fsdp = m.get(data, "fsdp_config")
     if kind == "FSDP" and isinstance(fsdp, dict):
         map_fsdp_dict(m, fsdp, "fsdp_config.")

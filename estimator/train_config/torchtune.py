@@ -24,7 +24,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from estimator.train_config.result import TrainConfigMapping
+from estimator.errors import EstimatorInputError
+from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import set_layout, set_offload
 from estimator.train_config.vocab import COMPONENT_OPTIMIZERS, model_ref
 
@@ -74,7 +75,7 @@ def read_torchtune(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMa
     length = tokenizer.get("max_seq_len") if isinstance(tokenizer, dict) else None
     m.read.add("tokenizer.max_seq_len")
     if length is not None:
-        m.seq_lens = [int(length)]
+        m.seq_lens = [whole_number(length, "tokenizer.max_seq_len")]
         m.origin["seq_lens"] = "tokenizer.max_seq_len"
     else:
         m.warnings.append("tokenizer.max_seq_len: null, so rows are as long as the longest sample")
@@ -121,8 +122,10 @@ def _model(
 ) -> None:
     component = str(model.get("_component_", ""))
     match = BUILDER.match(component)
-    checkpoint_dir = (data.get("checkpointer") or {}).get("checkpoint_dir")
-    if checkpoint_dir and Path(str(checkpoint_dir), "config.json").is_file():
+    checkpointer = data.get("checkpointer")
+    checkpoint_dir = checkpointer.get("checkpoint_dir") if isinstance(checkpointer, dict) else None
+    local = base_dir is not None  # a config sent to the service names no file we read
+    if local and checkpoint_dir and Path(str(checkpoint_dir), "config.json").is_file():
         m.model = model_ref(str(checkpoint_dir), base_dir)
         m.origin["model"] = "checkpointer.checkpoint_dir"
     elif match and match["name"] in BUILDER_MODELS:
@@ -137,7 +140,12 @@ def _model(
         "method", {"lora_": "lora", "qlora_": "qlora"}.get(kind or "", "full"), "model._component_"
     )
     if kind:
-        targets = [str(t) for t in model.get("lora_attn_modules") or []]
+        listed = model.get("lora_attn_modules") or []
+        if not isinstance(listed, list):
+            raise EstimatorInputError(
+                "train_config.model.lora_attn_modules", f"expected a list, got {listed!r}"
+            )
+        targets = [str(t) for t in listed]
         if model.get("apply_lora_to_mlp"):
             targets += ["w1", "w2", "w3"]  # torchtune's FeedForward projections
         if model.get("apply_lora_to_output"):
@@ -179,9 +187,16 @@ def _hf_names(names: list[str]) -> list[str]:
     return [TT_TO_HF.get(n, n) for n in names]
 
 
+def _component(m: TrainConfigMapping, data: dict[str, Any], key: str) -> tuple[dict[str, Any], str]:
+    """A `key: {_component_: dotted.name, ...}` section and its component name ("" if none)."""
+    section = m.get(data, key)
+    if not isinstance(section, dict):
+        return {}, ""
+    return section, str(section.get("_component_", ""))
+
+
 def _optimizer(m: TrainConfigMapping, data: dict[str, Any]) -> None:
-    opt = m.get(data, "optimizer") or {}
-    component = str(opt.get("_component_", "")) if isinstance(opt, dict) else ""
+    opt, component = _component(m, data, "optimizer")
     fields = COMPONENT_OPTIMIZERS.get(component)
     if fields is None:
         if component:
@@ -197,8 +212,7 @@ def _optimizer(m: TrainConfigMapping, data: dict[str, Any]) -> None:
 
 
 def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
-    loss = m.get(data, "loss") or {}
-    component = str(loss.get("_component_", "")) if isinstance(loss, dict) else ""
+    loss, component = _component(m, data, "loss")
     kind = LOSSES.get(component)
     if kind is None:
         if component:
@@ -206,7 +220,9 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         return
     m.set("loss", kind, "loss._component_")
     if kind == "chunked" and m.seq_lens:
-        chunks = int(loss.get("num_output_chunks", DEFAULT_LOSS_CHUNKS))
+        chunks = whole_number(
+            loss.get("num_output_chunks", DEFAULT_LOSS_CHUNKS), "loss.num_output_chunks"
+        )
         m.set("loss_chunk", -(-m.seq_lens[0] // chunks), "loss.num_output_chunks")
 
 

@@ -376,3 +376,29 @@ def test_a_full_training_arguments_dump_maps_without_false_warnings(tmp_path: Pa
     assert m.format == "trl" and m.seq_lens == [4096] and m.setup["loss"] == "chunked"
     assert m.run["packing"] is True
     assert m.warnings == [] and m.ignored == []
+
+
+def test_sharding_on_the_command_line_replaces_the_configs_layout(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = str(EXAMPLES / "axolotl-qlora-llama31-8b.yml")  # ZeRO-2 + optimizer offload
+    argv = ["estimate", "--train-config", config, "--gpu", "h100-80gb", "--format", "json"]
+    assert main([*argv, "--sharding", "none"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["setup"]["sharding"], doc["setup"]["parallel"]) == ("none", None)
+    assert {"parallel", "offload"} <= {i["key"] for i in doc["setup"]["ignored"]}
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["setup"]["parallel"], doc["setup"]["offload"]) == ("zero2", "optimizer")
+
+
+def test_a_bad_length_in_the_config_is_exit_2_and_a_422_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "a.yml"
+    path.write_text("base_model: x/y\nsequence_len: 4k\n")
+    assert main(["check", "--train-config", str(path), "--gpu", "h100-80gb"]) == 2
+    assert "train_config.sequence_len: expected a whole number, got '4k'" in capsys.readouterr().err
+    with pytest.raises(EstimatorInputError) as err:
+        read_train_config_text("model_name_or_path: x/y\ncutoff_len: 0\n")
+    assert err.value.field == "train_config.cutoff_len"

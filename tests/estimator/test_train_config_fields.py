@@ -728,6 +728,12 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
     ),
     (
         "accelerate",
+        "fsdp",  # no sharding: DDP keeps a whole copy per card (not device_map's split)
+        "distributed_type: MULTI_GPU\nnum_processes: 2\n",
+        {"setup.num_gpus": 2, "setup.parallel": "dp"},
+    ),
+    (
+        "accelerate",
         "deepspeed",
         "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n"
         "  offload_optimizer_device: cpu\n  gradient_accumulation_steps: 4\n",
@@ -834,3 +840,39 @@ def test_zero_buffer_sizes_off_the_default_are_listed_and_unknown_zero_keys_warn
     assert [w.split(":")[0] for w in mapping.warnings] == [
         "zero_optimization.zero_hpz_partition_size"
     ]
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "train_configs"
+ODD_VALUES = ("abc", "4k", -1, 0, [], {}, None, True, [1, "x"], {"a": 1})
+
+
+def _key_paths(data: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = []
+    for key, value in data.items():
+        out.append((*prefix, key))
+        if isinstance(value, dict):
+            out += _key_paths(value, (*prefix, key))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.iterdir()))
+def test_odd_values_at_every_key_are_mapped_or_named_bad_input(name: str) -> None:
+    """Each key of each example set to a string, a negative, a list, a mapping...: the reader
+    maps it (the request's validation names it later) or raises EstimatorInputError naming
+    `train_config.<key>`; never another exception."""
+    from estimator.errors import EstimatorInputError
+
+    base = parse_text((EXAMPLES / name).read_text(), name)
+    for path in _key_paths(base):
+        for odd in ODD_VALUES:
+            data = json.loads(json.dumps(base))
+            target = data
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = odd
+            if path != ("deepspeed",):
+                data.pop("deepspeed", None)  # a file beside the example: not read here
+            try:
+                map_config(data, None, None, name)
+            except EstimatorInputError as err:
+                assert err.field.startswith("train_config"), (path, odd, err.field)

@@ -14,12 +14,15 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
+from starlette.datastructures import QueryParams
 
 from app.api.deps import SessionDep
+from app.api.routes.pages import compute, recommend_for, result_context
 from app.db import repository
 from app.security import CSRF_FIELD, verify_csrf
 from app.services import quotes, report
 from app.services.charts import bar_chart
+from app.services.forms import FormInvalid, FormValues
 from app.services.quote_view import quote_view
 from app.web.render import error_page, form_identity, render
 from estimator.errors import EstimatorInputError
@@ -28,6 +31,11 @@ from estimator.request import EstimateRequest
 router = APIRouter(include_in_schema=False)
 
 STATUSES = ("pending", "draft", "approved", "rejected")
+REQUESTER_HELP = (
+    "No requester token is configured on this server, so nobody can save quotes yet. Create "
+    "one with `trainfit token create --role requester --name NAME`, put the printed entry in "
+    "TRAINFIT_REQUESTER_TOKENS and restart the service."
+)
 APPROVER_HELP = (
     "No approver token is configured on this server, so nobody can approve yet. Create one "
     "with `trainfit token create --role approver --name NAME`, put the printed entry in "
@@ -35,17 +43,19 @@ APPROVER_HELP = (
 )
 
 
-def _chosen_request(form: Any) -> EstimateRequest:
-    """The request of the chosen option: `option` = "<variant index>:<GPU option>"."""
+def _chosen_request(form: Any) -> tuple[EstimateRequest, EstimateRequest]:
+    """The request of the chosen option (`option` = "<variant index>:<GPU option>") and the
+    variant's request with every GPU option (what the recommendation was made for)."""
     bodies = [b for b in form.getlist("request_json") if isinstance(b, str)]
     chosen = form.get("option") or f"{form.get('variant', '0')}:"  # variant: every GPU
     index_text, _, gpu = str(chosen).partition(":")
     body = json.loads(bodies[int(index_text)])
+    whole = EstimateRequest.model_validate(body)
     if gpu:
         if gpu not in body.get("gpus", []):
             raise ValueError("the chosen GPU is not one of the estimate's")
         body["gpus"] = [gpu]
-    return EstimateRequest.model_validate(body)
+    return EstimateRequest.model_validate(body), whole
 
 
 @router.post("/quotes")
@@ -54,7 +64,7 @@ async def save_quote(request: Request, session: SessionDep) -> Response:
     submitted = form.get(CSRF_FIELD)
     verify_csrf(request, submitted if isinstance(submitted, str) else None)
     try:
-        body = _chosen_request(form)
+        body, whole = _chosen_request(form)
     except (ValueError, IndexError, ValidationError):
         return error_page(request, 422, "The quote form is incomplete: make the estimate again.")
     title = str(form.get("title", ""))[:200]
@@ -63,7 +73,13 @@ async def save_quote(request: Request, session: SessionDep) -> Response:
         return error_page(request, 422, "Title and comment may not contain NUL characters.")
     identity = form_identity(request, form, "save quotes")
     if identity is None:
-        return error_page(request, 403, "That is not a requester or approver token.")
+        settings = request.app.state.settings
+        message = (
+            "That is not a requester or approver token."
+            if settings.requester_tokens or settings.approver_tokens
+            else REQUESTER_HELP
+        )
+        return await _result_again(request, form, message, title, comment)
     try:
         quote = await run_in_threadpool(
             quotes.create_quote,
@@ -73,10 +89,34 @@ async def save_quote(request: Request, session: SessionDep) -> Response:
             created_by=identity.name,
             comment=comment,
             submit=form.get("submit") != "draft",
+            recommendation=await run_in_threadpool(recommend_for, whole),
         )
     except EstimatorInputError as exc:
         return error_page(request, 422, f"{exc.field}: {exc.message}")
     return RedirectResponse(quotes.quote_url(quote.id), status_code=303)
+
+
+async def _result_again(
+    request: Request, form: Any, message: str, title: str, comment: str | None
+) -> HTMLResponse:
+    """The result page again (from the inputs the quote form carries), with the error next to
+    the quote form and what was typed kept; the error page when the inputs are gone."""
+    query = str(form.get("query", ""))
+    if not query:
+        return error_page(request, 403, message)
+    values = FormValues.from_form(QueryParams(query))
+    try:
+        variants = await run_in_threadpool(compute, values)
+        context = await run_in_threadpool(result_context, variants, values)
+    except FormInvalid:
+        return error_page(request, 403, message)
+    context.update(
+        quote_error=message,
+        quote_title=title,
+        quote_comment=comment or "",
+        quote_option=str(form.get("option", "")),
+    )
+    return render(request, "result.html", context, 403)
 
 
 @router.get("/quotes", response_class=HTMLResponse)
