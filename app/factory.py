@@ -10,6 +10,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from app import openapi
 from app.api.routes import (
     catalog,
     docs,
@@ -86,6 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.version = _version()
 
     install_error_handlers(app)
+    openapi.install(app)
     pages_all = (pages, pages_quotes, pages_memtests, docs)
     for module in (health, catalog, estimates, solvers, memtests, quotes, *pages_all):
         app.include_router(module.router)

@@ -109,6 +109,17 @@ def test_a_quote_is_for_the_chosen_option_with_its_total_and_override(
     assert f"<strong>{option['cost_usd']:,.2f} USD</strong>" in page
     assert "at 1.80 USD per GPU-hour" in page
     assert 'id="quote-override"' in page and "override (rtx-pro-6000=1.8 USD/h)" in page
+    # the recommendation as the result page showed it: every GPU option of the estimate
+    saved = api["estimate"]["recommendation"]
+    assert {r["gpu"] for r in saved["rows"]} == {"a100-80gb", "rtx-pro-6000", "h200", "2xh200"}
+    assert 'id="quote-recommendation"' in page
+    token = csrf(sqlite_client, f"/quotes/{quote_id}")
+    sqlite_client.post(
+        f"/quotes/{quote_id}/decision",
+        data={"csrf_token": token, "decision": "reprice", "token": REQUESTER_TOKEN},
+    )
+    again = sqlite_client.get(f"/v1/quotes/{quote_id}").json()
+    assert again["version"] == 2 and again["estimate"]["recommendation"] == saved
     catalog_priced = _post_and_save(sqlite_client, "h200")
     other = sqlite_client.get(f"/quotes/{catalog_priced}").text
     assert 'id="quote-override"' not in other and "catalog:" in other

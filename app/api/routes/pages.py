@@ -111,7 +111,7 @@ def compute(values: FormValues) -> list[report.Variant]:
         raise FormInvalid([FormError(form_field(exc.field), exc.message)]) from None
 
 
-def _recommend(req: EstimateRequest) -> dict[str, Any] | None:
+def recommend_for(req: EstimateRequest) -> dict[str, Any] | None:
     """The best setting per GPU for the length the run needs: the longest sample of the
     dataset when one is given (estimator.recommend counts what each length drops), else the
     longest requested length."""
@@ -183,7 +183,7 @@ def result_context(variants: list[report.Variant], values: FormValues) -> dict[s
         "dataset": _dataset(first.document.get("dataset")),
         "train_config": first.document.get("train_config"),
         "calibration": first.document.get("calibration"),
-        "recommendation": _recommend(req),
+        "recommendation": recommend_for(req),
         "query": query,
         "values": values,
     }

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from starlette.datastructures import QueryParams
 
 from app.api.deps import SessionDep
-from app.api.routes.pages import compute, result_context
+from app.api.routes.pages import compute, recommend_for, result_context
 from app.db import repository
 from app.security import CSRF_FIELD, verify_csrf
 from app.services import quotes, report
@@ -43,17 +43,19 @@ APPROVER_HELP = (
 )
 
 
-def _chosen_request(form: Any) -> EstimateRequest:
-    """The request of the chosen option: `option` = "<variant index>:<GPU option>"."""
+def _chosen_request(form: Any) -> tuple[EstimateRequest, EstimateRequest]:
+    """The request of the chosen option (`option` = "<variant index>:<GPU option>") and the
+    variant's request with every GPU option (what the recommendation was made for)."""
     bodies = [b for b in form.getlist("request_json") if isinstance(b, str)]
     chosen = form.get("option") or f"{form.get('variant', '0')}:"  # variant: every GPU
     index_text, _, gpu = str(chosen).partition(":")
     body = json.loads(bodies[int(index_text)])
+    whole = EstimateRequest.model_validate(body)
     if gpu:
         if gpu not in body.get("gpus", []):
             raise ValueError("the chosen GPU is not one of the estimate's")
         body["gpus"] = [gpu]
-    return EstimateRequest.model_validate(body)
+    return EstimateRequest.model_validate(body), whole
 
 
 @router.post("/quotes")
@@ -62,7 +64,7 @@ async def save_quote(request: Request, session: SessionDep) -> Response:
     submitted = form.get(CSRF_FIELD)
     verify_csrf(request, submitted if isinstance(submitted, str) else None)
     try:
-        body = _chosen_request(form)
+        body, whole = _chosen_request(form)
     except (ValueError, IndexError, ValidationError):
         return error_page(request, 422, "The quote form is incomplete: make the estimate again.")
     title = str(form.get("title", ""))[:200]
@@ -87,6 +89,7 @@ async def save_quote(request: Request, session: SessionDep) -> Response:
             created_by=identity.name,
             comment=comment,
             submit=form.get("submit") != "draft",
+            recommendation=await run_in_threadpool(recommend_for, whole),
         )
     except EstimatorInputError as exc:
         return error_page(request, 422, f"{exc.field}: {exc.message}")
