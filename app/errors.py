@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from estimator.errors import EstimatorInputError
 from memtest_schema import MemtestSchemaError
@@ -144,14 +145,35 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
         return unprocessable(["body"], "the body is not valid JSON in UTF-8", "json_invalid")
     if exc.status_code in (204, 304) or exc.status_code < 400:
         return await http_exception_handler(request, exc)
+    headers = exc.headers
+    if exc.status_code == 405:  # every method of every route on this path, not just the first
+        headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request))}
     detail: Any = exc.detail
     if isinstance(detail, str):
         detail = _short(detail, 2 * MAX_MSG_CHARS)
     elif exc.status_code == 422:
         detail = bounded_errors(detail)
     return SafeJSONResponse(
-        status_code=exc.status_code, content={"detail": detail}, headers=exc.headers
+        status_code=exc.status_code, content={"detail": detail}, headers=headers
     )
+
+
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods the app answers on this request's path. Starlette's 405 names only the
+    methods of the first route whose path matched (`POST` for /v1/quotes, which also has GET).
+    HEAD is answered wherever GET is (app/headers.py)."""
+    methods = {
+        method
+        for method in _METHODS
+        for route in request.app.router.routes
+        if route.matches({**request.scope, "method": method})[0] is Match.FULL
+    }
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
 
 
 def _finite(value: Any) -> Any:

@@ -10,7 +10,20 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from app.api.routes import catalog, estimates, health, memtests, pages, quotes, solvers
+from app import openapi
+from app.api.routes import (
+    catalog,
+    docs,
+    estimates,
+    health,
+    memtests,
+    pages,
+    pages_memtests,
+    pages_quotes,
+    quotes,
+    solvers,
+)
+from app.api.routes.docs import DOCS_STATIC_URL, docs_static_dir
 from app.db.engine import is_memory_sqlite, make_engine, make_session_factory
 from app.db.migrate import upgrade_head
 from app.db.slots import DbSlots
@@ -61,6 +74,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=_version(),
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served from local files by app/api/routes/docs.py
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -72,9 +87,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.version = _version()
 
     install_error_handlers(app)
-    for module in (health, catalog, estimates, solvers, memtests, quotes, pages):
+    openapi.install(app)
+    pages_all = (pages, pages_quotes, pages_memtests, docs)
+    for module in (health, catalog, estimates, solvers, memtests, quotes, *pages_all):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount(DOCS_STATIC_URL, StaticFiles(directory=docs_static_dir()), name="static-docs")
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_upload_bytes)
     app.add_middleware(RejectNul)
     app.add_middleware(SecurityHeaders)  # outermost: 413/422 from the limits get them too

@@ -3,8 +3,8 @@
 - `Content-Security-Policy`: scripts and styles only from this origin (no inline script or
   handler: the pages use /static/*.js), no plugins, no framing (`frame-ancestors 'none'`),
   forms post only here. The API docs pages (/docs, /redoc) are FastAPI's own HTML with one
-  inline bootstrap script and the viewer from cdn.jsdelivr.net: their policy allows that CDN
-  and exactly those inline scripts by their sha256, still no 'unsafe-inline'.
+  inline bootstrap script and the viewer from this origin (/static-docs, app/api/routes/docs.py):
+  their policy allows exactly those inline scripts by their sha256, still no inline script.
 - `X-Content-Type-Options: nosniff`, `Referrer-Policy: no-referrer`, `X-Frame-Options: DENY`
   (for browsers without CSP 3), `Cross-Origin-Opener-Policy: same-origin`.
 - HEAD: answered as GET without the body (Content-Length kept), so `HEAD /healthz` is a 200
@@ -25,7 +25,6 @@ CSP = (
     "form-action 'self'; frame-ancestors 'none'"
 )
 DOCS_PATHS = ("/docs", "/redoc")
-DOCS_CDN = "https://cdn.jsdelivr.net"
 
 STATIC_HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"x-content-type-options", b"nosniff"),
@@ -37,15 +36,15 @@ _INLINE_SCRIPT = re.compile(rb"<script>(.*?)</script>", re.S)
 
 
 def docs_csp(html: bytes) -> str:
-    """The policy for a docs page: its inline scripts by hash, the viewer from the CDN."""
+    """The policy for a docs page: its inline scripts by hash, the viewer from this origin."""
     hashes = " ".join(
         f"'sha256-{base64.b64encode(hashlib.sha256(m.group(1)).digest()).decode()}'"
         for m in _INLINE_SCRIPT.finditer(html)
     )
     return (
-        f"default-src 'self'; script-src 'self' {DOCS_CDN} {hashes}; "
-        f"style-src 'self' {DOCS_CDN} 'unsafe-inline'; img-src 'self' data: "
-        "https://fastapi.tiangolo.com; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+        f"default-src 'self'; script-src 'self' {hashes}; "
+        "style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+        "connect-src 'self'; object-src 'none'; base-uri 'none'; "
         "frame-ancestors 'none'; worker-src 'self' blob:"
     )
 

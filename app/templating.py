@@ -20,3 +20,13 @@ templates.env.filters["usd"] = lambda v: "–" if v is None else f"{v:,.2f}"
 templates.env.filters["hours"] = lambda v: "–" if v is None else f"{v:,.1f}"
 templates.env.filters["pct"] = lambda v: "–" if v is None else f"{v:+.1f} %"
 templates.env.globals["labels"] = {"checkpointing": CHECKPOINTING_LABELS, "loss": LOSS_LABELS}
+
+
+def _mem(value: float | int | None, unit: str = "GiB", signed: bool = False) -> str:
+    if value is None:
+        return "–"
+    scaled = value / (2**20 if unit == "MiB" else 2**30)
+    return f"{scaled:+,.1f}" if signed else f"{scaled:,.1f}"
+
+
+templates.env.filters["mem"] = _mem

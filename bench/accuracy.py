@@ -59,7 +59,7 @@ CONFIGS = ["small-llama", "small-qwen3", "small-qwen3-moe", "small-gpt2", "small
 FAKE_ONLY = {"small-qwen3.5"}
 # Setups that also get a fake trace, as the fake-vs-CPU agreement check (one per config).
 SEQS = [256, 1024]
-PARTS = ("weights", "trainable_states", "activations", "logits")
+PARTS = ("weights", "trainable_states", "activations", "logits", "optimizer_step")
 STACK_FIELDS = ("stack", "autocast", "lora_dropout", "grad_accum", "optimizer_impl")
 # What each stack field means when the estimator cannot take it: the value it assumes today.
 ESTIMATOR_ASSUMES = {
@@ -178,7 +178,21 @@ def cannot_express(setup: dict[str, Any], known: set[str]) -> list[str]:
     return out
 
 
-def _estimate_parts(row: dict[str, Any]) -> dict[str, float | None]:
+def _step_transient(doc: dict[str, Any]) -> float | None:
+    """The estimator's optimizer-step temporaries (`StateBytes.step_transient`) for the doc."""
+    from estimator.compare import _setup_from_memtest
+    from estimator.memory.states import trainable_state_bytes
+    from estimator.model_source import resolve_model
+    from estimator.request import ModelInput
+
+    try:
+        spec = resolve_model(ModelInput(config=doc["model"]["config"]))
+        return float(trainable_state_bytes(spec, _setup_from_memtest(doc)).step_transient)
+    except Exception:  # noqa: BLE001 - a refusal leaves the part blank
+        return None
+
+
+def _estimate_parts(row: dict[str, Any], step: float | None) -> dict[str, float | None]:
     comps = row["estimated_components"]
     parts = row.get("components_vs_measured") or {}
     if not parts:
@@ -188,6 +202,7 @@ def _estimate_parts(row: dict[str, Any]) -> dict[str, float | None]:
         "trainable_states": parts["grads"]["estimated"] + parts["optimizer"]["estimated"],
         "activations": (comps["checkpoints"] or 0) + (comps["recompute_peak"] or 0),
         "logits": comps["logits"],
+        "optimizer_step": step,
     }
 
 
@@ -226,7 +241,7 @@ def run_case(case: Case, steps: int, known: set[str]) -> list[dict[str, Any]]:
         }
         if res["status"] == "ok" and "error" not in cmp:
             measured = res["component_maxima"] or {}
-            estimated = _estimate_parts(cmp)
+            estimated = _estimate_parts(cmp, _step_transient(doc))
             row.update(
                 measured_peak=res["peak_allocated_bytes"],
                 estimated_peak=cmp["estimated_peak_bytes"],
@@ -251,8 +266,8 @@ def report(rows: list[dict[str, Any]], wall: float, quick: bool) -> str:
     mib = 2**20
     lines = [
         f"{'config':<16}{'variant':<36}{'seq':>5}{'measured MiB':>13}{'est. MiB':>10}"
-        f"{'peak %':>8}  {'w/states/act/logits err %':<28}agreement / cannot express",
-        "-" * 150,
+        f"{'peak %':>8}  {'w/states/act/logits/step err %':<36}agreement / cannot express",
+        "-" * 158,
     ]
     for r in rows:
         head = f"{r['config']:<16}{r['variant'][:35]:<36}{r['seq']:>5}"
@@ -270,7 +285,7 @@ def report(rows: list[dict[str, Any]], wall: float, quick: bool) -> str:
             notes.append("cannot express: " + ", ".join(r["cannot_express"]))
         lines.append(
             f"{head}{r['measured_peak'] / mib:>13.2f}{r['estimated_peak'] / mib:>10.2f}"
-            f"{r['peak_error_pct']:>+8.1f}  {parts:<28}{'; '.join(notes)}"
+            f"{r['peak_error_pct']:>+8.1f}  {parts:<36}{'; '.join(notes)}"
         )
     ok = [r for r in rows if "measured_peak" in r]
     lines.append("")

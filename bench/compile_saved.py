@@ -1,13 +1,13 @@
 """What torch.compile keeps for the backward of one decoder layer (the source of
 estimator/memory/activations_compiled.py).
 
-Runs AOTAutograd with torch's own `min_cut_rematerialization_partition` and core decompositions
-(what inductor uses for training; no code generation, so it runs on the CPU) on transformers'
-`LlamaDecoderLayer` in bf16 with SDPA, and prints the forward graph's saved tensors next to
-what the eager layer saves (saved-tensor hooks). Parameters are left out of both. On the CPU,
-SDPA decomposes to its math form, whose (heads, s, s) probabilities show up as saved; on CUDA
-the flash / efficient kernel is an opaque op that saves its output and a logsumexp instead, so
-the (s, s) tensor is reported apart and not counted.
+Runs AOTAutograd with what inductor trains with — torch's own
+`min_cut_rematerialization_partition` and inductor's decomposition table (`select_decomp_table`)
+— but no code generation, so it runs on the CPU, on transformers' `LlamaDecoderLayer` in bf16
+with SDPA (kept opaque: it saves its output and a logsumexp, as flash does on CUDA), and prints
+the forward graph's saved tensors next to what the eager layer saves (saved-tensor hooks).
+Parameters are left out of both. `--loss` does the same for `F.cross_entropy(logits.float())`
+on bf16 logits (torchtune's compiled compute_cross_entropy).
 
     PYTHONPATH=. .venv/bin/python bench/compile_saved.py          # weights trained
     PYTHONPATH=. .venv/bin/python bench/compile_saved.py --frozen # weights frozen (LoRA base)
@@ -21,16 +21,19 @@ from typing import Any
 
 def main(argv: list[str] | None = None) -> int:
     import torch
-    from torch._decomp import core_aten_decompositions
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._inductor.decomposition import select_decomp_table
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frozen", action="store_true", help="layer weights frozen")
     parser.add_argument("--tokens", type=int, default=1024)
+    parser.add_argument("--loss", action="store_true", help="the compiled cross-entropy")
     args = parser.parse_args(argv)
+    if args.loss:
+        return _loss(args.tokens)
 
     h, m, heads, kv, tokens = 512, 1536, 8, 2, args.tokens
     cfg = LlamaConfig(
@@ -84,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             fw_compiler=forward,
             bw_compiler=lambda graph, _inputs: graph,
             partition_fn=min_cut_rematerialization_partition,
-            decompositions=core_aten_decompositions(),
+            decompositions=select_decomp_table(),
         )
 
     torch.compile(layer, backend=compiler)(x, position_embeddings=(cos, sin), attention_mask=None)
@@ -95,6 +98,44 @@ def main(argv: list[str] | None = None) -> int:
         f"compiled saved {compiled['bytes'] / tokens:9.0f} B/token "
         f"(+ {compiled['square'] / tokens:.0f} B/token of CPU-math SDPA probabilities)"
     )
+    return 0
+
+
+def _loss(tokens: int, vocab: int = 4096) -> int:
+    import torch
+    import torch.nn.functional as F
+    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._inductor.decomposition import select_decomp_table
+
+    def cross_entropy(logits: Any, labels: Any) -> Any:
+        return F.cross_entropy(logits.float(), labels, reduction="sum")
+
+    def show(kind: str) -> Any:
+        def compile_graph(graph: Any, _inputs: Any) -> Any:
+            outputs = [n for n in graph.graph.nodes if n.op == "output"][0].args[0]
+            for node in outputs[1 if kind == "saved" else 0 :]:
+                val = node.meta.get("val") if hasattr(node, "meta") else None
+                if val is not None and hasattr(val, "shape"):
+                    print(f"  {kind} {node.name:<24} {str(val.dtype):<15} {tuple(val.shape)}")
+            return graph
+
+        return compile_graph
+
+    def compiler(gm: Any, example: Any) -> Any:
+        return aot_module_simplified(
+            gm,
+            example,
+            fw_compiler=show("saved"),
+            bw_compiler=show("gradient"),
+            partition_fn=min_cut_rematerialization_partition,
+            decompositions=select_decomp_table(),
+        )
+
+    logits = torch.randn(tokens, vocab, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, vocab, (tokens,))
+    torch.compile(cross_entropy, backend=compiler)(logits, labels).backward()
+    print(f"tokens={tokens} vocab={vocab}: bf16 logits in, no fp32 (tokens, vocab) saved")
     return 0
 
 

@@ -5,7 +5,8 @@ nothing (targets live here, not in unit tests). Run from the repository root:
     python bench/speed.py --only estimate,cells1000         # some of them
     python bench/speed.py --quick                           # fewer repeats (tests use this)
 
-Figures (median of `--repeats` timings; in-process figures on one core):
+Figures (the best of `--repeats` timings, as timeit; in-process figures in CPU seconds of this
+process unless `--clock wall`):
 - `estimate_one`: one `estimate_document()` for one preset, one length, one GPU option (memory,
   FLOPs, time, cost, verdict), the same request again and again (the spec cache is warm);
 - `estimate_one_new_len`: the same with a different length each call (nothing memoised by
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
+import resource
 import subprocess
 import sys
 import tempfile
@@ -67,20 +68,29 @@ CELLS_GPUS = [
 ]
 
 
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+clock = CLOCKS["cpu"]
+
+
 def _per_call(fn: Callable[[], Any], calls: int, repeats: int) -> float:
-    """Median over `repeats` of the mean seconds per call over `calls` calls."""
+    """Best (as timeit) over `repeats` of the mean seconds per call over `calls` calls: the
+    machine is shared, and the least disturbed repeat is the figure of the code. `--clock cpu`
+    (default) counts this process's CPU seconds, which a busy machine inflates far less than
+    wall seconds (on an idle core, single-threaded, the two agree); `--clock wall` the wall."""
     fn()
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         for _ in range(calls):
             fn()
-        times.append((time.perf_counter() - start) / calls)
-    return statistics.median(times)
+        times.append((clock() - start) / calls)
+    return min(times)
 
 
 def _print(name: str, value: float | None, unit: str, what: str) -> None:
     shown = "n/a" if value is None else f"{value:,.4g}"
+    if unit in ("us", "ms"):
+        unit += " CPU" if clock is CLOCKS["cpu"] else " wall"
     print(f"{name}: {shown} {unit} ({what})", flush=True)
 
 
@@ -157,13 +167,14 @@ def bench_sweep(quick: bool, repeats: int) -> None:
         "sweep_memory", mem_evals / t / 1e6, "M memory evaluations/s", f"{mem_evals:,} (seq, batch)"
     )
     _print("sweep_verdicts", result.verdict.size / t / 1e6, "M verdicts/s", f"x {caps.size} GPUs")
-    if not hasattr(sweep_module, "full_sweep"):
+    if not hasattr(sweep_module, "sweep_full"):
         _print("sweep_full", None, "M full cells/s", "no time/cost sweep in this tree")
         return
+    options = [g.id for g in gpus]
 
     def full() -> None:
         nonlocal result
-        result = sweep_module.full_sweep(spec, setup, seqs, batches, gpus, profile)
+        result = sweep_module.sweep_full(spec, setup, seqs, batches, options, profile)
 
     t = _per_call(full, 1 if quick else 3, repeats)
     _print(
@@ -174,24 +185,38 @@ def bench_sweep(quick: bool, repeats: int) -> None:
     )
 
 
-def _wall(cmd: list[str], repeats: int) -> float:
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    times = []
+def _wall(cmd: list[str], repeats: int) -> tuple[float, float]:
+    """Best wall seconds and best CPU seconds (user + system) of `cmd` after one warm-up run.
+    The environment is the caller's less OPENBLAS_NUM_THREADS (the CLI must set it itself) and
+    PYTHONDONTWRITEBYTECODE: an installed package has its bytecode compiled, so the warm-up
+    writes it as an install would. CPU seconds move less than wall seconds on a busy machine."""
+    drop = ("OPENBLAS_NUM_THREADS", "PYTHONDONTWRITEBYTECODE")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    walls, cpus = [], []
     for _ in range(repeats + 1):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+        walls.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return min(walls[1:]), min(cpus[1:])
 
 
 def bench_cli(quick: bool, repeats: int) -> None:
     py = [sys.executable, "-m", "trainfit"]
-    _print("cli_help", _wall([*py, "--help"], repeats), "s wall", "trainfit --help")
-    cmd = [*py, "estimate", "--model", PRESET, "--gpu", "h100-80gb"]
-    _print("cli_estimate", _wall(cmd, repeats), "s wall", " ".join(cmd[2:]))
-    _print(
-        "python_bare", _wall([sys.executable, "-c", "pass"], repeats), "s wall", "python -c pass"
-    )
+    for name, cmd, what in (
+        ("cli_help", [*py, "--help"], "trainfit --help"),
+        (
+            "cli_estimate",
+            [*py, "estimate", "--model", PRESET, "--gpu", "h100-80gb"],
+            f"trainfit estimate --model {PRESET} --gpu h100-80gb",
+        ),
+        ("python_bare", [sys.executable, "-c", "pass"], "python -c pass"),
+    ):
+        wall, cpu = _wall(cmd, repeats)
+        _print(name, wall, "s wall", what)
+        _print(f"{name}_cpu", cpu, "s CPU", "user + system")
 
 
 def bench_rest(quick: bool, repeats: int) -> None:
@@ -233,7 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=",".join(BENCHES), help="comma-separated figures")
     parser.add_argument("--quick", action="store_true", help="few repeats (for tests)")
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu", help="in-process clock")
     args = parser.parse_args(argv)
+    global clock
+    clock = CLOCKS[args.clock]
     repeats = args.repeats or (1 if args.quick else 5)
     for name in args.only.split(","):
         if name not in BENCHES:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from estimator.errors import EstimatorInputError
 from estimator.memory import memory_breakdown
 from estimator.memory.model import COMPONENTS
@@ -33,6 +35,38 @@ def _setup_from_memtest(doc: dict[str, Any]) -> TrainingSetup:
 
 def _pct(estimated: float, measured: float) -> float | None:
     return None if not measured else round(100.0 * (estimated - measured) / measured, 2)
+
+
+def _first(value: Any) -> float:
+    return float(np.asarray(value, dtype=np.float64).reshape(-1)[0])
+
+
+def _parts_at_peak(mem: Any, comps: dict[str, float | None], devices: int) -> dict[str, float]:
+    """The estimate in the probe's kinds at the estimated peak moment (probe/tracker.py
+    `components_at_peak`: params, grads, optimizer, activations = every other device storage,
+    host): gradients count only when alive at that moment (memory/model.py `_phases`), and
+    activations are the rest of the allocated peak. Sharded states are split evenly over
+    `devices` (as the estimate's per-device figures)."""
+    st = mem.states
+    n = max(devices, 1)
+    params = (comps["weights"] or 0) + st.weights / n
+    optimizer = (st.optimizer + st.masters) / n
+    grads = st.grads / n
+    phases: dict[str, dict[str, Any]] = mem.phases or {}
+    if phases:
+        moment = max(phases, key=lambda m: sum(_first(v) for v in phases[m].values()))
+        parts = phases[moment]
+        # `trainable_states` holds the gradients only when they are alive at that moment
+        held = _first(parts.get("trainable_states", 0.0)) - (comps["trainable_states"] or 0)
+        grads = max(grads + held, 0.0) + _first(parts.get("gradients", 0.0))
+    allocated = float(mem.allocated[0])
+    return {
+        "params": params,
+        "grads": grads,
+        "optimizer": optimizer,
+        "activations": max(allocated - params - grads - optimizer, 0.0),
+        "host": float(mem.host[0]),
+    }
 
 
 def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any]:
@@ -66,15 +100,11 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
             "error_bytes": None if measured is None else int(estimated - measured),
             "error_pct": None if measured is None else _pct(estimated, measured),
         }
+        row["estimated_reserved_bytes"] = int(float(mem.reserved[0]))
+        row["estimated_host_bytes"] = int(float(mem.host[0]))
         measured_parts = result.get("components")
         if isinstance(measured_parts, dict) and mem.states is not None:
-            st = mem.states
-            n = max(devices, 1)
-            est_parts = {
-                "params": (comps["weights"] or 0) + st.weights / n,
-                "grads": st.grads / n,
-                "optimizer": (st.optimizer + st.masters) / n,
-            }
+            est_parts = _parts_at_peak(mem, comps, devices)
             row["components_vs_measured"] = {
                 k: {
                     "estimated": int(v),

@@ -8,7 +8,7 @@ recommendation documents are built on the same parts.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator.errors import EstimatorInputError
 from estimator.gpu_options import GpuOption, check_devices, parse_gpu_options
@@ -21,12 +21,14 @@ from estimator.rows import estimate_rows, model_summary
 from estimator.scenario import Scenario
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
-from estimator.time.calibration import Calibration, calibrate
 from estimator.time.cost import gpu_price, normalise_prices
 from estimator.time.flops import step_flops
 from estimator.time.plan import cell_time_and_cost, training_summary
 from estimator.time.step import OptionRates, option_rates
 from estimator.time.tokens import RunTokens, resolve_tokens, seq_len_report
+
+if TYPE_CHECKING:
+    from estimator.time.calibration import Calibration
 
 SCHEMA = "trainfit.estimate/1"
 
@@ -58,6 +60,8 @@ def add_time_and_cost(
     the cells `estimator.time.plan.row_time_and_cost` makes one at a time)."""
     cal = None
     if request.calibration is not None:
+        from estimator.time.calibration import calibrate  # loaded only when asked for
+
         c = request.calibration
         measured = Scenario(
             spec, next(iter(setups.values())), profile, c.seq_len, c.batch, option=c.gpu

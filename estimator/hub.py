@@ -80,13 +80,19 @@ def looks_like_hub_id(text: str) -> bool:
 def model_source(text: str) -> dict[str, str]:
     """Classify a `--model` value (see the module docstring for the order): returns
     `{"file": path}`, `{"hub": id}` or else `{"preset": id}`. Does no network access."""
-    from estimator.presets import PRESET_SOURCES
-
     path = Path(text)
     if path.is_file() or path.suffix == ".json":
         return {"file": text}
     if path.is_dir() and (path / CONFIG_FILE).is_file():
         return {"file": str(path / CONFIG_FILE)}
+    return preset_or_hub(text)
+
+
+def preset_or_hub(text: str) -> dict[str, str]:
+    """Steps 3-5 of the module docstring, without looking at local files (what the service
+    does with a model named in a request or in a training config sent to it)."""
+    from estimator.presets import PRESET_SOURCES
+
     if text.strip().lower() not in PRESET_SOURCES and looks_like_hub_id(text):
         alias = preset_for_repo(text)
         return {"preset": alias} if alias else {"hub": text.strip()}
@@ -170,7 +176,8 @@ def hub_download(hub: HubId, filename: str, settings: HubSettings, field: str = 
         raise EstimatorInputError(
             field,
             f"{where}: no such model repo on the Hub (or it is private: set HF_TOKEN); "
-            f"check the id, or pass a config.json file",
+            f"check the id, or pass its config.json with --model path/to/config.json "
+            f"(REST: model.config)",
         ) from None
     except errors.RemoteEntryNotFoundError:
         raise EstimatorInputError(field, f"{where}: the repo has no {filename}") from None

@@ -94,6 +94,8 @@ class _WithTrainConfig(BaseModel):
     @model_validator(mode="wrap")
     @classmethod
     def _merge_train_config(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        if not isinstance(data, dict) or data.get("train_config") is None:
+            return handler(data)  # no config to read: estimator.train_config is not loaded
         from estimator.errors import EstimatorInputError
         from estimator.train_config.body import merge_train_config
 

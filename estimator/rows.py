@@ -3,12 +3,14 @@ device) and a verdict per GPU option; and the model summary at its head."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from estimator.fit import VERDICTS, verdict_codes
+from estimator.fit import VERDICTS, verdict_code
 from estimator.gpu_options import GpuOption, devices_for
+from estimator.memo import Memo
 from estimator.memory import memory_breakdown
 from estimator.memory.model import COMPONENTS, MemoryBreakdown
 from estimator.profile import Profile
@@ -16,27 +18,51 @@ from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 
 
-def _int(value: Any) -> int | None:
-    return None if value is None else int(np.ceil(float(value)))
+def _ints(values: Any, shape: tuple[int, ...]) -> list[int]:
+    """Whole bytes (rounded up) of an array broadcast to `shape`, as Python ints."""
+    if type(values) is not np.ndarray or values.ndim == 0:  # one figure for every row
+        return [math.ceil(float(values))] * shape[0]
+    up = np.ceil(values)
+    if up.shape != shape:
+        up = np.broadcast_to(up, shape)
+    return [int(v) for v in up.tolist()]
 
 
-def _components_at(mem: MemoryBreakdown, i: int) -> dict[str, int | None]:
-    return {
-        name: _int(None if mem.components[name] is None else mem.components[name][i])
-        for name in COMPONENTS
-    }
+class _Columns:
+    """One memory breakdown's figures per row, rounded up to whole bytes (`_ints`) once for all
+    rows, as plain Python values."""
 
-
-def _phases_at(mem: MemoryBreakdown, i: int) -> dict[str, dict[str, int]]:
-    """Each moment of the step (memory/model.py `_phases`) by part, bytes without the overhead
-    and the allocator's slack; the largest is `peak_phase`."""
-    out: dict[str, dict[str, int]] = {}
-    for moment, parts in mem.phases.items():
-        out[moment] = {
-            name: int(np.ceil(float(np.broadcast_to(v, np.shape(mem.peak))[i])))
-            for name, v in parts.items()
+    def __init__(self, mem: MemoryBreakdown, rows: int) -> None:
+        shape = (rows,)
+        peak = mem.peak
+        if type(peak) is not np.ndarray or peak.ndim == 0:
+            self.peak = [float(peak)] * rows
+        else:
+            self.peak = (peak if peak.shape == shape else np.broadcast_to(peak, shape)).tolist()
+        self.peak_bytes = _ints(mem.peak, shape)
+        self.allocated = _ints(mem.allocated, shape)
+        self.reserved = _ints(mem.reserved, shape)
+        self.host = _ints(mem.host, shape)
+        parts = {
+            name: None if mem.components[name] is None else _ints(mem.components[name], shape)
+            for name in COMPONENTS
         }
-    return out
+        self.components = [
+            {name: None if v is None else v[i] for name, v in parts.items()} for i in range(rows)
+        ]
+        moments = {
+            moment: {name: _ints(v, shape) for name, v in parts_.items()}
+            for moment, parts_ in mem.phases.items()
+        }
+        self.phases = [
+            {moment: {name: v[i] for name, v in p.items()} for moment, p in moments.items()}
+            for i in range(rows)
+        ]
+
+    def phases_at(self, i: int) -> dict[str, dict[str, int]]:
+        """Each moment of the step (memory/model.py `_phases`) by part, bytes without the
+        overhead and the allocator's slack; the largest is `peak_phase` (a fresh copy)."""
+        return {moment: dict(parts) for moment, parts in self.phases[i].items()}
 
 
 def _peak_phase(phases: dict[str, dict[str, int]]) -> str | None:
@@ -46,15 +72,27 @@ def _peak_phase(phases: dict[str, dict[str, int]]) -> str | None:
 def model_summary(
     spec: ModelSpec, setup: TrainingSetup, mem: MemoryBreakdown, profile: Profile
 ) -> dict[str, Any]:
+    trainable = mem.states.trainable_params if mem.states else 0
+    fixed = _SUMMARIES.get((spec, profile), None, lambda: _spec_summary(spec, profile))
+    return {  # `fixed`'s key order, `params_trainable` in its place; containers copied
+        **fixed,
+        "params_trainable": trainable,
+        "params_extras": dict(fixed["params_extras"]),
+        "layer_types": dict(fixed["layer_types"]),
+        "notes": list(fixed["notes"]),
+    }
+
+
+def _spec_summary(spec: ModelSpec, profile: Profile) -> dict[str, Any]:
+    """What the model summary says that depends on the spec and the profile alone."""
     from estimator.memory.weights import counted_params
 
-    trainable = mem.states.trainable_params if mem.states else 0
     return {
         "name": spec.name,
         "model_type": spec.model_type,
         "params_total": spec.params_total,
         "params_active": spec.params_active,
-        "params_trainable": trainable,
+        "params_trainable": None,
         "params_in_weights": counted_params(spec, profile),
         "params_extras": {g.name: g.params for g in spec.extras},
         "geometry_known": spec.geometry_known,
@@ -66,6 +104,9 @@ def model_summary(
     }
 
 
+_SUMMARIES: Memo[dict[str, Any]] = Memo()
+
+
 def estimate_rows(
     spec: ModelSpec,
     setup: TrainingSetup,
@@ -74,44 +115,54 @@ def estimate_rows(
     usable_fraction: float,
     profile: Profile,
 ) -> tuple[list[dict[str, Any]], MemoryBreakdown]:
-    seqs = np.asarray(seq_lens, dtype=np.float64)
+    # one length: numpy scalars, several times faster than one-element arrays (same values)
+    seqs: Any = np.asarray(seq_lens, dtype=np.float64) if len(seq_lens) > 1 else float(seq_lens[0])
     # a --parallel layout needs its card count: the first option's (estimator/parallel/)
     first = devices_for(options[0], setup) if options and setup.parallel else None
     mem = memory_breakdown(spec, setup, seqs, setup.batch, profile, devices=first)
+    by_devices: dict[int, MemoryBreakdown] = {mem.devices: mem}
     per_option: dict[str, MemoryBreakdown] = {}
     for opt in options:
         n = devices_for(opt, setup)
-        per_option[opt.option] = (
-            mem
-            if n == mem.devices
-            else memory_breakdown(spec, setup, seqs, setup.batch, profile, devices=n)
-        )
+        if n not in by_devices:  # one evaluation per card count, not per option
+            by_devices[n] = memory_breakdown(spec, setup, seqs, setup.batch, profile, devices=n)
+        per_option[opt.option] = by_devices[n]
+    size = len(seq_lens)
+    columns = {id(m): _Columns(m, size) for m in by_devices.values()}
+    base = columns[id(mem)]
+    verdicts = {
+        opt.option: [
+            verdict_code(peak, opt.gpu.capacity_bytes, usable_fraction)
+            for peak in columns[id(per_option[opt.option])].peak
+        ]
+        for opt in options
+    }
     rows = []
     for i, seq in enumerate(seq_lens):
-        phases = _phases_at(mem, i)
+        phases = base.phases_at(i)
         fit = {}
         for opt in options:
             m = per_option[opt.option]
-            peak = float(m.peak[i])
+            col = columns[id(m)]
             cap = opt.gpu.capacity_bytes
-            code = int(verdict_codes(peak, cap, usable_fraction))
             usable = int(cap * usable_fraction)
+            peak_bytes = col.peak_bytes[i]
             fit[opt.option] = {
-                "verdict": VERDICTS[code],
+                "verdict": VERDICTS[verdicts[opt.option][i]],
                 "gpu": opt.gpu.id,
                 "devices": m.devices,
                 "sharding": m.sharding,
                 "capacity_bytes": cap,
                 "usable_bytes": usable,
-                "peak_bytes": _int(peak),
-                "allocated_bytes": _int(m.allocated[i]),
-                "reserved_bytes": _int(m.reserved[i]),
-                "margin_bytes": usable - int(np.ceil(peak)),
+                "peak_bytes": peak_bytes,
+                "allocated_bytes": col.allocated[i],
+                "reserved_bytes": col.reserved[i],
+                "margin_bytes": usable - peak_bytes,
                 "peak_is_lower_bound": m.peak_is_lower_bound,
             }
             if m is not mem:
-                fit[opt.option]["components"] = _components_at(m, i)
-                phases_here = _phases_at(m, i)
+                fit[opt.option]["components"] = dict(col.components[i])
+                phases_here = col.phases_at(i)
                 fit[opt.option]["phases"] = phases_here
                 fit[opt.option]["peak_phase"] = _peak_phase(phases_here)
         rows.append(
@@ -121,13 +172,13 @@ def estimate_rows(
                 "tokens": int(seq) * setup.batch,
                 "checkpointing": setup.checkpointing,
                 "loss": setup.loss,
-                "components": _components_at(mem, i),
+                "components": dict(base.components[i]),
                 "phases": phases,
                 "peak_phase": _peak_phase(phases),
-                "host_bytes": _int(mem.host[i]),
-                "peak_bytes": _int(mem.peak[i]),
-                "allocated_bytes": _int(mem.allocated[i]),
-                "reserved_bytes": _int(mem.reserved[i]),
+                "host_bytes": base.host[i],
+                "peak_bytes": base.peak_bytes[i],
+                "allocated_bytes": base.allocated[i],
+                "reserved_bytes": base.reserved[i],
                 "peak_is_lower_bound": mem.peak_is_lower_bound,
                 "not_computable": dict(mem.not_computable),
                 "devices": mem.devices,

@@ -46,6 +46,10 @@ COMPONENT_KEYS = ("params", "grads", "optimizer", "activations")
 # optimizer states (+ fp32 masters); `activations` = everything else except `logits`, which are
 # the storages whose last dimension is the vocabulary (logits, their fp32 copies and gradients).
 MAXIMA_KEYS = ("weights", "trainable_states", "activations", "logits")
+# Optional among them: `optimizer_step`, the most bytes of temporaries (not weights, states or
+# logits) created from the optimizer step's start on (fused/foreach/8-bit step buffers); when it
+# is present, `activations` covers only the forward and backward before that point.
+OPTIONAL_MAXIMA_KEYS = ("optimizer_step",)
 # Optional `results[i].device_memory` (CUDA only): `torch.cuda.mem_get_info()` before the first
 # step and after the last step of the length: what nvidia-smi sees (the CUDA context, library
 # workspaces and everything the caching allocator reserved), not only torch's tensors.
@@ -88,6 +92,11 @@ STACK_SETUP_FIELDS: dict[str, tuple[str, ...] | None] = {
     "train_embeddings": None,  # bool: embeddings / lm_head trained (peft modules_to_save)
     "base": ("bf16", "int8", "nf4"),  # storage of the frozen base weights
     "compile": None,  # bool: torch.compile of the decoder layers
+    # multi-GPU layout (issue 12, estimator/parallel/): absent for a single-device run
+    "parallel": None,  # str or null: `fsdp=8,tp=8`, `zero3`, `dp`, ...
+    "fsdp_wrap": None,  # str: FSDP unit, `layer` or `block-of-N`
+    "reshard_after_forward": None,  # bool: FSDP2 reshard_after_forward
+    "offload": ("none", "optimizer", "params"),  # ZeRO / FSDP CPU offload
 }
 
 MAX_RESULTS = 1000
@@ -371,8 +380,14 @@ def _check_stack_setup(setup: dict[str, Any], path: str) -> None:
             "kbit_prepare",
             "train_embeddings",
             "compile",
+            "reshard_after_forward",
         ):
             _bool(item, field)
+        elif key == "parallel":
+            if item is not None:
+                _str(item, field, nonempty=True)
+        elif key == "fsdp_wrap":
+            _str(item, field, nonempty=True)
         elif key == "grad_accum":
             _int(item, field, minimum=1, maximum=MAX_STEPS)
         elif key == "lora_dropout":
@@ -450,10 +465,13 @@ def _check_result(value: object, path: str, max_steps: int) -> None:
         mpath = _join(path, "component_maxima")
         maxima = _obj(res["component_maxima"], mpath)
         for key in maxima:
-            if key not in MAXIMA_KEYS:
+            if key not in MAXIMA_KEYS + OPTIONAL_MAXIMA_KEYS:
                 raise MemtestSchemaError(_join(mpath, key), "unknown component")
         for key in MAXIMA_KEYS:
             _int(_require(maxima, key, mpath), _join(mpath, key))
+        for key in OPTIONAL_MAXIMA_KEYS:
+            if key in maxima:
+                _int(maxima[key], _join(mpath, key))
     if res["status"] == "ok":
         if res["peak_allocated_bytes"] is None:
             raise MemtestSchemaError(

@@ -211,6 +211,10 @@ def _callback_class() -> type:
             self.session.sync()
             self.started = time.perf_counter()
 
+        def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if self.session.tracker is not None:
+                self.session.tracker.mark_optimizer_step()
+
         def on_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             tracker = self.session.tracker
             if tracker is None:

@@ -179,6 +179,8 @@ class _Session:
                 loss = full_loss(self.built.model, ids)
         loss.backward()
         del loss, ids
+        if self.tracker is not None:
+            self.tracker.mark_optimizer_step()
         self.optimizer.step()
         components = None
         if self.tracker is not None:

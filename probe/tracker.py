@@ -78,6 +78,7 @@ class StorageTracker(TorchDispatchMode):
         self._window_peak = 0
         self._window_peak_index = 0
         self._window_host_at_peak = 0
+        self._step_mark: int | None = None  # event index where the optimizer step began
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -178,9 +179,15 @@ class StorageTracker(TorchDispatchMode):
         self._baseline = {uid: n for uid, n in self._live.values() if uid not in self._host}
         self._logit_uids &= set(self._baseline)
         self._events = []
+        self._step_mark = None
         self._window_peak = self.current
         self._window_peak_index = 0
         self._window_host_at_peak = self.host_current
+
+    def mark_optimizer_step(self) -> None:
+        """The optimizer step starts here: temporaries made from now on are `optimizer_step`
+        in `component_maxima`, not activations."""
+        self._step_mark = len(self._events)
 
     @property
     def window_peak(self) -> int:
@@ -241,20 +248,30 @@ class StorageTracker(TorchDispatchMode):
         weights: parameters and buffers; trainable_states: gradients + optimizer states (with
         fp32 masters); logits: non-state storages whose last dimension is `vocab` (logits, their
         fp32 copies, log-softmax, their gradients); activations: all other device storages
-        (saved tensors, recomputation, temporaries). Call while params/grads/states are alive.
+        (saved tensors, recomputation, temporaries). Where `mark_optimizer_step` was called,
+        the other storages made from then on (the optimizer step's buffers) are
+        `optimizer_step` instead of activations. Call while params/grads/states are alive.
         """
         p_uids = self._uids(params)
         s_uids = (self._uids(grads) | self._uids(optimizer_state)) - p_uids
         live = dict(self._baseline)
+        mark = self._step_mark
+        step_uids: set[int] = set()
+        if mark is not None:
+            step_uids = {uid for uid, delta in self._events[mark:] if delta > 0}
 
         def kind(uid: int) -> str:
             if uid in p_uids:
                 return "weights"
             if uid in s_uids:
                 return "trainable_states"
-            return "logits" if uid in self._logit_uids else "activations"
+            if uid in self._logit_uids:
+                return "logits"
+            return "optimizer_step" if uid in step_uids else "activations"
 
         current = {"weights": 0, "trainable_states": 0, "activations": 0, "logits": 0}
+        if mark is not None:
+            current["optimizer_step"] = 0
         for uid, nbytes in live.items():
             current[kind(uid)] += nbytes
         best = dict(current)

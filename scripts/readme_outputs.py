@@ -30,7 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-MARKER = re.compile(r"^<!-- readme-output: (python|console)( stderr)? -->$")
+MARKER = re.compile(r"^<!-- readme-output: (python|console|markdown)( stderr)? -->$")
+END_MARKER = "<!-- /readme-output -->"
 SHOWN_CACHE = "~/.cache/trainfit"
 
 
@@ -118,6 +119,14 @@ def regenerate(text: str) -> str:
                 out.append("```")
                 out.extend(run_python("\n".join(body)).rstrip("\n").split("\n"))
                 out.append("```")
+                i = close + 1
+            elif kind == "markdown":
+                out.extend(lines[start : end + 1])
+                close = lines.index(END_MARKER, end + 1)
+                shown = run_console(body, stderr_only, tmp).split("\n")[len(body) :]
+                out.append("")
+                out.extend("\n".join(shown).strip("\n").split("\n"))
+                out.append(END_MARKER)
                 i = close + 1
             else:
                 out.append(lines[start])

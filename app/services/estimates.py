@@ -8,7 +8,7 @@ from typing import Any
 import gpu_catalog
 from estimator import document as api
 from estimator.errors import EstimatorInputError
-from estimator.request import CheckRequest, EstimateRequest, RecommendRequest
+from estimator.request import CheckRequest, EstimateRequest, RecommendRequest, SolverRequest
 
 # Work bounds of one estimate (issue 16): each cap alone is fine, their product is not. 256
 # lengths x 64 GPU options was 49 s of CPU and a 23 MB answer; 256 lengths x 2.7 M dataset
@@ -62,3 +62,7 @@ def list_profiles() -> list[str]:
 
 def list_gpus() -> list[dict[str, Any]]:
     return [gpu.model_dump(mode="json") for gpu in gpu_catalog.list_gpus()]
+
+
+def max_seq(req: SolverRequest) -> dict[str, Any]:
+    return api.max_seq_document(req)

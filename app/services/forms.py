@@ -2,32 +2,47 @@
 
 The form may tick several checkpointing and loss options; each combination is one
 `EstimateRequest` (the seed's fit table compares exactly such combinations).
+
+Uploaded files are turned into text fields (`config_text`, `lengths_text`,
+`train_config_text`) as soon as they arrive, so the form can be re-rendered after an error
+with what was uploaded, and every estimate can be written as a link (`query()`): the inputs
+in the query string of `GET /estimate` re-render the same result.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+from urllib.parse import urlencode
 
 from pydantic import ValidationError
 
+from estimator.errors import EstimatorInputError
 from estimator.request import EstimateRequest
+from estimator.time.tokens import parse_lengths
 
-CHECKPOINTING_ORDER = ("offload", "gpu", "none")
-LOSS_ORDER = ("chunked", "full")
-MAX_LENGTHS = 10_000_000
+CHECKPOINTING_ORDER = ("offload", "gpu", "none", "selective")
+LOSS_ORDER = ("chunked", "full", "liger", "cce", "unsloth")
+MODEL_SOURCES = ("preset", "hub", "config", "train_config")
+MAX_LINK_CHARS = 16_000  # a permalink longer than this is not offered (browsers cope, people not)
+LIST_FIELDS = ("checkpointing", "loss", "gpus")
 
 
 @dataclass
 class FormValues:
-    """What the user typed, to re-render the form after an error."""
+    """What the user typed (and uploaded, as text), to re-render the form after an error and to
+    write the estimate's link."""
 
     model_source: str = "preset"
     preset: str = ""
+    hub_id: str = ""
     config_text: str = ""
     model_name: str = ""
+    train_config_text: str = ""
+    train_config_format: str = ""
+    train_config_name: str = ""
+    stack: str = "hf"
     method: str = "lora"
     lora_rank: str = "16"
     lora_targets: str = "all-linear"
@@ -43,39 +58,42 @@ class FormValues:
     usable_fraction: str = "0.92"
     profile: str = "default"
     tokens: str = ""
+    epochs: str = "1"
+    lengths_text: str = ""
+    lengths_name: str = ""
     prices: str = ""
+    calib_gpu: str = ""
+    calib_seq: str = ""
+    calib_tps: str = ""
+    calib_source: str = ""
 
     @classmethod
     def from_form(cls, form: Any) -> FormValues:
-        def one(name: str, default: str = "") -> str:
-            value = form.get(name)
-            return value.strip() if isinstance(value, str) else default
+        """From a submitted form or a query string (anything with get/getlist)."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name in LIST_FIELDS:
+                values[f.name] = [v for v in form.getlist(f.name) if isinstance(v, str) and v]
+            else:
+                raw = form.get(f.name)
+                if isinstance(raw, str):
+                    values[f.name] = raw.strip()
+        return cls(**values)
 
-        def many(name: str) -> list[str]:
-            return [v for v in form.getlist(name) if isinstance(v, str) and v]
-
-        return cls(
-            model_source=one("model_source", "preset"),
-            preset=one("preset"),
-            config_text=one("config_text"),
-            model_name=one("model_name"),
-            method=one("method", "lora"),
-            lora_rank=one("lora_rank", "16"),
-            lora_targets=one("lora_targets"),
-            optimizer=one("optimizer", "adamw"),
-            precision=one("precision", "mixed"),
-            checkpointing=many("checkpointing"),
-            loss=many("loss"),
-            batch=one("batch", "1"),
-            seq_lens=one("seq_lens"),
-            gpus=many("gpus"),
-            gpus_extra=one("gpus_extra"),
-            parallel=one("parallel"),
-            usable_fraction=one("usable_fraction", "0.92"),
-            profile=one("profile", "default"),
-            tokens=one("tokens"),
-            prices=one("prices"),
-        )
+    def query(self) -> str:
+        """The inputs as a query string (defaults left out): `GET /estimate?` + this
+        re-renders the same estimate, `/?` + this pre-fills the form."""
+        default = FormValues()
+        pairs: list[tuple[str, str]] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in LIST_FIELDS:
+                pairs += [(f.name, v) for v in value]
+                if not value:
+                    pairs.append((f.name, ""))
+            elif value != getattr(default, f.name):
+                pairs.append((f.name, value))
+        return urlencode(pairs)
 
 
 @dataclass(frozen=True)
@@ -90,53 +108,6 @@ class FormInvalid(Exception):
         self.errors = errors
 
 
-@dataclass(frozen=True)
-class LengthStats:
-    count: int
-    total: int
-    p50: float
-    p90: float
-    maximum: int
-
-
-def parse_lengths(raw: bytes) -> list[int]:
-    """A dataset-lengths file: a JSON list of token counts, or one count per line."""
-    text = raw.decode("utf-8", errors="strict").strip()
-    if not text:
-        raise ValueError("the file is empty")
-    values: list[Any]
-    if text.startswith("["):
-        values = json.loads(text)
-        if not isinstance(values, list):
-            raise ValueError("expected a JSON list of integers")
-    else:
-        values = [line.split(",")[0].strip() for line in text.splitlines() if line.strip()]
-    if len(values) > MAX_LENGTHS:
-        raise ValueError(f"more than {MAX_LENGTHS} lengths")
-    out: list[int] = []
-    for i, v in enumerate(values):
-        try:
-            n = int(v)
-        except (TypeError, ValueError):
-            raise ValueError(f"entry {i + 1} ({str(v)[:20]!r}) is not an integer") from None
-        if n < 0 or isinstance(v, bool):
-            raise ValueError(f"entry {i + 1} is negative")
-        out.append(n)
-    return out
-
-
-def length_stats(lengths: list[int]) -> LengthStats:
-    ordered = sorted(lengths)
-    q = statistics.quantiles(ordered, n=10, method="inclusive") if len(ordered) > 1 else None
-    return LengthStats(
-        count=len(ordered),
-        total=sum(ordered),
-        p50=statistics.median(ordered),
-        p90=q[8] if q else float(ordered[0]),
-        maximum=ordered[-1],
-    )
-
-
 def _ints(text: str) -> list[int]:
     return [int(p.replace("_", "")) for p in text.replace(";", ",").split(",") if p.strip()]
 
@@ -149,136 +120,225 @@ def _prices(text: str) -> dict[str, float]:
         gpu, sep, price = part.partition("=")
         if not sep:
             raise ValueError(f"write prices as gpu=USD per hour, e.g. h200=5.0 (got {part!r})")
-        out[gpu.strip()] = float(price)
+        try:
+            out[gpu.strip()] = float(price)
+        except ValueError:
+            raise ValueError(f"{price.strip()!r} is not a number of USD per hour") from None
     return out
 
 
-def build_requests(
-    values: FormValues,
-    *,
-    config_file: bytes | None = None,
-    lengths_file: bytes | None = None,
-) -> tuple[list[tuple[str, str, EstimateRequest]], LengthStats | None]:
-    """The (checkpointing, loss, request) combinations the form asks for. Raises FormInvalid
-    naming the form fields at fault."""
-    errors: list[FormError] = []
-    model: dict[str, Any] = {}
-    if values.model_source == "config":
-        text = values.config_text
-        if config_file:
-            try:
-                text = config_file.decode("utf-8")
-            except UnicodeDecodeError:
-                errors.append(FormError("config_file", "not a UTF-8 text file"))
+def lengths_format(name: str, text: str) -> str:
+    """The lengths file's format from its name (as the CLI does), else from its content."""
+    suffix = name.lower().rsplit(".", 1)[-1] if "." in name else ""
+    if suffix in ("csv", "jsonl", "json"):
+        return suffix
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        return "json"
+    if stripped.startswith("{"):
+        return "jsonl"
+    return "csv" if "," in text else "text"
+
+
+def clean_message(message: str) -> str:
+    """Pydantic's messages without its framework prefixes."""
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if message.startswith(prefix):
+            message = message[len(prefix) :]
+    return message
+
+
+def form_field(loc: tuple[Any, ...] | str) -> str:
+    """The form field behind a request path (`setup.lora_rank` -> `lora_rank`,
+    `model.config.x` -> `config_text`)."""
+    parts = loc.split(".") if isinstance(loc, str) else [str(p) for p in loc]
+    if parts and parts[0] == "body":
+        parts = parts[1:]
+    if not parts:
+        return "form"
+    head = parts[0]
+    if head == "model":
+        sub = parts[1] if len(parts) > 1 else ""
+        return {"preset": "preset", "hub": "hub_id", "name": "model_name"}.get(sub, "config_text")
+    if head in ("config", "num_hidden_layers", "hidden_size", "vocab_size"):
+        return "config_text"
+    if head == "train_config":
+        return "train_config_text"
+    if head == "setup":
+        return parts[1] if len(parts) > 1 else "method"
+    if head in ("dataset_lengths", "dataset"):
+        return "lengths_file"
+    if head == "calibration":
+        return "calibration"
+    if head == "seq_len":
+        return "seq_lens"
+    return head
+
+
+def _model(values: FormValues, errors: list[FormError]) -> dict[str, Any] | None:
+    """The request's `model`, or None when it comes from the training config."""
+    source = values.model_source
+    if source == "train_config":
+        if not values.train_config_text:
+            errors.append(FormError("train_config_file", "upload or paste the training config"))
+        return None
+    if source == "hub":
+        if "/" not in values.hub_id:
+            errors.append(
+                FormError("hub_id", "a Hugging Face model id, ORG/NAME or ORG/NAME@revision")
+            )
+        return {"hub": values.hub_id}
+    if source == "config":
         try:
-            config = json.loads(text) if text else None
-            if not isinstance(config, dict):
-                raise ValueError("paste or upload a config.json object")
-            model = {"config": config}
-            if values.model_name:
-                model["name"] = values.model_name
+            config = json.loads(values.config_text) if values.config_text else None
         except (ValueError, RecursionError) as exc:
-            errors.append(FormError("config_text", f"not a JSON object: {exc}"))
-    else:
-        if not values.preset:
-            errors.append(FormError("preset", "pick a model preset"))
-        model = {"preset": values.preset}
+            errors.append(FormError("config_text", f"not JSON: {exc}"))
+            return {}
+        if not isinstance(config, dict):
+            errors.append(FormError("config_text", "upload or paste a config.json object"))
+            return {}
+        model: dict[str, Any] = {"config": config}
+        if values.model_name:
+            model["name"] = values.model_name
+        return model
+    if not values.preset:
+        errors.append(FormError("preset", "pick a model preset"))
+    return {"preset": values.preset}
 
-    def integer(name: str, text: str) -> int | None:
-        try:
-            return int(text)
-        except ValueError:
-            errors.append(FormError(name, f"{text!r} is not a whole number"))
-            return None
 
+def _number(
+    errors: list[FormError], name: str, text: str, example: str, integer: bool = False
+) -> float | None:
+    if not text:
+        return None
+    try:
+        cleaned = text.replace("_", "").replace(",", "")
+        return int(cleaned) if integer else float(cleaned)
+    except ValueError:
+        kind = "a whole number" if integer else "a number"
+        errors.append(FormError(name, f"{text!r} is not {kind}, e.g. {example}"))
+        return None
+
+
+def _calibration(values: FormValues, errors: list[FormError]) -> dict[str, Any] | None:
+    if not (values.calib_gpu or values.calib_tps):
+        return None
+    seq = _number(errors, "calibration", values.calib_seq, "16000", integer=True)
+    tps = _number(errors, "calibration", values.calib_tps, "1500.5")
+    if seq is None or tps is None or not values.calib_gpu:
+        errors.append(FormError("calibration", "a calibration needs a GPU, a length and tokens/s"))
+        return None
+    return {"gpu": values.calib_gpu, "seq_len": int(seq), "tokens_per_second": tps}
+
+
+def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]:
+    """The (checkpointing, loss, request) combinations the form asks for. Raises FormInvalid
+    with every field at fault (all at once, each named after its form field)."""
+    errors: list[FormError] = []
+    model = _model(values, errors)
+    has_train_config = bool(values.train_config_text)
+    seq_lens: list[int] = []
     try:
         seq_lens = _ints(values.seq_lens)
-        if not seq_lens:
+        if not seq_lens and not has_train_config:
             errors.append(FormError("seq_lens", "give at least one sequence length"))
     except ValueError:
         errors.append(FormError("seq_lens", "a comma-separated list of integers, e.g. 16000,32000"))
-        seq_lens = []
     try:
         prices = _prices(values.prices)
     except ValueError as exc:
         errors.append(FormError("prices", str(exc)))
         prices = {}
-    try:
-        usable = float(values.usable_fraction or "0.92")
-    except ValueError:
-        errors.append(FormError("usable_fraction", "a number such as 0.92"))
-        usable = 0.92
-    tokens: float | None = None
-    if values.tokens:
+    usable = _number(errors, "usable_fraction", values.usable_fraction, "0.92")
+    tokens = _number(errors, "tokens", values.tokens, "6400000")
+    epochs = _number(errors, "epochs", values.epochs, "1 or 2.5")
+    lengths: list[int] | None = None
+    if values.lengths_text:
         try:
-            tokens = float(values.tokens.replace("_", "").replace(",", ""))
-        except ValueError:
-            errors.append(FormError("tokens", "a number of tokens, e.g. 6400000"))
-    stats: LengthStats | None = None
-    if lengths_file:
-        try:
-            lengths = parse_lengths(lengths_file)
-            stats = length_stats(lengths)
-            if tokens is None:
-                tokens = float(stats.total)
-        except (ValueError, UnicodeDecodeError) as exc:
-            errors.append(FormError("lengths_file", str(exc)))
-    lora_rank = integer("lora_rank", values.lora_rank or "16")
-    batch = integer("batch", values.batch or "1")
+            fmt = lengths_format(values.lengths_name, values.lengths_text)
+            lengths = parse_lengths(values.lengths_text, fmt, "lengths_file")
+        except EstimatorInputError as exc:
+            errors.append(FormError("lengths_file", exc.message))
+    calibration = _calibration(values, errors)
+    rank = _number(errors, "lora_rank", values.lora_rank or "16", "16", integer=True)
+    batch = _number(errors, "batch", values.batch or "1", "1", integer=True)
     extra = [g.strip() for g in values.gpus_extra.replace(";", ",").split(",") if g.strip()]
     gpus = list(dict.fromkeys([*values.gpus, *extra]))
     if not gpus:
         errors.append(FormError("gpus", "pick at least one GPU"))
     checkpointing = [c for c in CHECKPOINTING_ORDER if c in values.checkpointing] or ["gpu"]
     losses = [x for x in LOSS_ORDER if x in values.loss] or ["chunked"]
-    if errors:
-        raise FormInvalid(errors)
-
     targets = [t.strip() for t in values.lora_targets.replace("\n", ",").split(",") if t.strip()]
+
     out: list[tuple[str, str, EstimateRequest]] = []
     for ckpt in checkpointing:
         for loss in losses:
-            setup: dict[str, Any] = {
-                "method": values.method,
-                "optimizer": values.optimizer,
-                "precision": values.precision,
-                "checkpointing": ckpt,
-                "loss": loss,
-                "batch": batch,
-            }
-            if values.parallel:
-                setup["parallel"] = values.parallel
-            if values.method in ("lora", "qlora"):
-                setup["lora_rank"] = lora_rank
-                setup["lora_targets"] = targets or ["all-linear"]
+            if has_train_config:
+                # the training config states the setup; the form adds only the comparisons
+                setup: dict[str, Any] = {}
+                if len(checkpointing) > 1:
+                    setup["checkpointing"] = ckpt
+                if len(losses) > 1:
+                    setup["loss"] = loss
+                if values.parallel:
+                    setup["parallel"] = values.parallel
+            else:
+                setup = {
+                    "stack": values.stack or "hf",
+                    "method": values.method,
+                    "optimizer": values.optimizer,
+                    "precision": values.precision,
+                    "checkpointing": ckpt,
+                    "loss": loss,
+                    "batch": batch,
+                }
+                if values.parallel:
+                    setup["parallel"] = values.parallel
+                if values.method in ("lora", "qlora"):
+                    setup["lora_rank"] = rank
+                    setup["lora_targets"] = targets or ["all-linear"]
             body: dict[str, Any] = {
-                "model": model,
                 "setup": setup,
-                "seq_lens": seq_lens,
                 "gpus": gpus,
-                "usable_fraction": usable,
+                "usable_fraction": usable if usable is not None else 0.92,
                 "profile": values.profile or "default",
                 "prices": prices,
+                "epochs": epochs if epochs is not None else 1.0,
             }
-            if tokens is not None:
+            if model is not None:
+                body["model"] = model
+            if seq_lens:
+                body["seq_lens"] = seq_lens
+            if has_train_config:
+                body["train_config"] = {
+                    "text": values.train_config_text,
+                    "format": values.train_config_format or None,
+                }
+            if lengths is not None:
+                body["dataset_lengths"] = lengths
+            elif tokens is not None:
                 body["tokens"] = tokens
+            if calibration is not None:
+                body["calibration"] = calibration
+            if errors:
+                continue
             try:
                 out.append((ckpt, loss, EstimateRequest.model_validate(body)))
             except ValidationError as exc:
-                raise FormInvalid(
-                    [
-                        FormError(_form_field(err["loc"]), err["msg"])
-                        for err in exc.errors(include_url=False)
-                    ]
-                ) from None
-    return out, stats
+                for err in exc.errors(include_url=False):
+                    message = clean_message(str(err["msg"]))
+                    field_name = form_field(err["loc"])
+                    if err["type"] == "train_config":  # "{field}: {message}" of the mapping
+                        field_name = "train_config_text"
+                    found = FormError(field_name, message)
+                    if found not in errors:
+                        errors.append(found)
+    if errors:
+        raise FormInvalid(errors)
+    return out
 
 
-def _form_field(loc: tuple[Any, ...]) -> str:
-    """Map a request path (setup.lora_rank) to the form field that fed it (lora_rank)."""
-    parts = [str(p) for p in loc]
-    if parts and parts[0] in ("setup", "model"):
-        parts = parts[1:] or parts
-    if parts and parts[0] in ("config", "preset"):
-        return "config_text" if parts[0] == "config" else "preset"
-    return parts[0] if parts else "form"
+def link_query(values: FormValues) -> str | None:
+    """The query string of the estimate's link, or None when the inputs are too long for one."""
+    query = values.query()
+    return query if len(query) <= MAX_LINK_CHARS else None

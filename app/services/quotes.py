@@ -19,9 +19,14 @@ def quote_url(quote_id: str) -> str:
     return f"/quotes/{quote_id}"
 
 
-def _priced(request: EstimateRequest) -> tuple[dict[str, Any], dict[str, Any], repository.Content]:
-    """(request JSON, estimate, content) for a request priced now."""
+def _priced(
+    request: EstimateRequest, recommendation: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], dict[str, Any], repository.Content]:
+    """(request JSON, estimate, content) for a request priced now. `recommendation`: what the
+    web page recommended when the quote was saved, kept in the document (and its hash)."""
     document = estimates.estimate(request)
+    if recommendation is not None:
+        document = {**document, "recommendation": recommendation}
     request_json = request.model_dump(mode="json")
     versions = content.current_versions(request.profile)
     return (
@@ -44,8 +49,9 @@ def create_quote(
     comment: str | None = None,
     submit: bool = True,
     idempotency: repository.IdempotencyClaim | None = None,
+    recommendation: dict[str, Any] | None = None,
 ) -> Quote:
-    request_json, document, priced = _priced(request)
+    request_json, document, priced = _priced(request, recommendation)
     return repository.add_quote(
         session,
         title=title,
@@ -166,7 +172,8 @@ def decide(
 def reprice(session: Session, quote: Quote, actor: str) -> Quote:
     """Price the stored request again with today's catalog and profile: a new version."""
     request = EstimateRequest.model_validate(json.loads(quote.request_json))
-    _, document, priced = _priced(request)
+    saved = json.loads(quote.estimate_json).get("recommendation")  # as saved, not re-made
+    _, document, priced = _priced(request, saved)
     return repository.reprice_quote(session, quote, estimate=document, content=priced, actor=actor)
 
 

@@ -227,16 +227,32 @@ def _distinct_lines(lines: list[RefLine]) -> list[RefLine]:
 
 @dataclass(frozen=True)
 class Option:
-    """One (variant, GPU) choice with its worst verdict and, when the estimate has them, the
-    training time and cost."""
+    """One (variant, GPU option) choice at the longest length with its worst verdict and, when
+    the estimate has them, the training time and cost; `missing` says why a figure is not
+    there."""
 
     variant: str
+    variant_index: int
     gpu: str
+    cards: int
     verdict: str
     worst_peak_bytes: int | None
+    seq_len: int | None
+    tokens_per_second: float | None
     hours: float | None
+    gpu_hours: float | None
     cost_usd: float | None
     price_usd_per_hour: float | None
+    price_source: str
+    missing: str | None
+
+    @property
+    def override(self) -> bool:
+        return self.price_source.startswith("override")
+
+    @property
+    def key(self) -> str:
+        return f"{self.variant_index}:{self.gpu}"
 
 
 def _number(d: Any, *keys: str) -> float | None:
@@ -253,21 +269,32 @@ def _training_for(document: dict[str, Any], gpu: str) -> dict[str, Any]:
     training = document.get("training")
     if not isinstance(training, dict):
         return {}
-    for container in (training.get("options"), training.get("gpus"), training):
-        if isinstance(container, dict) and isinstance(container.get(gpu), dict):
-            return dict(container[gpu])
-    if isinstance(training.get("options"), list):
-        for item in training["options"]:
-            if isinstance(item, dict) and item.get("gpu") == gpu:
-                return item
+    options = training.get("options")
+    if isinstance(options, dict) and isinstance(options.get(gpu), dict):
+        return dict(options[gpu])
     return {}
+
+
+def missing_reason(verdict: str, training: dict[str, Any], gpu: str) -> str | None:
+    """Why hours or USD are not shown, in the form's words."""
+    if verdict != "fits":
+        return "not priced: it does not fit" if verdict == "no" else "not priced: tight"
+    if training.get("wall_hours") is None:
+        return "no hours: give training tokens or a dataset lengths file"
+    if training.get("usd_per_gpu_hour") is None:
+        card = gpu.split("x", 1)[-1] if gpu[:1].isdigit() and "x" in gpu else gpu
+        return f"no catalog price for {card}: add {card}=USD/hour under price overrides"
+    if training.get("cost_usd") is None:
+        return str(training.get("reason") or "no cost")
+    return None
 
 
 def options(variants: list[Variant]) -> list[Option]:
     """Cheapest fitting first, then by verdict; options without a cost after those with one."""
     out: list[Option] = []
-    for v in variants:
+    for index, v in enumerate(variants):
         rows = v.document.get("rows", [])
+        training = v.document.get("training") or {}
         for gpu in gpu_ids([v]):
             fits = [r.get("fit", {}).get(gpu, {}) for r in rows]
             verdict = max(
@@ -276,17 +303,24 @@ def options(variants: list[Variant]) -> list[Option]:
                 default="no",
             )
             peaks = [f.get("peak_bytes") for f in fits if f.get("peak_bytes") is not None]
-            training = _training_for(v.document, gpu)
+            t = _training_for(v.document, gpu)
+            priced = verdict == "fits"
             out.append(
                 Option(
                     variant=v.label,
+                    variant_index=index,
                     gpu=gpu,
+                    cards=int(t.get("gpus") or 1),
                     verdict=verdict,
                     worst_peak_bytes=max(peaks) if peaks else None,
-                    hours=_number(training, "hours", "time_hours", "wall_hours")
-                    or _seconds_to_hours(_number(training, "seconds", "time_seconds")),
-                    cost_usd=_number(training, "cost_usd", "usd", "cost"),
-                    price_usd_per_hour=_number(training, "usd_per_gpu_hour", "price_usd_per_hour"),
+                    seq_len=training.get("seq_len"),
+                    tokens_per_second=_number(t, "tokens_per_second"),
+                    hours=_number(t, "wall_hours") if priced else None,
+                    gpu_hours=_number(t, "gpu_hours") if priced else None,
+                    cost_usd=_number(t, "cost_usd") if priced else None,
+                    price_usd_per_hour=_number(t, "usd_per_gpu_hour"),
+                    price_source=str(t.get("price_source") or "none"),
+                    missing=missing_reason(verdict, t, gpu),
                 )
             )
 
@@ -301,48 +335,48 @@ def options(variants: list[Variant]) -> list[Option]:
     return sorted(out, key=key)
 
 
-def _seconds_to_hours(seconds: float | None) -> float | None:
-    return seconds / 3600 if seconds is not None else None
-
-
 def has_costs(opts: list[Option]) -> bool:
     return any(o.cost_usd is not None or o.hours is not None for o in opts)
 
 
-@dataclass(frozen=True)
-class ComparisonRow:
-    seq_len: int
-    status: str
-    measured_peak_bytes: int | None
-    estimated_peak_bytes: int | None
-    error_bytes: int | None
-    error_pct: float | None
-
-
-def comparison_rows(comparison: dict[str, Any]) -> list[ComparisonRow]:
-    return [
-        ComparisonRow(
-            seq_len=int(r["seq_len"]),
-            status=str(r.get("status", "")),
-            measured_peak_bytes=r.get("measured_peak_bytes"),
-            estimated_peak_bytes=r.get("estimated_peak_bytes"),
-            error_bytes=r.get("error_bytes"),
-            error_pct=r.get("error_pct"),
+def max_context_chart(answers: list[dict[str, Any]], seq_lens: list[int]) -> ChartSpec:
+    """The longest sequence per GPU option (a group) and setting (a bar), from the solver; the
+    longest requested length as a line."""
+    groups: dict[str, list[Bar]] = {}
+    for a in answers:
+        seq = a.get("seq_len")
+        groups.setdefault(a["gpu"], []).append(
+            Bar(
+                label=a["variant"],
+                segments=[("tokens", float(seq or 0))],
+                value_label=f"{seq:,} tokens" if seq else "does not fit at any length",
+                kind="max-seq",
+            )
         )
-        for r in comparison.get("rows", [])
-    ]
+    longest = max(seq_lens) if seq_lens else 0
+    return ChartSpec(
+        title="Longest sequence that fits the usable memory, per GPU and setting (tokens)",
+        groups=[Group(label=gpu, bars=bars) for gpu, bars in groups.items()],
+        lines=[RefLine(f"longest requested ({longest:,})", float(longest), "requested")]
+        if longest
+        else [],
+        unit="tokens",
+    )
 
 
-def comparison_chart(rows: list[ComparisonRow], total_memory_bytes: int | None) -> ChartSpec:
-    groups = [
-        Group(
-            label=f"{r.seq_len:,} tokens ({r.status})",
-            bars=[
-                Bar("estimated", [("estimated", (r.estimated_peak_bytes or 0) / GIB)]),
-                Bar("measured", [("measured", (r.measured_peak_bytes or 0) / GIB)]),
-            ],
-        )
-        for r in rows
+def setup_summary(setup: dict[str, Any]) -> str:
+    parts = [f"stack {setup.get('stack', 'hf')}", str(setup.get("method", "?"))]
+    if setup.get("method") in ("lora", "qlora"):
+        parts.append(f"rank {setup.get('lora_rank')} on {', '.join(setup.get('lora_targets', []))}")
+    parts += [
+        f"optimizer {setup.get('optimizer')}",
+        f"precision {setup.get('precision')}",
+        f"batch {setup.get('batch')}",
     ]
-    lines = [RefLine("GPU total memory", total_memory_bytes / GIB)] if total_memory_bytes else []
-    return ChartSpec(title="Peak memory: estimated vs measured (GiB)", groups=groups, lines=lines)
+    if (setup.get("grad_accum") or 1) > 1:
+        parts.append(f"gradient accumulation {setup.get('grad_accum')}")
+    if setup.get("parallel"):
+        parts.append(f"layout {setup.get('parallel')}")
+    elif (setup.get("num_gpus") or 1) > 1 or setup.get("sharding", "none") != "none":
+        parts.append(f"{setup.get('num_gpus')} GPUs, {setup.get('sharding')}")
+    return " · ".join(str(p) for p in parts)

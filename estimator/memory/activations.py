@@ -51,6 +51,8 @@ class Context:
     mask_bytes: int = 0
     fused: bool = False  # Unsloth's fused RMSNorm / LoRA QKV / LoRA MLP kernels
     compiled: bool = False  # torch.compile of each decoder layer (activations_compiled)
+    adapter_transient: int = 0  # bytes per element of an adapted input's unsaved copies
+    weight_casts: float = 0.0  # bytes per layer of autocast's bf16 copies of fp32 LoRA weights
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -64,6 +66,15 @@ class Context:
         stream = stream_bytes(setup, compute_bytes)
         autocast = bool(setup.autocast) and setup.precision != "fp32"
         shared, each, rank_bytes, mask = _adapter_inputs(setup, stream, adapter, autocast)
+        casts = 0.0
+        if autocast and adapter == FP32 and targets and spec.layers:
+            casts = (
+                sum(
+                    BF16 * setup.lora_rank * (t.in_features + t.out_features) * t.count
+                    for t in lora_targets(spec, setup)
+                )
+                / spec.layers
+            )
         eager = setup.attention == "eager" or (
             setup.attention == "sdpa"
             and (spec.requires_eager or spec.model_type in stack.get("eager_models"))
@@ -83,6 +94,8 @@ class Context:
             mask,
             bool(stack.get("fused_kernels")) and setup.is_adapter and not setup.lora_dropout,
             bool(setup.compile),
+            _adapter_transient(setup, stream, adapter, autocast),
+            casts,
         )
 
 
@@ -119,6 +132,27 @@ def _adapter_inputs(
     if adapter != stream:
         return 0, adapter, adapter, 0
     return stream, 0, adapter, 0
+
+
+def _adapter_transient(setup: TrainingSetup, stream: int, adapter: int, autocast: bool) -> int:
+    """Bytes per element of what peft's LoRA branch makes of its input and does not save, alive
+    while the branch runs (peft 0.21.2 tuners/lora/layer.py:1098-1102: `x =
+    self._cast_input_dtype(x, lora_A.weight.dtype)` stays bound until the loop ends;
+    `lora_A(dropout(x))`): the cast copy (tuners_utils.py:2233-2235, only when the dtypes
+    differ; the bnb layers skip it under autocast, bnb.py:206) unless lora_A saves it, and the
+    dropout output unless lora_A saves it (under autocast lora_A saves its own bf16 cast of a
+    non-bf16 input instead, see `_adapter_inputs`)."""
+    if not setup.is_adapter:
+        return 0
+    dropout = bool(setup.lora_dropout)
+    quantized = setup.base in ("nf4", "int8")
+    if autocast:
+        cast = 0 if quantized or adapter == stream else adapter
+        dtype = cast or stream  # the dropout output's dtype
+        return cast + (dtype if dropout and dtype != BF16 else 0)
+    if adapter != stream and dropout:
+        return adapter  # the cast copy; lora_A saves the dropout output
+    return 0
 
 
 @dataclass(frozen=True)
@@ -286,10 +320,33 @@ def layer_activations(
     transient = 2 * cb * h + 2 * cb * width
     if not ctx.full and "down_proj" in ctx.targets and ctx.adapter_each not in (0, cb):
         transient += ctx.adapter_each * width  # d(adapter-dtype copy of down's input), cast
+    if mlp_type != MLP_MOE:
+        transient = max(transient, _forward_transient(ctx, spec))
     per_layer = transient_layer = 0.0
     if mlp_type == MLP_MOE and ctx.expert_lora:
         per_layer, transient_layer = _merged_expert_weights(ctx, spec)
+    per_layer += ctx.weight_casts
     return LayerActivations(saved, per_seq, transient, per_layer, transient_layer)
+
+
+def _forward_transient(ctx: Context, spec: ModelSpec) -> float:
+    """Bytes per token alive besides the saved tensors when the layer's forward (under
+    checkpointing: its recompute, inside the backward, whose incoming gradient and residual
+    gradient, 2 x hidden, are alive) reaches the down projection's LoRA branch. The decoder layer
+    holds the residual and the MLP's input, the MLP holds down_proj's input (transformers 5.24.0
+    models/llama/modeling_llama.py:164 `down_proj(act_fn(gate_proj(x)) * up_proj(x))`, :306-313),
+    peft holds the base layer's output `result` (peft 0.21.2 tuners/lora/layer.py:1088) and the
+    branch's unsaved copies of the input (`_adapter_transient`). Where the backward moment
+    (`layer_activations`' transient) is larger, that one counts."""
+    cb = ctx.compute_bytes
+    h, m = spec.hidden or 0, spec.intermediate or 0
+    down = "down_proj" in ctx.targets
+    held = 2 * cb * h + 3 * cb * h  # gradients; residual, MLP input, down_proj's base output
+    if not (ctx.full or (down and ctx.adapter_shared)):
+        held += cb * m  # down_proj's input, not saved by a frozen Linear
+    if down and not ctx.full:
+        held += ctx.adapter_transient * m
+    return float(held)
 
 
 def _compilable(ctx: Context, spec: ModelSpec, layer_type: str, mlp_type: str) -> bool:

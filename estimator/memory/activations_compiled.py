@@ -1,7 +1,9 @@
 """Saved activations of a decoder layer compiled with torch.compile (inductor).
 
-AOTAutograd partitions the layer's joint graph with `min_cut_rematerialization_partition`
-(torch 2.13 torch/_functorch/partitioners.py): fusible elementwise ops are recomputed in the
+AOTAutograd partitions the layer's joint graph, decomposed with inductor's table
+(torch/_inductor/decomposition.py select_decomp_table; SDPA stays one op that saves its output
+and a logsumexp), with `min_cut_rematerialization_partition` (torch 2.13
+torch/_functorch/partitioners.py): fusible elementwise ops are recomputed in the
 backward, but matmuls and SDPA are never recomputed and, with the default
 `ban_recompute_reductions` / `ban_recompute_long_fusible_chains` (torch/_functorch/config.py),
 neither are the norms' reductions nor long fusible chains, so what crosses to the backward is

@@ -74,6 +74,13 @@ def logits_bytes(
     the forward (unsloth_zoo fused_losses/cross_entropy_loss.py:243) and one chunk's fp32
     logits, log-softmax and gradient; chunks are a multiple of 4 sized so one chunk's fp32
     logits stay under `loss_target_bytes` (:140-174).
+    Compiled (`setup.compile` and the loss in the stack's `loss_compiled`): inductor's
+    partitioner keeps the cross-entropy's input logits in their own dtype and an amax and a
+    log-sum-exp per row, not the fp32 log-softmax, and the backward writes the gradient in the
+    logits' dtype (torch 2.13 torch/_inductor/decomposition.py select_decomp_table with
+    torch/_functorch/partitioners.py min_cut_rematerialization_partition; `bench/compile_saved.py
+    --loss` lists them): full = held logits + their gradient; torchtune's chunks = every chunk's
+    logits + one chunk's gradient.
     Profiles may replace full and chunked by the seed's hand rules."""
     vocab, hidden = shape
     logit_dtype, hidden_dtype = dtypes
@@ -84,13 +91,22 @@ def logits_bytes(
     grad_hidden = tokens * hidden * hidden_dtype
     loss = setup.loss
     stack = load_stack(setup.stack)
+    compiled = bool(setup.compile) and loss in (stack.get("loss_compiled") or ())
+    rows = tokens * 2 * FP32  # compiled cross-entropy: amax and log-sum-exp per row
     if loss == "full":
+        if compiled:
+            return tokens * vocab * 2 * logit_dtype + rows
         return tokens * vocab * per_logit
     if loss == "chunked":
         fixed_chunked = profile.get("memory", "chunked_logits_fixed_bytes")
         if fixed_chunked:
             return tokens * 0 + fixed_chunked
         chunk = _chunk_positions(tokens, seq, setup)
+        if compiled and stack.get("loss_num_chunks"):
+            # every chunk's logits kept in their own dtype, one chunk's gradient
+            return (tokens + chunk) * vocab * logit_dtype + rows + grad_hidden
+        if compiled:
+            return chunk * vocab * 2 * logit_dtype + rows + grad_hidden
         if stack.get("loss_num_chunks"):
             every = tokens * vocab * FP32
             return every + chunk * vocab * (logit_dtype + 2 * FP32) + grad_hidden

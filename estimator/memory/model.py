@@ -21,6 +21,11 @@ from estimator.memory.activations import (
     selective_saved,
     stream_bytes,
 )
+from estimator.memory.fragmentation import (
+    gather_pool_bytes,
+    loss_hole_bytes,
+    reserved_with_fragmentation,
+)
 from estimator.memory.logits import logits_bytes
 from estimator.memory.reserved import allocator_slack
 from estimator.memory.states import StateBytes, trainable_state_bytes
@@ -54,6 +59,7 @@ class MemoryBreakdown:
     not_computable: dict[str, str] = field(default_factory=dict)
     allocated: Any = None
     reserved: Any = None
+    loss_hole: Any = 0.0  # bytes the eager full loss leaves cached (memory/fragmentation.py)
     parallel: dict[str, Any] | None = None  # the --parallel layout's terms (memory/sharded.py)
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # moment -> part -> bytes
 
@@ -80,6 +86,23 @@ def _shard(states: StateBytes, weights: float, sharding: str, n: int) -> tuple[f
     if sharding == "zero2":
         return weights, own + (states.grads + states.masters + states.optimizer) / n
     return weights, own + states.grads + (states.masters + states.optimizer) / n  # zero1
+
+
+def _gather_units(spec: ModelSpec, setup: TrainingSetup) -> tuple[float, float]:
+    """(root unit, one layer unit) bytes as FSDP all-gathers them: the root holds the
+    embedding and an untied lm_head in the load dtype; a layer its weights in bf16 or, for a
+    4-bit / int8 base whose storage is what is sharded, in that storage."""
+    if not spec.geometry_known or not spec.layers:
+        return 0.0, 0.0
+    layer_params = sum(lin.params for lin in spec.linears if lin.group != "head")
+    per_layer = layer_params / spec.layers * BF16
+    if quantized_base(setup) and load_stack(setup.stack).get("fsdp_gathers_storage_dtype"):
+        q_params, q_bytes = quantized_params(spec, setup)
+        rest = FP32 if kbit_fp32(setup) else BF16
+        per_layer = (q_bytes + (layer_params - q_params) * rest) / spec.layers
+    root = sum(lin.params for lin in spec.linears if lin.group == "head")
+    root += sum(g.params for g in spec.others if g.name == "embed_tokens")
+    return float(root * BF16), float(per_layer)
 
 
 def _gathered_layer_bytes(spec: ModelSpec, setup: TrainingSetup, profile: Profile) -> float:
@@ -189,8 +212,10 @@ def memory_breakdown(
     if vocab and h:
         logit_dtype = BF16 if setup.autocast and setup.precision != "fp32" else stream
         logits = logits_bytes(tokens, seq, (vocab, h), setup, profile, (logit_dtype, stream))
+        hole = loss_hole_bytes(setup, profile, tokens * vocab * logit_dtype, logit_dtype)
+        logits = logits + _head_grad_bytes(spec, setup)
     else:
-        logits = None
+        logits, hole = None, tokens * 0.0
         missing["logits"] = "needs --vocab and --hidden"
 
     overhead = tokens * 0.0 + profile.number("memory", "cuda_context_bytes")
@@ -209,14 +234,31 @@ def memory_breakdown(
     keep_grads = (setup.grad_accum or 1) > 1
     phases = _phases(components, profile, grads, step, embed, keep_grads)
     allocated = _peak(phases, overhead) - overhead
-    reserved = allocated + (
+    slack = (
         allocator_slack(spec, setup, allocated, n)
         if profile.get("memory", "count_allocator_slack")
         else 0.0
     )
+    pool = (
+        gather_pool_bytes(setup, profile, *_gather_units(spec, setup))
+        if sharding == "fsdp" and n > 1
+        else 0.0
+    )
+    loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
+    reserved = reserved_with_fragmentation(allocated, loss_phase, hole, pool, slack)
     peak = reserved + overhead
     return MemoryBreakdown(
-        components, host, peak, n, sharding, states, missing, allocated, reserved, phases
+        components,
+        host,
+        peak,
+        n,
+        sharding,
+        states=states,
+        not_computable=missing,
+        allocated=allocated,
+        reserved=reserved,
+        phases=phases,
+        loss_hole=hole,
     )
 
 
@@ -239,6 +281,22 @@ def mask_bytes(spec: ModelSpec, setup: TrainingSetup, seq: Any, tokens: Any, ctx
     if sliding and window:
         return np.where(seq > window, seq * seq * 1.0, 0.0)
     return seq * 0.0
+
+
+def _head_grad_bytes(spec: ModelSpec, setup: TrainingSetup) -> float:
+    """A trained output projection's weight gradient, made by the loss's backward while the
+    loss's saved tensors are still alive: a chunked loss writes it at the first chunk and keeps
+    the other chunks' saved logits (torchtune cross_entropy_loss.py, TRL sft_trainer.py:203-214,
+    Unsloth's fused loss), Liger allocates it in the forward (Liger-Kernel ead96b61
+    ops/fused_linear_cross_entropy.py:73 grad_weight = zeros_like(weight)). The unsharded
+    gradient in the compute dtype (FSDP reduce-scatters it after the backward of its unit). A
+    full loss frees its fp32 tensors before the head's matmul backward runs, so it adds none.
+    The `probe` stack keeps the estimator's behaviour before stacks (none)."""
+    if setup.is_adapter or setup.loss == "full" or setup.stack == "probe":
+        return 0.0
+    heads = [lin.params for lin in spec.linears if lin.group == "head"]
+    params = heads[0] if heads else sum(g.params for g in spec.others if g.name == "embed_tokens")
+    return float(params * (FP32 if setup.precision == "fp32" else BF16))
 
 
 def _embedding_grad_bytes(spec: ModelSpec, setup: TrainingSetup, states: StateBytes) -> float:

@@ -25,6 +25,7 @@ from estimator.memory.activations import (
     layer_activations,
     rms_norm_saved,
 )
+from estimator.memory.fragmentation import gather_pool_bytes, reserved_with_fragmentation
 from estimator.memory.model import MemoryBreakdown, memory_breakdown
 from estimator.memory.reserved import allocator_slack
 from estimator.memory.states import largest_tensor
@@ -33,6 +34,7 @@ from estimator.parallel.data import (
     ReplicaBytes,
     data_parallel_bytes,
     reduce_bytes,
+    shard_degree,
 )
 from estimator.parallel.layout import Layout
 from estimator.parallel.nccl import ASSUMED_CHANNELS, nccl_buffer_bytes
@@ -233,11 +235,10 @@ def layout_breakdown(
     base = memory_breakdown(spec, local, local_seq, batch, profile, devices=1)
     overhead = np.asarray(base.components["overhead"]) + nccl_buffer_bytes(layout)
     keep = (setup.grad_accum or 1) > 1
-    best: tuple[Any, dict[str, Any], DataParallelBytes, Any, Stage, Any] | None = None
+    best: tuple[Any, dict[str, Any], DataParallelBytes, Any, Stage, Any, ReplicaBytes] | None = None
     for stage in stages(spec, layout, setup.grad_accum):
-        dp = data_parallel_bytes(
-            _replica(spec, setup, base, stage, layout), layout, reduce_bytes(setup)
-        )
+        replica = _replica(spec, setup, base, stage, layout)
+        dp = data_parallel_bytes(replica, layout, reduce_bytes(setup))
         acts = _activations(spec, setup, base, stage, layout)
         phases = _phases(dp, acts, profile, keep, stage.layers)
         allocated = _largest(phases)
@@ -251,15 +252,23 @@ def layout_breakdown(
             "overhead": overhead,
         }
         if best is None or float(np.max(allocated)) > float(np.max(best[0])):
-            best = (allocated, components, dp, host, stage, phases)
+            best = (allocated, components, dp, host, stage, phases, replica)
     assert best is not None
-    allocated, components, dp, host, stage, phases = best
+    allocated, components, dp, host, stage, phases, replica = best
     n = layout.gpus
-    reserved = allocated + (
+    slack = (
         allocator_slack(spec, setup, allocated, n)
         if profile.get("memory", "count_allocator_slack")
         else 0.0
     )
+    hole = np.asarray(base.loss_hole) / layout.tp if stage.last else 0.0
+    pool = (
+        gather_pool_bytes(setup, profile, replica.root_weights, replica.unit_weights)
+        if layout.data == "fsdp" and shard_degree(layout) > 1
+        else 0.0
+    )
+    loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
+    reserved = reserved_with_fragmentation(allocated, loss_phase, hole, pool, slack)
     detail = {
         "layout": layout.text,
         "gpus": n,

@@ -12,7 +12,6 @@ and batches).
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -159,6 +158,8 @@ def _measured_step(steps: Sequence[Any], field: str) -> float:
         values.append(float(v))
     if not values:
         raise EstimatorInputError(field, "no step times")
+    import statistics  # (it imports fractions and decimal: only when calibrating)
+
     return statistics.median(values[1:] if len(values) > 2 else values)
 
 

@@ -256,6 +256,7 @@ class OptionRates:
     unknown: tuple[str, ...]
     layout: Any = None
     given: tuple[float | None, str | None] = (None, None)
+    comm_volume: float | None = None  # bytes per rank per step when the tokens do not matter
 
     @property
     def ranks(self) -> int:
@@ -283,6 +284,12 @@ def option_rates(
     peak = _rate(peak, peak_name, gpu.id, unknown)
     bw = _rate(gpu.memory_bandwidth_bytes_per_s, "memory_bandwidth_bytes_per_s", gpu.id, unknown)
     mem = memory_bytes(spec, setup, profile, sharding, count) / bw if bw else None
+    # data-parallel traffic is the weights' and gradients': the same for every row
+    volume = (
+        None
+        if sharding == "device_map"
+        else comm_bytes(spec, setup, profile, sharding, count, 1, 1)
+    )
     return OptionRates(
         sc,
         gpu,
@@ -293,6 +300,7 @@ def option_rates(
         peak,
         mem,
         tuple(unknown),
+        comm_volume=volume,
     )
 
 
@@ -397,7 +405,9 @@ def step_cell(
 
     comm_raw: float | None = 0.0
     comm: float | None = 0.0
-    volume = comm_bytes(r.sc.spec, setup, profile, sharding, r.count, seq_len, batch)
+    volume = r.comm_volume
+    if volume is None:  # device_map: the layer-boundary activations, per token
+        volume = comm_bytes(r.sc.spec, setup, profile, sharding, r.count, seq_len, batch)
     if volume > 0:
         net = _rate(gpu.interconnect_bytes_per_s, "interconnect_bytes_per_s", gpu.id, unknown)
         hidden = profile.number("time", "comm_overlap_fraction")

@@ -27,10 +27,29 @@ from pathlib import Path
 from typing import Any
 
 from estimator.train_config.hf_args import map_optim
-from estimator.train_config.result import TrainConfigMapping
+from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
-from estimator.train_config.vocab import lora_targets, model_ref, trains_embeddings
+from estimator.train_config.vocab import (
+    lora_targets,
+    map_attention,
+    model_ref,
+    trains_embeddings,
+)
 
+# schemas/config.py: custom LoRA autograd + Triton kernels ("for speed and memory savings",
+# docs/lora_optims), the older unsloth_* switches, ALST tiled MLP
+KERNEL_FLAGS = (
+    "lora_mlp_kernel",
+    "lora_qkv_kernel",
+    "lora_o_kernel",
+    "unsloth_lora_mlp",
+    "unsloth_lora_qkv",
+    "unsloth_lora_o",
+    "unsloth_rms_norm",
+    "unsloth_rope",
+    "unsloth_cross_entropy_loss",
+    "tiled_mlp",
+)
 ATTENTION_FLAGS = (
     ("flash_attention", "flash"),
     ("sdp_attention", "sdpa"),
@@ -45,7 +64,7 @@ def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapp
     _adapter(m, data)
     length = m.get(data, "sequence_len")
     if length is not None:
-        m.seq_lens = [int(length)]
+        m.seq_lens = [whole_number(length, "sequence_len")]
         m.origin["seq_lens"] = "sequence_len"
     m.set("batch", m.get(data, "micro_batch_size"), "micro_batch_size")
     m.set("grad_accum", m.get(data, "gradient_accumulation_steps"), "gradient_accumulation_steps")
@@ -68,8 +87,9 @@ def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapp
         map_fsdp_dict(m, fsdp, "fsdp_config.")
     m.get(data, "fsdp_version")
     m.get(data, "deepspeed")
-    if m.get(data, "torch_compile"):
-        m.ignore("torch_compile", "torch.compile's memory effect is not modelled")
+    compiled = m.get(data, "torch_compile")
+    if compiled is not None:
+        m.set("compile", bool(compiled), "torch_compile")
     for key in ("datasets", "plugins", "trust_remote_code", "eval_sample_packing"):
         m.get(data, key)
     m.warn_unread(data)
@@ -162,14 +182,7 @@ def _attention(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     for key in ("flex_attention", "xformers_attention"):
         if m.get(data, key):
             m.ignore(key, f"{key.split('_')[0]} attention is not modelled; counted as sdpa")
-    impl = m.get(data, "attn_implementation")
-    if impl is not None:
-        from estimator.train_config.vocab import ATTENTION
-
-        if str(impl) in ATTENTION:
-            m.set("attention", ATTENTION[str(impl)], "attn_implementation")
-        else:
-            m.ignore("attn_implementation", f"attention {impl!r} is not modelled")
+    map_attention(m, m.get(data, "attn_implementation"), "attn_implementation")
 
 
 def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
@@ -182,7 +195,9 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         chunks = m.get(data, "chunked_cross_entropy_num_chunks")
         if chunks and m.seq_lens:
             m.set(
-                "loss_chunk", -(-m.seq_lens[0] // int(chunks)), "chunked_cross_entropy_num_chunks"
+                "loss_chunk",
+                -(-m.seq_lens[0] // whole_number(chunks, "chunked_cross_entropy_num_chunks")),
+                "chunked_cross_entropy_num_chunks",
             )
     for key in (
         "liger_rope",
@@ -194,3 +209,6 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     ):
         if m.get(data, key):
             m.ignore(key, "Liger's fused kernel: its activation savings are not modelled")
+    for key in KERNEL_FLAGS:
+        if m.get(data, key):
+            m.ignore(key, "axolotl's fused/tiled kernel: its activation savings are not modelled")

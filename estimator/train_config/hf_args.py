@@ -22,12 +22,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from estimator.train_config.result import TrainConfigMapping
+from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
 from estimator.train_config.vocab import (
-    ATTENTION,
     HF_OPTIMIZERS,
     lora_targets,
+    map_attention,
     model_ref,
     trains_embeddings,
 )
@@ -54,7 +54,7 @@ TRL_LORA_DEFAULTS = (
 HF_DEFAULT_OPTIM = "adamw_torch_fused"  # transformers 5.24.0 training_args.py:806-811, torch>=2.8
 # TrainingArguments keys whose names look memory-related but that do not change the training
 # step's GPU memory: evaluation, host-side data loading, logging, checkpoint files, the options
-# of torch_compile (itself listed as ignored). Read so that a full `TrainingArguments.to_dict()`
+# of torch_compile (mapped to `compile`). Read so that a full `TrainingArguments.to_dict()`
 # dump gives no false warnings.
 NO_TRAIN_MEMORY = (
     "per_device_eval_batch_size",
@@ -113,8 +113,9 @@ def map_trainer_args(m: TrainConfigMapping, data: dict[str, Any], sft: bool) -> 
     if m.get(data, "activation_offloading"):
         m.set("checkpointing", "offload", "activation_offloading")
     _map_liger(m, data)
-    if m.get(data, "torch_compile"):
-        m.ignore("torch_compile", "torch.compile's memory effect is not modelled")
+    compiled = m.get(data, "torch_compile")
+    if compiled is not None:
+        m.set("compile", bool(compiled), "torch_compile")
     if m.get(data, "auto_find_batch_size"):
         m.ignore("auto_find_batch_size", "the batch is searched at run time; trainfit uses batch")
     fsdp = m.get(data, "fsdp")
@@ -156,7 +157,7 @@ def map_sft(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     if length is None and "max_length" not in data:
         length, key = 1024, "max_length (SFTConfig default)"
     if length is not None:
-        m.seq_lens = [int(length)]
+        m.seq_lens = [whole_number(length, key.split(" ")[0])]
         m.origin["seq_lens"] = key
     if m.get(data, "packing"):
         m.set_run("packing", True, "packing")
@@ -182,12 +183,8 @@ def map_sft(m: TrainConfigMapping, data: dict[str, Any]) -> None:
 
 def map_model_keys(m: TrainConfigMapping, data: dict[str, Any], prefix: str = "") -> None:
     """`attn_implementation`, `dtype`/`torch_dtype` (TRL ModelConfig, model_init_kwargs)."""
-    attn = m.get(data, "attn_implementation", prefix)
-    if attn is not None:
-        if str(attn) in ATTENTION:
-            m.set("attention", ATTENTION[str(attn)], prefix + "attn_implementation")
-        else:
-            m.ignore(prefix + "attn_implementation", f"attention {attn!r} is not modelled")
+    key = prefix + "attn_implementation"
+    map_attention(m, m.get(data, "attn_implementation", prefix), key)
     for k in ("dtype", "torch_dtype"):
         dtype = m.get(data, k, prefix)
         if dtype in ("float32", "fp32") and "autocast" not in m.setup:

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from estimator.train_config.hf_args import map_trainer_args
-from estimator.train_config.result import TrainConfigMapping
-from estimator.train_config.vocab import ATTENTION, lora_targets, model_ref, trains_embeddings
+from estimator.train_config.result import TrainConfigMapping, whole_number
+from estimator.train_config.vocab import lora_targets, map_attention, model_ref, trains_embeddings
 
 # keys only LLaMA-Factory uses (TRL's ModelConfig says lora_r, not lora_rank)
 LF_KEYS = (
@@ -53,7 +53,7 @@ def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfi
     _finetuning(m, data)
     _model_args(m, data)
     length = m.get(data, "cutoff_len")
-    m.seq_lens = [int(length) if length is not None else 2048]
+    m.seq_lens = [whole_number(length, "cutoff_len") if length is not None else 2048]
     m.origin["seq_lens"] = "cutoff_len" if length is not None else "cutoff_len (default 2048)"
     if m.get(data, "packing") or m.get(data, "neat_packing"):
         m.set_run("packing", True, "neat_packing" if data.get("neat_packing") else "packing")
@@ -75,7 +75,7 @@ def _finetuning(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         if bits == 8:
             m.set("base", "int8", "quantization_bit")
         rank = m.get(data, "lora_rank")
-        rank = 8 if rank is None else rank
+        rank = 8 if rank is None else whole_number(rank, "lora_rank")
         m.set("lora_rank", rank, "lora_rank")
         alpha = m.get(data, "lora_alpha")
         m.set("lora_alpha", alpha if alpha is not None else rank * 2, "lora_alpha")
@@ -101,11 +101,7 @@ def _finetuning(m: TrainConfigMapping, data: dict[str, Any]) -> None:
 
 def _model_args(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     attn = m.get(data, "flash_attn")
-    if attn not in (None, "auto"):
-        if str(attn) in ATTENTION:
-            m.set("attention", ATTENTION[str(attn)], "flash_attn")
-        else:
-            m.ignore("flash_attn", f"attention {attn!r} is not modelled")
+    map_attention(m, None if attn == "auto" else attn, "flash_attn")
     if m.get(data, "use_unsloth"):
         m.set("stack", "unsloth", "use_unsloth")
     if m.get(data, "use_unsloth_gc"):

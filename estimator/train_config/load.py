@@ -11,8 +11,9 @@ Detection (first match wins; `fmt` given explicitly skips it):
    `gradient_accumulation_steps`, `optim`, `output_dir`, `max_length`, ...).
 
 A `deepspeed:` key holding a file path (axolotl, HF, LLaMA-Factory) is followed, relative to the
-config's folder first; further files (a DeepSpeed JSON, an accelerate config) may be given
-after the first and are merged over it.
+config's folder first (only for a config read from a file: the text of a config sent to the
+service names no file that is read, and no local model path); further files (a DeepSpeed JSON,
+an accelerate config) may be given after the first and are merged over it.
 """
 
 from __future__ import annotations
@@ -130,8 +131,17 @@ def _named(m: TrainConfigMapping, name: str) -> TrainConfigMapping:
 
 
 def _follow_deepspeed(mapping: TrainConfigMapping, ref: str, base_dir: Path | None) -> None:
-    candidates = [Path(ref)] if Path(ref).is_absolute() else [Path(ref)]
-    if base_dir is not None and not Path(ref).is_absolute():
+    """A `deepspeed:` file path, beside the config first. Without `base_dir` (a config's text
+    sent to the service) no file is read: the service must not open paths a request names."""
+    if base_dir is None:
+        mapping.ignore(
+            "deepspeed",
+            f"file {ref!r} is not read from a config sent as text: give the DeepSpeed settings "
+            "inline (`deepspeed:` as a mapping)",
+        )
+        return
+    candidates = [Path(ref)]
+    if not Path(ref).is_absolute():
         candidates.insert(0, base_dir / ref)
     for path in candidates:
         if path.is_file():

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
+from estimator.errors import EstimatorInputError
+
 # Key names that usually change memory use; an unread key matching one of these is a warning.
 MEMORY_WORDS = re.compile(
     r"offload|checkpoint|quant|lora|batch|seq|length|len$|precision|dtype|fp16|bf16|fp8|fp4|"
@@ -19,6 +21,16 @@ MEMORY_WORDS = re.compile(
     r"memory|gradient|parallel|adapter|peft|dora|unsloth|loss|vocab|embed|cross_entropy|chunk",
     re.IGNORECASE,
 )
+
+
+def whole_number(value: object, key: str, minimum: int = 1) -> int:
+    """A config's count (a length, a number of chunks) as an int, or bad input naming the key
+    (`train_config.sequence_len`); `4096.0` is accepted, `"4k"`, `true` and `0` are not."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise EstimatorInputError(f"train_config.{key}", f"expected a whole number, got {value!r}")
+    if value < minimum:
+        raise EstimatorInputError(f"train_config.{key}", f"expected at least {minimum}")
+    return int(value)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ Names read from:
   `deepspeed_config_file`) and 393-497 (`fsdp_config`: `fsdp_version`,
   `fsdp_reshard_after_forward`, `fsdp_offload_params`, `fsdp_activation_checkpointing`, ...);
   `commands/config/config_args.py` lines 78-114 (`distributed_type`, `mixed_precision`,
-  `num_processes`).
+  `num_processes`); `distributed_type: MULTI_GPU` is DistributedDataParallel (layout `dp`).
 - axolotl 067b021c `src/axolotl/utils/schemas/fsdp.py` (the same keys without the `fsdp_` prefix:
   `offload_params`, `activation_checkpointing`, `reshard_after_forward`, `fsdp_version`).
 - transformers 5.24.0 `training_args.py` line 1447 (`fsdp`: words such as `full_shard`,
@@ -21,6 +21,13 @@ Names read from:
   `fp16.enabled`, `optimizer.type`, `activation_checkpointing.partition_activations` and
   `cpu_checkpointing`. `"auto"` values are filled in by the HF integration from the trainer's
   arguments, so they are skipped here.
+
+Each maps to both the legacy `sharding` field and the layout fields of estimator/parallel
+(`parallel`: fsdp | hsdp | dp | zero1..3, `reshard_after_forward`, `offload`: optimizer |
+params), which model FSDP2 and ZeRO exactly and win when set. FSDP1's SHARD_GRAD_OP is FSDP2
+with `reshard_after_forward=False`; FSDP's CPU offload moves parameters, gradients and states
+together (`offload: params`); DeepSpeed's `offload_optimizer` is `optimizer`, `offload_param`
+(stage 3 only: DeepSpeed's zero/config.py docstring) is `params`.
 """
 
 from __future__ import annotations
@@ -29,20 +36,37 @@ from typing import Any
 
 from estimator.train_config.result import TrainConfigMapping
 
-FSDP_STRATEGIES = {
-    "FULL_SHARD": "fsdp",
-    "1": "fsdp",
-    "SHARD_GRAD_OP": "zero2",
-    "2": "zero2",
-    "NO_SHARD": "none",
-    "3": "none",
-    "HYBRID_SHARD": "fsdp",
-    "4": "fsdp",
-    "_HYBRID_SHARD_ZERO2": "zero2",
-    "5": "zero2",
+# FSDP1 ShardingStrategy (name or accelerate's number) -> (legacy sharding, layout, reshard)
+FSDP_STRATEGIES: dict[str, tuple[str, str, bool]] = {
+    "FULL_SHARD": ("fsdp", "fsdp", True),
+    "1": ("fsdp", "fsdp", True),
+    "SHARD_GRAD_OP": ("zero2", "fsdp", False),
+    "2": ("zero2", "fsdp", False),
+    "NO_SHARD": ("none", "dp", True),
+    "3": ("none", "dp", True),
+    "HYBRID_SHARD": ("fsdp", "hsdp", True),
+    "4": ("fsdp", "hsdp", True),
+    "_HYBRID_SHARD_ZERO2": ("zero2", "hsdp", False),
+    "5": ("zero2", "hsdp", False),
 }
 ZERO_STAGES = {0: "none", 1: "zero1", 2: "zero2", 3: "zero3"}
-OFFLOAD_REASON = "CPU/NVMe offload of {what} is not modelled (GPU bytes are an upper bound)"
+NVME_REASON = "offload to NVMe: counted as offload to host memory (the GPU side is the same)"
+
+
+def set_layout(
+    m: TrainConfigMapping, sharding: str, layout: str, key: str, reshard: bool = True
+) -> None:
+    """The legacy `sharding` field and the estimator/parallel layout for the same setting."""
+    m.set("sharding", sharding, key)
+    m.set("parallel", layout, key)
+    if not reshard or "reshard_after_forward" in m.setup:  # True is the default
+        m.set("reshard_after_forward", reshard, key)
+
+
+def set_offload(m: TrainConfigMapping, what: str, key: str) -> None:
+    """`offload`: `params` (FSDP CPU offload, ZeRO-3 offload_param) wins over `optimizer`."""
+    if m.setup.get("offload") != "params":
+        m.set("offload", what, key)
 
 
 def map_fsdp_words(m: TrainConfigMapping, value: object, key: str) -> None:
@@ -50,12 +74,16 @@ def map_fsdp_words(m: TrainConfigMapping, value: object, key: str) -> None:
     items = value if isinstance(value, list) else []
     words = value.split() if isinstance(value, str) else [str(v) for v in items]
     words = [w.lower() for w in words]
-    if "full_shard" in words or "hybrid_shard" in words:
-        m.set("sharding", "fsdp", key)
-    elif "shard_grad_op" in words or "hybrid_shard_zero2" in words:
-        m.set("sharding", "zero2", key)
+    if "full_shard" in words:
+        set_layout(m, "fsdp", "fsdp", key)
+    elif "shard_grad_op" in words:
+        set_layout(m, "zero2", "fsdp", key, reshard=False)
+    elif "hybrid_shard" in words:
+        set_layout(m, "fsdp", "hsdp", key)
+    elif "hybrid_shard_zero2" in words:
+        set_layout(m, "zero2", "hsdp", key, reshard=False)
     if "offload" in words:
-        m.ignore(key + ":offload", OFFLOAD_REASON.format(what="FSDP parameters and gradients"))
+        set_offload(m, "params", key + ":offload")
 
 
 def map_fsdp_dict(m: TrainConfigMapping, data: dict[str, Any], prefix: str) -> None:
@@ -73,15 +101,15 @@ def map_fsdp_dict(m: TrainConfigMapping, data: dict[str, Any], prefix: str) -> N
         if mapped is None:
             m.ignore(key, f"sharding strategy {strategy!r} is not known")
         else:
-            m.set("sharding", mapped, key)
+            set_layout(m, mapped[0], mapped[1], key, reshard=mapped[2])
     elif "sharding" not in m.setup:
-        m.set("sharding", "fsdp", prefix.rstrip(".") or "fsdp_config")
+        set_layout(m, "fsdp", "fsdp", prefix.rstrip(".") or "fsdp_config")
     reshard, key = get("reshard_after_forward")
     if reshard is False or str(reshard).upper() == "SHARD_GRAD_OP":
-        m.set("sharding", "zero2", key)
+        set_layout(m, "zero2", str(m.setup.get("parallel", "fsdp")), key, reshard=False)
     offload, key = get("offload_params")
     if offload:
-        m.ignore(key, OFFLOAD_REASON.format(what="FSDP parameters, gradients and optimizer"))
+        set_offload(m, "params", key)
     checkpointing, key = get("activation_checkpointing")
     if checkpointing is not None:
         m.set("checkpointing", "gpu" if checkpointing else "none", key)
@@ -92,22 +120,78 @@ def map_fsdp_dict(m: TrainConfigMapping, data: dict[str, Any], prefix: str) -> N
     m.warn_unread(data, prefix)
 
 
+def _zero_stage(m: TrainConfigMapping, stage: object, key: str) -> int | None:
+    if isinstance(stage, int) and stage in ZERO_STAGES:
+        set_layout(m, ZERO_STAGES[stage], ZERO_STAGES[stage] if stage else "dp", key)
+        return stage
+    if stage is not None:
+        m.ignore(key, f"ZeRO stage {stage!r} is not 0-3")
+    return None
+
+
+def _zero_offload(
+    m: TrainConfigMapping, stage: int | None, part: str, device: object, key: str
+) -> None:
+    """`part` is `optimizer` or `param`; `device` none | cpu | nvme."""
+    if device in (None, "none"):
+        return
+    if part == "param" and stage != 3:
+        m.ignore(key, "DeepSpeed offloads parameters only with ZeRO stage 3")
+        return
+    if stage in (None, 0):
+        m.ignore(key, "offload needs ZeRO stage 1-3")
+        return
+    set_offload(m, "params" if part == "param" else "optimizer", key)
+    if device == "nvme":
+        m.ignore(key, NVME_REASON)
+
+
+# ZeRO's buffer sizes (elements) at DeepSpeed's defaults, which estimator/parallel/data.py models
+# (deepspeedai/DeepSpeed@1b88ac36 deepspeed/runtime/zero/config.py; sub_group_size: the config
+# JSON docs, default 1e9): another number changes the buffers, so it is listed as ignored.
+ZERO_BUFFER_DEFAULTS = {
+    "reduce_bucket_size": 5e8,
+    "allgather_bucket_size": 5e8,
+    "stage3_prefetch_bucket_size": 5e7,
+    "stage3_max_live_parameters": 1e9,
+    "stage3_param_persistence_threshold": 1e5,
+    "sub_group_size": 1e9,
+}
+# ZeRO switches that move no memory the estimate counts (communication overlap, layout of the
+# gradient buffer, what is saved at the end)
+ZERO_NO_MEMORY = (
+    "overlap_comm",
+    "contiguous_gradients",
+    "round_robin_gradients",
+    "reduce_scatter",
+    "allgather_partitions",
+    "stage3_gather_16bit_weights_on_model_save",
+    "gather_16bit_weights_on_model_save",
+)
+
+
+def _zero_buffers(m: TrainConfigMapping, zero: dict[str, Any], zp: str) -> None:
+    for name, default in ZERO_BUFFER_DEFAULTS.items():
+        value = m.get(zero, name, zp)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value != default:
+            m.ignore(zp + name, f"{value:g}: trainfit models DeepSpeed's default {default:g}")
+    for name in ZERO_NO_MEMORY:
+        m.get(zero, name, zp)
+    m.warn_unread(zero, zp)
+
+
 def map_deepspeed(m: TrainConfigMapping, data: dict[str, Any], prefix: str = "") -> None:
     """A DeepSpeed config JSON object."""
     m.set("stack", "deepspeed", prefix + "zero_optimization")
     zero = m.get(data, "zero_optimization", prefix)
     if isinstance(zero, dict):
         zp = prefix + "zero_optimization."
-        stage = m.get(zero, "stage", zp)
-        if isinstance(stage, int) and stage in ZERO_STAGES:
-            m.set("sharding", ZERO_STAGES[stage], zp + "stage")
-        elif stage is not None:
-            m.ignore(zp + "stage", f"ZeRO stage {stage!r} is not 0-3")
-        for part, what in (("offload_optimizer", "optimizer states"), ("offload_param", "params")):
-            section = m.get(zero, part, zp)
+        stage = _zero_stage(m, m.get(zero, "stage", zp), zp + "stage")
+        for part in ("optimizer", "param"):
+            section = m.get(zero, f"offload_{part}", zp)
             device = section.get("device") if isinstance(section, dict) else None
-            if device not in (None, "none"):
-                m.ignore(f"{zp}{part}.device", OFFLOAD_REASON.format(what=what) + f" ({device})")
+            _zero_offload(m, stage, part, device, f"{zp}offload_{part}.device")
+        _zero_buffers(m, zero, zp)
     batch = m.get(data, "train_micro_batch_size_per_gpu", prefix)
     if isinstance(batch, int):
         m.set("batch", batch, prefix + "train_micro_batch_size_per_gpu")
@@ -155,6 +239,8 @@ def read_accelerate(data: dict[str, Any]) -> TrainConfigMapping:
     if precision in ("bf16", "fp16"):
         m.set("autocast", True, "mixed_precision")
         m.set("precision", "mixed", "mixed_precision")
+    if kind == "MULTI_GPU":  # DistributedDataParallel: every card holds the whole model
+        set_layout(m, "none", "dp", "distributed_type")
     fsdp = m.get(data, "fsdp_config")
     if kind == "FSDP" and isinstance(fsdp, dict):
         map_fsdp_dict(m, fsdp, "fsdp_config.")
@@ -168,19 +254,15 @@ def read_accelerate(data: dict[str, Any]) -> TrainConfigMapping:
 def _map_accelerate_deepspeed(m: TrainConfigMapping, ds: dict[str, Any]) -> None:
     p = "deepspeed_config."
     m.set("stack", "deepspeed", p + "zero_stage")
-    stage = m.get(ds, "zero_stage", p)
-    if isinstance(stage, int) and stage in ZERO_STAGES:
-        m.set("sharding", ZERO_STAGES[stage], p + "zero_stage")
-    for name, what in (
-        ("offload_optimizer_device", "optimizer states"),
-        ("offload_param_device", "params"),
-    ):
-        device = m.get(ds, name, p)
-        if device not in (None, "none"):
-            m.ignore(p + name, OFFLOAD_REASON.format(what=what) + f" ({device})")
+    stage = _zero_stage(m, m.get(ds, "zero_stage", p), p + "zero_stage")
+    for part in ("optimizer", "param"):
+        name = f"offload_{part}_device"
+        _zero_offload(m, stage, part, m.get(ds, name, p), p + name)
     accum = m.get(ds, "gradient_accumulation_steps", p)
     if isinstance(accum, int):
         m.set("grad_accum", accum, p + "gradient_accumulation_steps")
+    for name in ("zero3_init_flag", "zero3_save_16bit_model"):  # loading and saving only
+        m.get(ds, name, p)
     if m.get(ds, "deepspeed_config_file", p):
         m.warnings.append(
             f"{p}deepspeed_config_file: pass that JSON as a second --train-config to read it"

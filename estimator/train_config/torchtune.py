@@ -24,7 +24,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from estimator.train_config.result import TrainConfigMapping
+from estimator.errors import EstimatorInputError
+from estimator.train_config.result import TrainConfigMapping, whole_number
+from estimator.train_config.sharding import set_layout, set_offload
 from estimator.train_config.vocab import COMPONENT_OPTIMIZERS, model_ref
 
 BUILDER = re.compile(r"^torchtune\.models\.[a-z0-9_]+\.(?P<kind>q?lora_)?(?P<name>[a-z0-9_]+)$")
@@ -73,7 +75,7 @@ def read_torchtune(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMa
     length = tokenizer.get("max_seq_len") if isinstance(tokenizer, dict) else None
     m.read.add("tokenizer.max_seq_len")
     if length is not None:
-        m.seq_lens = [int(length)]
+        m.seq_lens = [whole_number(length, "tokenizer.max_seq_len")]
         m.origin["seq_lens"] = "tokenizer.max_seq_len"
     else:
         m.warnings.append("tokenizer.max_seq_len: null, so rows are as long as the longest sample")
@@ -90,8 +92,9 @@ def read_torchtune(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMa
             m.set("autocast", False, "dtype")
         else:
             m.ignore("dtype", f"dtype {dtype!r} is not modelled (bf16/fp32 are)")
-    if m.get(data, "compile"):
-        m.ignore("compile", "torch.compile's memory effect is not modelled")
+    compiled = m.get(data, "compile")
+    if compiled is not None:
+        m.set("compile", bool(compiled), "compile")
     _fsdp(m, data)
     dataset = m.get(data, "dataset")
     if isinstance(dataset, dict) and dataset.get("packed"):
@@ -119,8 +122,10 @@ def _model(
 ) -> None:
     component = str(model.get("_component_", ""))
     match = BUILDER.match(component)
-    checkpoint_dir = (data.get("checkpointer") or {}).get("checkpoint_dir")
-    if checkpoint_dir and Path(str(checkpoint_dir), "config.json").is_file():
+    checkpointer = data.get("checkpointer")
+    checkpoint_dir = checkpointer.get("checkpoint_dir") if isinstance(checkpointer, dict) else None
+    local = base_dir is not None  # a config sent to the service names no file we read
+    if local and checkpoint_dir and Path(str(checkpoint_dir), "config.json").is_file():
         m.model = model_ref(str(checkpoint_dir), base_dir)
         m.origin["model"] = "checkpointer.checkpoint_dir"
     elif match and match["name"] in BUILDER_MODELS:
@@ -135,7 +140,12 @@ def _model(
         "method", {"lora_": "lora", "qlora_": "qlora"}.get(kind or "", "full"), "model._component_"
     )
     if kind:
-        targets = [str(t) for t in model.get("lora_attn_modules") or []]
+        listed = model.get("lora_attn_modules") or []
+        if not isinstance(listed, list):
+            raise EstimatorInputError(
+                "train_config.model.lora_attn_modules", f"expected a list, got {listed!r}"
+            )
+        targets = [str(t) for t in listed]
         if model.get("apply_lora_to_mlp"):
             targets += ["w1", "w2", "w3"]  # torchtune's FeedForward projections
         if model.get("apply_lora_to_output"):
@@ -177,9 +187,16 @@ def _hf_names(names: list[str]) -> list[str]:
     return [TT_TO_HF.get(n, n) for n in names]
 
 
+def _component(m: TrainConfigMapping, data: dict[str, Any], key: str) -> tuple[dict[str, Any], str]:
+    """A `key: {_component_: dotted.name, ...}` section and its component name ("" if none)."""
+    section = m.get(data, key)
+    if not isinstance(section, dict):
+        return {}, ""
+    return section, str(section.get("_component_", ""))
+
+
 def _optimizer(m: TrainConfigMapping, data: dict[str, Any]) -> None:
-    opt = m.get(data, "optimizer") or {}
-    component = str(opt.get("_component_", "")) if isinstance(opt, dict) else ""
+    opt, component = _component(m, data, "optimizer")
     fields = COMPONENT_OPTIMIZERS.get(component)
     if fields is None:
         if component:
@@ -195,8 +212,7 @@ def _optimizer(m: TrainConfigMapping, data: dict[str, Any]) -> None:
 
 
 def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
-    loss = m.get(data, "loss") or {}
-    component = str(loss.get("_component_", "")) if isinstance(loss, dict) else ""
+    loss, component = _component(m, data, "loss")
     kind = LOSSES.get(component)
     if kind is None:
         if component:
@@ -204,7 +220,9 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         return
     m.set("loss", kind, "loss._component_")
     if kind == "chunked" and m.seq_lens:
-        chunks = int(loss.get("num_output_chunks", DEFAULT_LOSS_CHUNKS))
+        chunks = whole_number(
+            loss.get("num_output_chunks", DEFAULT_LOSS_CHUNKS), "loss.num_output_chunks"
+        )
         m.set("loss_chunk", -(-m.seq_lens[0] // chunks), "loss.num_output_chunks")
 
 
@@ -217,9 +235,10 @@ def _fsdp(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     offload = m.get(data, "fsdp_cpu_offload")
     if "fsdp_cpu_offload" in data or reshard is not None:
         key = "fsdp_reshard_after_forward" if reshard is not None else "fsdp_cpu_offload"
-        m.set("sharding", "zero2" if reshard is False else "fsdp", key)
+        keep = reshard is not False
+        set_layout(m, "fsdp" if keep else "zero2", "fsdp", key, reshard=keep)
     if offload:
-        m.ignore("fsdp_cpu_offload", "FSDP CPU offload of params/grads/states is not modelled")
+        set_offload(m, "params", "fsdp_cpu_offload")  # CPUOffloadPolicy: params, grads, states
 
 
 def _checkpointing(m: TrainConfigMapping, data: dict[str, Any]) -> None:

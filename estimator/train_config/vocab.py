@@ -17,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from estimator.train_config.result import TrainConfigMapping
+
 # HF `optim` value -> trainfit optimizer fields. `optimizer_impl` only where the name fixes it.
 HF_OPTIMIZERS: dict[str, dict[str, Any]] = {
     "adamw_torch": {"optimizer": "adamw", "optimizer_impl": "foreach"},
@@ -53,6 +55,17 @@ ATTENTION: dict[str, str] = {
     "disabled": "eager",  # LLaMA-Factory AttentionFunction.DISABLED -> "eager" (model_args.py)
 }
 
+
+def map_attention(m: TrainConfigMapping, value: object, key: str) -> None:
+    """An attention implementation name (None: unset) as trainfit's `attention`, or ignored."""
+    if value is None:
+        return
+    if str(value) in ATTENTION:
+        m.set("attention", ATTENTION[str(value)], key)
+    else:
+        m.ignore(key, f"attention {value!r} is not modelled")
+
+
 ALL_LINEAR = ["all-linear"]
 EMBEDDING_MODULES = {"embed_tokens", "lm_head", "wte", "word_embeddings", "embed_out", "output"}
 
@@ -83,9 +96,12 @@ def trains_embeddings(modules: object) -> bool | None:
 
 def model_ref(text: str, base_dir: Path | None = None) -> dict[str, str]:
     """A base model as a config names it: a local directory or file (relative to the config's
-    folder first), else `estimator.hub.model_source` (preset id wins, then a Hub id)."""
-    from estimator.hub import model_source
+    folder first), else `estimator.hub.model_source` (preset id wins, then a Hub id). Without
+    `base_dir` (a config's text sent to the service) no local path is looked at."""
+    from estimator.hub import model_source, preset_or_hub
 
+    if base_dir is None:
+        return preset_or_hub(text)
     candidates = [Path(text)]
     if base_dir is not None and not Path(text).is_absolute():
         candidates.insert(0, base_dir / text)

@@ -74,7 +74,7 @@ def test_result_shows_the_seed_fit_table_and_chart(sqlite_client: TestClient) ->
     assert "<svg" in page.text and "ref-line" in page.text
     assert "a100-80gb usable" in page.text and "a100-80gb capacity" in page.text
     # one bar per option, labelled with the peak the table prints (same order: seq, option)
-    table_peaks = [re.findall(r'<td class="num">([\d.,]+)</td>', r)[1] for r in rows[1:]]
+    table_peaks = [re.findall(r'<td class="num peak">([\d.,]+)</td>', r)[0] for r in rows[1:]]
     chart = page.text[page.text.index('id="memory-chart"') :]
     bar_values = re.findall(
         r'<g class="bar option">.*?class="bar-value">([\d.,]+) GiB<', chart, re.S
@@ -108,13 +108,39 @@ def test_model_name_is_escaped(sqlite_client: TestClient) -> None:
 def test_bad_form_input_re_renders_the_form_with_the_field(sqlite_client: TestClient) -> None:
     page = sqlite_client.post("/estimate", data=seed_form(seq_lens="lots", gpus=[], gpus_extra=""))
     assert page.status_code == 422
-    assert "<code>seq_lens</code>" in page.text and "<code>gpus</code>" in page.text
+    # every error at once, each next to its field, which is marked invalid
+    assert "2 fields to fix" in page.text
+    for name in ("seq_lens", "gpus"):
+        assert re.search(
+            rf'id="{name}"[^>]*aria-invalid="true" aria-describedby="{name}-error"', page.text
+        ), name
+        assert f'<span class="field-error" id="{name}-error">' in page.text
+    assert 'value="lots"' in page.text  # what was typed is kept
     page = sqlite_client.post("/estimate", data=seed_form(preset="no-such-model"))
     assert page.status_code == 422
-    assert "unknown preset" in page.text
-    page = sqlite_client.post("/estimate", data=seed_form(lora_rank="0"))
+    assert "unknown preset" in page.text and 'id="preset-error"' in page.text
+    page = sqlite_client.post("/estimate", data=seed_form(lora_rank="0", batch="0"))
     assert page.status_code == 422
-    assert "lora_rank" in page.text
+    assert 'id="lora_rank-error"' in page.text and 'id="batch-error"' in page.text
+    assert "Value error" not in page.text
+
+
+def test_uploads_are_kept_across_an_error(sqlite_client: TestClient) -> None:
+    lengths = b"length\n1000\n2000\n"
+    config = b'{"model_type": "llama", "hidden_size": 64}'
+    page = sqlite_client.post(
+        "/estimate",
+        data=seed_form(seq_lens="lots"),
+        files={
+            "lengths_file": ("lengths.csv", lengths, "text/csv"),
+            "config_file": ("tiny.json", config, "application/json"),
+        },
+    )
+    assert page.status_code == 422
+    assert "Kept from your upload: <code>lengths.csv</code>" in page.text
+    assert "length\n1000\n2000" in page.text  # the lengths, in their text field
+    assert 'value="config" id="source-config" checked' in page.text  # the file chose the source
+    assert "&#34;model_type&#34;: &#34;llama&#34;" in page.text
 
 
 def test_dataset_lengths_file_gives_tokens(sqlite_client: TestClient) -> None:
@@ -126,6 +152,28 @@ def test_dataset_lengths_file_gives_tokens(sqlite_client: TestClient) -> None:
     )
     assert page.status_code == 200, page.text[:2000]
     assert "4 samples, 73,000 tokens" in page.text
+
+
+def test_seed_lengths_csv_flows_to_the_verdict_and_recommendation(
+    sqlite_client: TestClient,
+) -> None:
+    """Seed 000's own lengths file (a CSV with a header): 40 of 52 samples are dropped at
+    16,000 tokens; the recommendation aims at the longest sample (58,700)."""
+    from pathlib import Path
+
+    csv = (Path(__file__).resolve().parents[1] / "data/lengths/seed000_lengths.csv").read_bytes()
+    page = sqlite_client.post(
+        "/estimate",
+        data=seed_form(checkpointing="gpu", loss="chunked", epochs="2"),
+        files={"lengths_file": ("seed000_lengths.csv", csv, "text/csv")},
+    )
+    assert page.status_code == 200, page.text[:3000]
+    assert "52 samples, 1,324,460 tokens" in page.text
+    assert "At 16,000 tokens 40 of 52 samples are dropped." in page.text
+    table = page.text[page.text.index('id="fit-table"') :]
+    assert '<td class="num dropped warn">40 of 52</td>' in table
+    assert '<td class="num dropped warn">15 of 52</td>' in table
+    assert "at 58,700 tokens (the longest sample)" in page.text
 
 
 def _save_quote(client: TestClient) -> str:

@@ -70,3 +70,24 @@ def test_a_config_that_is_not_one_is_a_422_naming_the_field(sqlite_client: TestC
         "/v1/check", json={"gpu": "h100-80gb", "train_config": {"text": "x", "colour": "red"}}
     )
     assert res.status_code == 422 and "train_config.colour" in res.text
+
+
+def test_a_config_sent_as_text_makes_the_service_open_no_file(
+    sqlite_client: TestClient, tmp_path: Path
+) -> None:
+    secret = tmp_path / "ds.json"
+    secret.write_text('{"zero_optimization": {"stage": 3}}')
+    local = tmp_path / "model"
+    local.mkdir()
+    (local / "config.json").write_text("{}")
+    text = f"base_model: {local}\nadapter: lora\ndeepspeed: {secret}\n"
+    res = sqlite_client.post(
+        "/v1/check", json={"gpu": "h100-80gb", "model": {"preset": "llama-3.1-8b"},
+                           "seq_lens": [1024], "train_config": {"text": text}},
+    )  # fmt: skip
+    assert res.status_code == 200, res.text
+    report = res.json()["train_config"]
+    assert "sharding" not in report["setup"]  # ds.json was not read
+    reasons = {i["key"]: i["reason"] for i in report["ignored"]}
+    assert "is not read from a config sent as text" in reasons["deepspeed"]
+    assert report["model"] == {"preset": str(local)}  # a name, not a file that was looked at

@@ -73,8 +73,9 @@ def test_gated_repo_401_is_a_clear_message_and_hf_token_opens_it(
 
 
 def test_absent_repo_revision_and_file_are_clear_messages(hub_env: Path) -> None:
-    with pytest.raises(EstimatorInputError, match="no such model repo"):
+    with pytest.raises(EstimatorInputError, match="no such model repo") as err:
         fetch_config("acme/no-such-model")
+    assert "--model path/to/config.json" in err.value.message
     with pytest.raises(EstimatorInputError, match="revision 'v9' not found"):
         fetch_config("acme/tiny-llama@v9")
 
@@ -114,3 +115,12 @@ def test_importing_the_estimator_does_not_import_huggingface_hub() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_settings_follow_huggingface_hub_environment_names() -> None:
+    s = HubSettings.from_env({"HF_HOME": "/h", "TRANSFORMERS_OFFLINE": "YES", "HF_TOKEN": "t"})
+    assert (s.offline, s.cache_dir, s.token, s.endpoint) == (True, "/h/hub", "t", None)
+    s = HubSettings.from_env(
+        {"HF_HOME": "/h", "HF_HUB_CACHE": "/c", "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://e/"}
+    )
+    assert (s.offline, s.cache_dir, s.endpoint) == (False, "/c", "http://e")

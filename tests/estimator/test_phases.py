@@ -66,3 +66,35 @@ def test_full_logits_at_long_context_peak_in_the_loss() -> None:
     loss = rows[-1]["phases"]["loss"]
     assert loss["logits"] == rows[-1]["components"]["logits"]
     assert "recompute_peak" not in loss  # not alive when the loss is computed
+
+
+def test_memtest_comparison_splits_the_estimate_as_the_probe_does() -> None:
+    """params + grads + optimizer + activations = the estimated allocated peak; gradients
+    count only when alive at the peak moment (not in the loss phase)."""
+    from estimator.compare import compare
+    from estimator.presets import preset_config
+
+    kinds = {"params": 1, "grads": 1, "optimizer": 1, "activations": 1, "host": 1}
+    doc = {
+        "model": {"name": "qwen3.5-27b", "config": preset_config("qwen3.5-27b")},
+        "setup": {
+            "stack": "hf",
+            "method": "lora",
+            "lora_targets": SEED_TARGETS,
+            "optimizer": "adamw-8bit",
+            "checkpointing": "gpu",
+            "loss": "full",
+        },
+        "environment": {"device": "cuda", "gpu_count": 1},
+        "results": [
+            {"seq_len": s, "status": "ok", "peak_allocated_bytes": 1, "components": kinds}
+            for s in (1024, 48000)
+        ],
+    }
+    rows = compare(doc)["rows"]
+    for row in rows:
+        parts = {k: v["estimated"] for k, v in row["components_vs_measured"].items()}
+        device = parts["params"] + parts["grads"] + parts["optimizer"] + parts["activations"]
+        assert abs(device - row["estimated_peak_bytes"]) <= 4
+        assert row["estimated_reserved_bytes"] >= row["estimated_peak_bytes"]
+    assert rows[-1]["components_vs_measured"]["grads"]["estimated"] == 0  # loss-phase peak

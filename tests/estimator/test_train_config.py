@@ -50,12 +50,15 @@ def test_axolotl_qlora_with_deepspeed_beside_it() -> None:
         "checkpointing": "gpu",
         "attention": "flash",
         "loss": "cce",
+        "compile": True,  # torch_compile
         "sharding": "zero2",
+        "parallel": "zero2",  # estimator/parallel's exact ZeRO-2
+        "offload": "optimizer",  # zero_optimization.offload_optimizer.device: cpu
     }
     assert m.seq_lens == [8192]
     assert m.run == {"epochs": 2, "packing": True, "packing_strategy": "multipack"}
-    assert ignored_keys(m) == {"torch_compile", "zero_optimization.offload_optimizer.device"}
-    assert len(m.warnings) == 1 and m.warnings[0].startswith("lora_qkv_kernel:")
+    assert ignored_keys(m) == {"liger_rms_norm", "liger_glu_activation", "lora_qkv_kernel"}
+    assert m.warnings == []
     assert m.origin["double_quant"].startswith("(axolotl QLoRA default")
     assert m.origin["sharding"] == "deepspeed:zero_optimization.stage"
 
@@ -110,6 +113,7 @@ def test_torchtune_qlora_recipe() -> None:
         "checkpointing": "offload",
         "precision": "bf16",
         "autocast": False,
+        "compile": False,
     }
     assert m.seq_lens == [4096]
     assert m.run == {"epochs": 1, "packing": True, "packing_strategy": "greedy"}
@@ -129,7 +133,9 @@ def test_trl_sftconfig_json_dump() -> None:
         "autocast": True,
         "precision": "mixed",
         "checkpointing": "gpu",
+        "compile": False,
         "sharding": "fsdp",
+        "parallel": "fsdp",
         "loss": "chunked",  # loss_type null -> chunked_nll in this TRL release
         "attention": "sdpa",
     }
@@ -162,9 +168,11 @@ def test_trl_yaml_with_model_config_keys_and_accelerate_fsdp_beside_it() -> None
         "loss": "liger",
         "num_gpus": 4,
         "sharding": "fsdp",
+        "parallel": "fsdp",
+        "offload": "params",  # fsdp_offload_params: parameters, gradients and states
     }
     assert m.seq_lens == [16384]
-    assert ignored_keys(m) == {"fsdp_config.fsdp_offload_params"}
+    assert ignored_keys(m) == set()
 
 
 def test_accelerate_and_deepspeed_alone() -> None:
@@ -175,12 +183,19 @@ def test_accelerate_and_deepspeed_alone() -> None:
         "autocast": True,
         "precision": "mixed",
         "sharding": "fsdp",
+        "parallel": "fsdp",
+        "offload": "params",
         "checkpointing": "gpu",
     }
     ds = read_file(EXAMPLES / "deepspeed-zero2.json")
     assert ds.format == "deepspeed"
-    assert ds.setup == {"stack": "deepspeed", "sharding": "zero2"}  # "auto" values are skipped
-    assert ignored_keys(ds) == {"zero_optimization.offload_optimizer.device"}
+    assert ds.setup == {  # "auto" values are skipped
+        "stack": "deepspeed",
+        "sharding": "zero2",
+        "parallel": "zero2",
+        "offload": "optimizer",
+    }
+    assert ignored_keys(ds) == set()
 
 
 @pytest.mark.parametrize(
@@ -201,8 +216,9 @@ def test_detection(text: str, fmt: str | None) -> None:
 
 def test_fsdp_strategies_and_zero_stages() -> None:
     m = map_config({"fsdp": "shard_grad_op auto_wrap offload"}, "hf")
-    assert m.setup["sharding"] == "zero2"
-    assert "fsdp:offload" in ignored_keys(m)
+    assert m.setup["sharding"] == "zero2"  # the legacy field; the layout is exact:
+    assert (m.setup["parallel"], m.setup["reshard_after_forward"]) == ("fsdp", False)
+    assert m.setup["offload"] == "params"
     m = map_config({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 4})
     assert (m.setup["sharding"], m.setup["batch"]) == ("zero3", 4)
     m = map_config(
@@ -212,9 +228,9 @@ def test_fsdp_strategies_and_zero_stages() -> None:
 
 
 def test_unknown_optimizer_and_unread_memory_keys_are_reported() -> None:
-    m = map_config({"base_model": "x/y", "optimizer": "muon", "unsloth_lora_mlp": True})
+    m = map_config({"base_model": "x/y", "optimizer": "muon", "activation_memory_budget": 0.5})
     assert "optimizer" in ignored_keys(m)
-    assert any(w.startswith("unsloth_lora_mlp:") for w in m.warnings)
+    assert any(w.startswith("activation_memory_budget:") for w in m.warnings)
     assert "optimizer" not in m.setup
 
 
@@ -259,10 +275,9 @@ def test_cli_options_beside_the_file_win(capsys: pytest.CaptureFixture[str]) -> 
     doc = json.loads(captured.out)
     assert doc["seq_len"] == 4096  # --seq=4096 beats sequence_len 8192
     assert doc["train_config"]["setup"]["lora_rank"] == 32  # what the file said
-    assert {"key": "torch_compile", "reason": "torch.compile's memory effect is not modelled"} in (
-        doc["setup"]["ignored"]
-    )
-    assert "ignored torch_compile" in captured.err
+    assert "liger_rms_norm" in {i["key"] for i in doc["setup"]["ignored"]}
+    assert doc["train_config"]["setup"]["offload"] == "optimizer"  # the DeepSpeed JSON beside it
+    assert "ignored liger_rms_norm: Liger's fused kernel" in captured.err
     # the same without overrides uses the file's length
     assert main(argv) in (0, 1)
     assert json.loads(capsys.readouterr().out)["seq_len"] == 8192
@@ -302,9 +317,9 @@ def test_every_planning_command_reads_the_config_and_lists_what_it_ignored(
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
     ignored = {i["key"] for i in doc["setup"]["ignored"]}
-    assert {"torch_compile", "zero_optimization.offload_optimizer.device"} <= ignored
+    assert {"liger_rms_norm", "liger_glu_activation"} <= ignored
     assert doc["train_config"]["model"] == {"preset": "llama-3.1-8b"}
-    assert "warning: lora_qkv_kernel:" in captured.err
+    assert "ignored lora_qkv_kernel: axolotl's fused/tiled kernel" in captured.err
     if command == "estimate":
         assert doc["model"]["name"] == "llama-3.1-8b"
         assert [r["seq_len"] for r in doc["rows"]] == [8192]  # the file's sequence_len
@@ -338,7 +353,9 @@ def test_a_full_training_arguments_dump_maps_without_false_warnings(tmp_path: Pa
         "autocast": True,
         "precision": "mixed",
         "checkpointing": "gpu",
+        "compile": False,
         "sharding": "fsdp",
+        "parallel": "fsdp",
     }
     assert m.warnings == [] and m.ignored == []
     sft = {
@@ -359,3 +376,29 @@ def test_a_full_training_arguments_dump_maps_without_false_warnings(tmp_path: Pa
     assert m.format == "trl" and m.seq_lens == [4096] and m.setup["loss"] == "chunked"
     assert m.run["packing"] is True
     assert m.warnings == [] and m.ignored == []
+
+
+def test_sharding_on_the_command_line_replaces_the_configs_layout(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = str(EXAMPLES / "axolotl-qlora-llama31-8b.yml")  # ZeRO-2 + optimizer offload
+    argv = ["estimate", "--train-config", config, "--gpu", "h100-80gb", "--format", "json"]
+    assert main([*argv, "--sharding", "none"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["setup"]["sharding"], doc["setup"]["parallel"]) == ("none", None)
+    assert {"parallel", "offload"} <= {i["key"] for i in doc["setup"]["ignored"]}
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["setup"]["parallel"], doc["setup"]["offload"]) == ("zero2", "optimizer")
+
+
+def test_a_bad_length_in_the_config_is_exit_2_and_a_422_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "a.yml"
+    path.write_text("base_model: x/y\nsequence_len: 4k\n")
+    assert main(["check", "--train-config", str(path), "--gpu", "h100-80gb"]) == 2
+    assert "train_config.sequence_len: expected a whole number, got '4k'" in capsys.readouterr().err
+    with pytest.raises(EstimatorInputError) as err:
+        read_train_config_text("model_name_or_path: x/y\ncutoff_len: 0\n")
+    assert err.value.field == "train_config.cutoff_len"

@@ -213,15 +213,16 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
         "  offload_params: true\n  activation_checkpointing: true\n",
         {
             "setup.sharding": "fsdp",
+            "setup.parallel": "fsdp",
             "setup.checkpointing": "gpu",
-            "ignored": ["fsdp_config.offload_params"],
+            "setup.offload": "params",
         },
     ),
     (
         "axolotl",
         "fsdp",
         "base_model: x/y\nfsdp: [shard_grad_op, auto_wrap]\n",
-        {"setup.sharding": "zero2"},
+        {"setup.sharding": "zero2", "setup.parallel": "fsdp", "setup.reshard_after_forward": False},
     ),
     (
         "axolotl",
@@ -233,7 +234,7 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
         "axolotl",
         "offload",
         "base_model: x/y\ndeepspeed: ds.json\n",
-        {"ignored": ["zero_optimization.offload_param.device"]},
+        {"setup.offload": "params", "setup.parallel": "zero3"},
     ),
     # -- LLaMA-Factory ---------------------------------------------------------------------------
     (
@@ -373,7 +374,7 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
         "llamafactory",
         "fsdp",
         "model_name_or_path: x/y\nstage: sft\nfsdp: full_shard auto_wrap offload\n",
-        {"setup.sharding": "fsdp", "ignored": ["fsdp:offload"]},
+        {"setup.sharding": "fsdp", "setup.parallel": "fsdp", "setup.offload": "params"},
     ),
     (
         "llamafactory",
@@ -385,7 +386,7 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
         "llamafactory",
         "offload",
         "model_name_or_path: x/y\nstage: sft\ndeepspeed: ds.json\n",
-        {"ignored": ["zero_optimization.offload_param.device"]},
+        {"setup.offload": "params", "setup.parallel": "zero3"},
     ),
     # -- torchtune -------------------------------------------------------------------------------
     (
@@ -536,7 +537,7 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
         "torchtune",
         "offload",
         "model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\nfsdp_cpu_offload: true\n",
-        {"setup.sharding": "fsdp", "ignored": ["fsdp_cpu_offload"]},
+        {"setup.sharding": "fsdp", "setup.parallel": "fsdp", "setup.offload": "params"},
     ),
     # -- TRL / HF TrainingArguments (YAML and JSON) ----------------------------------------------
     (
@@ -674,7 +675,7 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
         "trl",
         "offload",
         '{"output_dir": "o", "fsdp": "full_shard offload"}',
-        {"setup.sharding": "fsdp", "ignored": ["fsdp:offload"]},
+        {"setup.sharding": "fsdp", "setup.offload": "params"},
     ),
     # -- DeepSpeed JSON and accelerate config (companions of the above) --------------------------
     (
@@ -696,7 +697,19 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
         '"activation_checkpointing": {"cpu_checkpointing": true}}',
         {
             "setup.checkpointing": "offload",
-            "ignored": ["zero_optimization.offload_param.device"],
+            "setup.offload": "params",
+            "ignored": ["zero_optimization.offload_param.device"],  # NVMe counted as host
+        },
+    ),
+    (
+        "deepspeed",
+        "offload",
+        '{"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}, '
+        '"offload_optimizer": {"device": "cpu"}}}',
+        {
+            "setup.parallel": "zero2",
+            "setup.offload": "optimizer",
+            "ignored": ["zero_optimization.offload_param.device"],  # stage 3 only
         },
     ),
     (
@@ -707,9 +720,17 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
         {
             "setup.num_gpus": 8,
             "setup.sharding": "zero2",
+            "setup.parallel": "fsdp",
+            "setup.reshard_after_forward": False,
             "setup.autocast": True,
-            "ignored": ["fsdp_config.fsdp_offload_params"],
+            "setup.offload": "params",
         },
+    ),
+    (
+        "accelerate",
+        "fsdp",  # no sharding: DDP keeps a whole copy per card (not device_map's split)
+        "distributed_type: MULTI_GPU\nnum_processes: 2\n",
+        {"setup.num_gpus": 2, "setup.parallel": "dp"},
     ),
     (
         "accelerate",
@@ -719,8 +740,9 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
         {
             "setup.stack": "deepspeed",
             "setup.sharding": "zero3",
+            "setup.parallel": "zero3",
             "setup.grad_accum": 4,
-            "ignored": ["deepspeed_config.offload_optimizer_device"],
+            "setup.offload": "optimizer",
         },
     ),
 ]
@@ -777,7 +799,7 @@ def test_every_format_covers_every_field_or_says_why_not() -> None:
 @pytest.mark.parametrize(
     ("text", "key"),
     [
-        ("base_model: x/y\nunsloth_lora_mlp: true\n", "unsloth_lora_mlp"),
+        ("base_model: x/y\nactivation_memory_budget: 0.5\n", "activation_memory_budget"),
         ("model_name_or_path: x/y\nstage: sft\nmodel_max_length: 8192\n", "model_max_length"),
         (
             "model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\n"
@@ -798,3 +820,59 @@ def test_unread_keys_that_may_matter_are_warnings_naming_the_key(
         assert all(":" in w for w in mapping.warnings)
     else:
         assert any(w.startswith(f"{key}:") for w in mapping.warnings), mapping.warnings
+
+
+def test_zero_buffer_sizes_off_the_default_are_listed_and_unknown_zero_keys_warn() -> None:
+    text = json.dumps(
+        {
+            "zero_optimization": {
+                "stage": 3,
+                "overlap_comm": True,
+                "reduce_bucket_size": "auto",
+                "stage3_max_live_parameters": 1e9,
+                "stage3_prefetch_bucket_size": 1e8,
+                "zero_hpz_partition_size": 8,
+            }
+        }
+    )
+    mapping = map_config(parse_text(text, "ds.json"))
+    assert {i.key for i in mapping.ignored} == {"zero_optimization.stage3_prefetch_bucket_size"}
+    assert [w.split(":")[0] for w in mapping.warnings] == [
+        "zero_optimization.zero_hpz_partition_size"
+    ]
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "train_configs"
+ODD_VALUES = ("abc", "4k", -1, 0, [], {}, None, True, [1, "x"], {"a": 1})
+
+
+def _key_paths(data: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = []
+    for key, value in data.items():
+        out.append((*prefix, key))
+        if isinstance(value, dict):
+            out += _key_paths(value, (*prefix, key))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.iterdir()))
+def test_odd_values_at_every_key_are_mapped_or_named_bad_input(name: str) -> None:
+    """Each key of each example set to a string, a negative, a list, a mapping...: the reader
+    maps it (the request's validation names it later) or raises EstimatorInputError naming
+    `train_config.<key>`; never another exception."""
+    from estimator.errors import EstimatorInputError
+
+    base = parse_text((EXAMPLES / name).read_text(), name)
+    for path in _key_paths(base):
+        for odd in ODD_VALUES:
+            data = json.loads(json.dumps(base))
+            target = data
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = odd
+            if path != ("deepspeed",):
+                data.pop("deepspeed", None)  # a file beside the example: not read here
+            try:
+                map_config(data, None, None, name)
+            except EstimatorInputError as err:
+                assert err.field.startswith("train_config"), (path, odd, err.field)

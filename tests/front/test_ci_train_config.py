@@ -37,6 +37,5 @@ def test_the_jobs_exit_code_is_the_estimates_verdict(
     code = main([*argv, "--format", "json"])
     verdict = json.loads(capsys.readouterr().out)
     assert code == (0 if verdict["fits"] else 1)
-    assert verdict["verdict"] == ("fits" if code == 0 else verdict["verdict"])
     # the same config on a card it cannot fit fails the job
     assert main([*argv[:-1], "rtx-4090", "--seq", "65536"]) == 1

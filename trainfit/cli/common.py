@@ -253,7 +253,6 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def run_fields(args: argparse.Namespace) -> dict[str, Any]:
-    from estimator.time.calibration import parse_calibrate_option
     from estimator.time.cost import parse_price_option
     from estimator.time.tokens import read_lengths
 
@@ -275,6 +274,8 @@ def run_fields(args: argparse.Namespace) -> dict[str, Any]:
     if args.price:
         fields["prices"] = parse_price_option(args.price)
     if args.calibrate:
+        from estimator.time.calibration import parse_calibrate_option
+
         fields["calibration"] = _calibration_fields(parse_calibrate_option(args.calibrate), args)
     return fields
 

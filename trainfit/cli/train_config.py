@@ -12,13 +12,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from estimator.train_config.load import read_train_configs
-from estimator.train_config.result import Ignored, TrainConfigMapping, split_supported
+if TYPE_CHECKING:
+    from estimator.train_config.result import Ignored, TrainConfigMapping
 
 # setup field -> argparse dest where the two differ
 CLI_DEST: dict[str, str] = {}
+# estimator/parallel's layout fields: they win over `sharding` when `parallel` is set
+LAYOUT_FIELDS = ("parallel", "reshard_after_forward", "offload", "fsdp_wrap")
 
 
 def given_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
@@ -50,6 +52,8 @@ def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.Ar
 def _cli_value(name: str, value: Any) -> Any:
     if name == "lora_targets":
         return ",".join(value)
+    if name == "reshard_after_forward":  # the option takes true|false
+        return "true" if value else "false"
     return value
 
 
@@ -59,11 +63,15 @@ def overlay_namespace(
     """Set the mapping's values on `args` where the option was not given; returns what could not
     be applied (no such setup field, value not allowed, no option in this command)."""
     from estimator.setup import TrainingSetup
+    from estimator.train_config.result import Ignored, split_supported
 
     accepted, rejected = split_supported(mapping.setup, TrainingSetup.model_fields)
+    legacy = "sharding" in given and "parallel" not in given  # --sharding replaces the layout
     for name, value in accepted.items():
         dest = CLI_DEST.get(name, name)
-        if not hasattr(args, dest):
+        if legacy and name in LAYOUT_FIELDS:
+            rejected.append(Ignored(name, "--sharding on the command line replaces the layout"))
+        elif not hasattr(args, dest):
             rejected.append(Ignored(name, "this command has no option for it"))
         elif dest not in given:
             setattr(args, dest, _cli_value(name, value))
@@ -85,6 +93,8 @@ def apply_train_config(
 ) -> TrainConfigMapping:
     """Read `args.train_config` (a list of files), overlay it on `args`, print what was ignored
     and the warnings, and keep the report on `args.train_config_report` for the JSON output."""
+    from estimator.train_config.load import read_train_configs  # only with --train-config
+
     mapping = read_train_configs(args.train_config)
     given = given_options(command_parser(parser, getattr(args, "command", "")), argv)
     mapping.ignored.extend(overlay_namespace(args, mapping, given))

@@ -1,0 +1,202 @@
+"""A memtest next to its estimate, arranged for the page: peaks (allocated and reserved), the
+probe's components at the peak, and tokens/s. Every estimated figure comes from the library
+(`estimator.compare`, `estimator.document`); this only arranges, converts and picks units.
+
+Error = estimated - measured (positive: the estimate is above what was measured)."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from typing import Any
+
+from app.services import estimates
+from app.services.charts import Bar, ChartSpec, Group, RefLine
+from estimator.errors import EstimatorInputError
+from estimator.request import EstimateRequest
+from estimator.setup import TrainingSetup
+
+GIB = 2**30
+MIB = 2**20
+KINDS = ("params", "grads", "optimizer", "activations", "host")
+
+
+def _error(estimated: float | None, measured: float | None) -> tuple[int | None, float | None]:
+    if estimated is None or measured is None:
+        return None, None
+    diff = int(estimated - measured)
+    return diff, (round(100.0 * diff / measured, 1) if measured else None)
+
+
+def peak_rows(doc: dict[str, Any], comparison: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per sequence length: measured and estimated allocated and reserved peaks, errors."""
+    by_seq = {int(r["seq_len"]): r for r in comparison.get("rows", [])}
+    out = []
+    for result in doc.get("results", []):
+        seq = int(result["seq_len"])
+        c = by_seq.get(seq, {})
+        measured, estimated = result.get("peak_allocated_bytes"), c.get("estimated_peak_bytes")
+        m_res, e_res = result.get("peak_reserved_bytes"), c.get("estimated_reserved_bytes")
+        err, pct = _error(estimated, measured)
+        err_res, pct_res = _error(e_res, m_res)
+        out.append(
+            {
+                "seq_len": seq,
+                "status": str(result.get("status", "")),
+                "measured": measured,
+                "estimated": estimated,
+                "error": err,
+                "error_pct": pct,
+                "measured_reserved": m_res,
+                "estimated_reserved": e_res,
+                "error_reserved": err_res,
+                "error_reserved_pct": pct_res,
+            }
+        )
+    return out
+
+
+def component_rows(comparison: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per sequence length and kind (the probe's: params, grads, optimizer, activations, host):
+    estimated and measured bytes at the peak, when the memtest recorded its components."""
+    out = []
+    for row in comparison.get("rows", []):
+        parts = row.get("components_vs_measured")
+        if not parts:
+            continue
+        for kind in KINDS:
+            if kind not in parts:
+                continue
+            estimated, measured = parts[kind].get("estimated"), parts[kind].get("measured")
+            err, pct = _error(estimated, measured)
+            out.append(
+                {
+                    "seq_len": row["seq_len"],
+                    "kind": kind,
+                    "estimated": estimated,
+                    "measured": measured,
+                    "error": err,
+                    "error_pct": pct,
+                }
+            )
+    return out
+
+
+def unit_for(peaks: list[dict[str, Any]]) -> str:
+    """MiB when every figure is under a GiB (runs on the CPU or tiny models), else GiB."""
+    figures = [
+        abs(v)
+        for p in peaks
+        for k in ("measured", "estimated", "measured_reserved", "estimated_reserved")
+        if isinstance(v := p.get(k), int | float)
+    ]
+    return "MiB" if figures and max(figures) < GIB else "GiB"
+
+
+def in_unit(value: float | None, unit: str) -> str:
+    if value is None:
+        return "–"
+    return f"{value / (MIB if unit == 'MiB' else GIB):,.1f}"
+
+
+def catalog_guess(env: dict[str, Any]) -> str | None:
+    """The catalog GPU a CUDA memtest ran on: the one whose driver-reported MiB equals the
+    file's total memory, preferring a name match; None for CPU or fake runs."""
+    if env.get("device") != "cuda" or not env.get("total_memory_bytes"):
+        return None
+    mib = int(env["total_memory_bytes"]) // MIB
+    name = re.sub(r"[^a-z0-9]", "", str(env.get("gpu_name", "")).lower())
+    best: tuple[int, str] | None = None
+    for gpu in estimates.list_gpus():
+        reported = gpu.get("memory_reported_mib") or int(gpu["capacity_bytes"]) // MIB
+        close = abs(int(reported) - mib) <= 512
+        words = re.sub(r"[^a-z0-9]", "", str(gpu.get("name", "")).lower())
+        score = (2 if close else 0) + (1 if words and (words in name or name in words) else 0)
+        if score >= 2 and (best is None or score > best[0]):
+            best = (score, str(gpu["id"]))
+    return best[1] if best else None
+
+
+def _measured_tps(result: dict[str, Any]) -> float | None:
+    tps = result.get("tokens_per_second")
+    if isinstance(tps, int | float) and tps > 0:
+        return float(tps)
+    seconds = [s for s in result.get("step_seconds") or [] if isinstance(s, int | float) and s]
+    batch = int(result.get("batch") or 1)
+    if seconds:
+        return int(result["seq_len"]) * batch / statistics.median(seconds)
+    return None
+
+
+def speed_rows(doc: dict[str, Any], gpu: str | None, profile: str) -> list[dict[str, Any]]:
+    """Measured tokens/s per length next to the estimate's for the same setup on `gpu`."""
+    if gpu is None:
+        return []
+    ok = [r for r in doc.get("results", []) if r.get("status") == "ok"]
+    if not ok:
+        return []
+    raw_setup = doc.get("setup") or {}
+    setup = {k: v for k, v in raw_setup.items() if k in TrainingSetup.model_fields}
+    setup.setdefault("stack", "probe")  # as estimator.compare: the probe's own loop
+    count = int((doc.get("environment") or {}).get("gpu_count") or 1)
+    option = gpu if count == 1 else f"{count}x{gpu}"
+    try:
+        estimate = estimates.estimate(
+            EstimateRequest.model_validate(
+                {
+                    "model": {"config": doc["model"]["config"], "name": doc["model"].get("name")},
+                    "setup": setup,
+                    "seq_lens": sorted({int(r["seq_len"]) for r in ok}),
+                    "gpus": [option],
+                    "profile": profile,
+                }
+            )
+        )
+    except (EstimatorInputError, ValueError, KeyError):
+        return []
+    estimated = {
+        row["seq_len"]: (row["fit"][option].get("time") or {}).get("tokens_per_second")
+        for row in estimate["rows"]
+    }
+    out = []
+    for r in ok:
+        measured = _measured_tps(r)
+        est = estimated.get(int(r["seq_len"]))
+        err, pct = _error(est, measured)
+        out.append(
+            {
+                "seq_len": int(r["seq_len"]),
+                "measured_tps": measured,
+                "estimated_tps": est,
+                "error_pct": pct,
+            }
+        )
+    return out
+
+
+def comparison_chart(peaks: list[dict[str, Any]], total: int | None, unit: str) -> ChartSpec:
+    scale = MIB if unit == "MiB" else GIB
+
+    def bar(label: str, value: int | None, series: str) -> Bar:
+        return Bar(
+            label,
+            [(series, (value or 0) / scale)],
+            value_label=f"{in_unit(value, unit)} {unit}" if value is not None else "not measured",
+        )
+
+    groups = [
+        Group(
+            label=f"{p['seq_len']:,} tokens ({p['status']})",
+            bars=[
+                bar("estimated allocated", p["estimated"], "estimated"),
+                bar("measured allocated", p["measured"], "measured"),
+                bar("estimated reserved", p["estimated_reserved"], "estimated"),
+                bar("measured reserved", p["measured_reserved"], "reserved"),
+            ],
+        )
+        for p in peaks
+    ]
+    lines = [RefLine("GPU total memory", total / scale, "total", False)] if total else []
+    return ChartSpec(
+        title=f"Peak memory: estimated vs measured ({unit})", groups=groups, lines=lines, unit=unit
+    )

@@ -1,0 +1,69 @@
+"""The estimator's activations against the Trainer step's (fake trace), per component.
+
+A fake trace of transformers' Trainer + peft (with CUDA's dropout kernel, probe/cuda_kernels.py)
+is the referee; the estimator's `checkpoints + recompute_peak` must be within 3 % of the most
+bytes the activations held (saved tensors, the recomputed layer, its forward's temporaries).
+Before the forward-recompute transient and autocast's LoRA weight casts were modelled
+(estimator/memory/activations.py `_forward_transient`, `weight_casts`), the base case missed by
+-24 % and dropout 0 by -17 %.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from estimator.document import compare_memtest  # noqa: E402
+from probe import run_probe  # noqa: E402
+
+CONFIG = Path(__file__).resolve().parents[2] / "bench" / "configs" / "small-llama.json"
+BASE = {
+    "stack": "hf",
+    "method": "lora",
+    "lora_rank": 8,
+    "lora_dropout": 0.05,
+    "checkpointing": "gpu",
+    "batch": 1,
+}
+
+
+def _activation_errors(setup: dict) -> list[float]:
+    config = json.loads(CONFIG.read_text())
+    doc = run_probe(config, setup, [256, 512], steps=2, device="fake")
+    rows = compare_memtest(doc, "default")["rows"]
+    errors = []
+    for res, row in zip(doc["results"], rows, strict=True):
+        assert res["status"] == "ok", res["error"]
+        measured = res["component_maxima"]["activations"]
+        comps = row["estimated_components"]
+        estimated = comps["checkpoints"] + comps["recompute_peak"]
+        errors.append(100.0 * (estimated - measured) / measured)
+    return errors
+
+
+@pytest.mark.parametrize(
+    "change, tolerance",
+    [({}, 3.0), ({"lora_dropout": 0.0}, 3.0), ({"autocast": False, "precision": "bf16"}, 8.0)],
+    ids=["dropout-0.05-autocast", "dropout-0", "no-autocast"],
+)
+def test_lora_activations_within_tolerance_of_the_trainer_step(change, tolerance):
+    """Without autocast the estimate is 4.6 % under: when the last layer's recompute starts, the
+    final RMSNorm's backward still holds an fp32 tokens x hidden gradient besides the bf16 ones
+    (2.0 % here, a small-model share), and rope's cos/sin (1.0 %) are not counted."""
+    errors = _activation_errors({**BASE, **change})
+    assert all(abs(e) <= tolerance for e in errors), errors
+
+
+def test_the_optimizer_step_temporaries_are_not_counted_as_activations():
+    config = json.loads(CONFIG.read_text())
+    setup = {**BASE, "method": "full", "precision": "bf16", "optimizer_impl": "foreach"}
+    doc = run_probe(config, setup, [256], steps=2, device="fake")
+    maxima = doc["results"][0]["component_maxima"]
+    # foreach AdamW's step makes temporaries the size of the states (torch/optim/adamw.py)
+    assert maxima["optimizer_step"] >= maxima["trainable_states"] // 4
