@@ -105,3 +105,12 @@ def test_sweep_full_equals_the_one_cell_path(setup: dict) -> None:
                     assert r.tokens_per_second[i, j, g] == pytest.approx(
                         st.tokens_per_second, rel=1e-12
                     )
+
+
+def test_scalar_verdict_is_the_vectorised_rule() -> None:
+    from estimator.fit import verdict_code, verdict_codes
+
+    cap = 85_520_809_984
+    for peak in (0.0, cap * 0.92 - 1, cap * 0.92, cap * 0.92 + 1, cap - 0.5, cap, cap + 1.0, 1e30):
+        for fraction in (0.92, 1.0, 0.5):
+            assert verdict_code(peak, cap, fraction) == int(verdict_codes(peak, cap, fraction))
