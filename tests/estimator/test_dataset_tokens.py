@@ -72,8 +72,10 @@ def test_parquet_csv_and_json_give_the_same_counts(tmp_path: Path) -> None:
     pq.write_table(table, tmp_path / "t.parquet", row_group_size=7)
     pcsv.write_csv(table, tmp_path / "t.csv")
     (tmp_path / "t.json").write_text(json.dumps(data))
+    # datasets' Dataset.to_json writes JSON lines under a .json name by default
+    (tmp_path / "lines.json").write_text("\n".join(json.dumps(r) for r in data) + "\n")
     expected = [text_count(str(r["text"])) for r in data]
-    for name in ("t.parquet", "t.csv", "t.json"):
+    for name in ("t.parquet", "t.csv", "t.json", "lines.json"):
         assert count_tokens(CountRequest(tmp_path / name, TOKENIZER), tmp_path).lengths == expected
 
 
