@@ -34,7 +34,6 @@ from estimator.parallel.data import (
     ReplicaBytes,
     data_parallel_bytes,
     reduce_bytes,
-    shard_degree,
 )
 from estimator.parallel.layout import Layout
 from estimator.parallel.nccl import ASSUMED_CHANNELS, nccl_buffer_bytes
@@ -264,7 +263,7 @@ def layout_breakdown(
     hole = np.asarray(base.loss_hole) / layout.tp if stage.last else 0.0
     pool = (
         gather_pool_bytes(setup, profile, replica.root_weights, replica.unit_weights)
-        if layout.data == "fsdp" and shard_degree(layout) > 1
+        if layout.data == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
         else 0.0
     )
     loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
