@@ -78,8 +78,9 @@ def _memtest() -> bytes:
 
 
 class Load:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, fresh: bool = False) -> None:
         self.url = url
+        self.fresh = fresh
         self.latency: dict[str, list[float]] = {k: [] for k in KINDS}
         self.statuses: dict[str, int] = {}
         self.server_errors = 0  # 5xx other than 503
@@ -161,9 +162,9 @@ class Load:
             self.unexpected_4xx += 1
 
     async def drive(self, seconds: float, clients: int) -> float:
-        # a fresh connection per request: a kept-alive one can race the server closing it idle
-        # (a benign reset no client would count), which would hide real transport errors
-        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=0)
+        # kept-alive connections, as real clients use (`fresh=True`: a new one per request)
+        keep = 0 if self.fresh else clients
+        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=keep)
         async with httpx.AsyncClient(
             base_url=self.url, timeout=CLIENT_TIMEOUT_S, limits=limits
         ) as http:
@@ -216,12 +217,14 @@ def _database(database: str) -> Iterator[str]:
             yield url
 
 
-def run(database: str, seconds: float, clients: int, workers: int = 1) -> dict[str, Any]:
+def run(
+    database: str, seconds: float, clients: int, workers: int = 1, fresh: bool = False
+) -> dict[str, Any]:
     with _database(database) as url:
         server = Server(url, free_port(), workers=workers)
         server.start()
         try:
-            load = Load(server.url)
+            load = Load(server.url, fresh)
             elapsed = asyncio.run(load.drive(seconds, clients))
         finally:
             server.stop()
@@ -244,13 +247,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="50 clients, 5 s")
+    parser.add_argument("--fresh", action="store_true", help="a new connection per request")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--largest", action="store_true", help="only: CPU time of the largest accepted requests"
+    )
     args = parser.parse_args(argv)
+    if args.largest:
+        for row in largest_requests():
+            print(
+                f"{row['request']:48s} body {row['body_bytes'] / 2**20:6.2f} MiB  "
+                f"-> {row['status']}  CPU {row['cpu_s']:6.2f} s  wall {row['wall_s']:6.2f} s  "
+                f"response {row['response_bytes'] / 2**10:8.1f} KiB"
+            )
+        return 0
     if args.quick:
         args.clients, args.seconds = 50, 5.0
     results = []
     for database in ("sqlite", "postgresql") if args.db == "both" else (args.db,):
-        r = run(database, args.seconds, args.clients, args.workers)
+        r = run(database, args.seconds, args.clients, args.workers, args.fresh)
         results.append(r)
         print(
             f"{database:10s} clients={r['clients']} workers={r['workers']} {r['seconds']:.0f}s "
@@ -268,6 +283,67 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0 if all(ok(r) for r in results) else 1
+
+
+def largest_requests() -> list[dict[str, Any]]:
+    """CPU seconds (this process: the app in process, no network) of the largest requests the
+    caps accept: every list at its cap, bodies up to the 16 MiB limit."""
+    import copy
+    import resource
+
+    from fastapi.testclient import TestClient
+    from service_support import make_settings, memtest_doc, upload_headers
+
+    from app.factory import create_app
+
+    gpus = [f"{n}xh200" for n in range(1, 33)] + [f"{n}xa100-80gb" for n in range(1, 33)]
+    seq_lens = [1024 * n for n in range(1, 257)]
+    names = ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "out_proj"]
+    names += ["in_proj_b", "in_proj_a", "gate_proj", "up_proj", "down_proj"]
+    setup = {"method": "lora", "lora_rank": 16, "lora_targets": names}
+    model = {"preset": "qwen3.5-27b"}
+    # the estimator takes at most 1024 cells (lengths x GPU options) per request
+    estimate = {"model": model, "setup": setup, "seq_lens": seq_lens, "gpus": gpus[:4]}
+    lengths = {**estimate, "seq_lens": [4096], "dataset_lengths": [4000] * 2_000_000}
+    recommend = {"model": model, "setup": setup, "seq_len": 32000, "gpus": gpus}
+    memtest = memtest_doc()
+    result = memtest["results"][0]
+    memtest["results"] = [
+        {**copy.deepcopy(result), "seq_len": 1000 + i, "steps": 1500, "step_seconds": [1.5] * 1500}
+        for i in range(1000)
+    ]
+    memtest["sweep"] = [r["seq_len"] for r in memtest["results"]]
+    cases = [
+        ("POST /v1/estimate 256 seq_lens x 4 GPU options", "/v1/estimate", estimate, {}),
+        ("POST /v1/estimate 2,000,000 dataset_lengths", "/v1/estimate", lengths, {}),
+        ("POST /v1/recommend 64 GPU options", "/v1/recommend", recommend, {}),
+        ("POST /v1/memtests 1000 results x 1500 steps", "/v1/memtests", memtest, upload_headers()),
+    ]
+    out = []
+    with tempfile.TemporaryDirectory(prefix="tf-largest-") as tmp:
+        settings = make_settings(f"sqlite:///{tmp}/db.sqlite")
+        with TestClient(create_app(settings)) as client:
+            for name, path, body, headers in cases:
+                raw = json.dumps(body).encode()
+                cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+                wall0 = time.perf_counter()
+                r = client.post(
+                    path, content=raw, headers={"Content-Type": "application/json", **headers}
+                )
+                wall = time.perf_counter() - wall0
+                cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+                cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+                out.append(
+                    {
+                        "request": name,
+                        "body_bytes": len(raw),
+                        "status": r.status_code,
+                        "cpu_s": cpu,
+                        "wall_s": wall,
+                        "response_bytes": len(r.content),
+                    }
+                )
+    return out
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
-"""Benchmark: configurations estimated per second, for a large vectorised sweep and for single
-`estimate()` calls. Prints figures; asserts nothing (targets live here, not in unit tests).
+"""Benchmark: the vectorised sweeps and single `estimate()` calls, each unit counted apart.
+Prints figures; asserts nothing (targets live here, not in unit tests).
 
-Target (issue 2): at least 1,000,000 cells/s on one core for the sweep.
+- memory evaluations: one memory model evaluation per (model, setup, length, micro-batch);
+- verdicts: a capacity comparison per GPU on top of an evaluation (the cheap axis);
+- full cells: memory + verdict + FLOPs + step time + tokens/s + USD per (length, micro-batch,
+  GPU option), `estimator.sweep.sweep_full`.
+Targets (issues 2 and 17): >= 1,000,000 full cells/s on one core.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from estimator.presets import preset_config, preset_ids
 from estimator.profile import load_profile
 from estimator.request import EstimateRequest
 from estimator.setup import TrainingSetup
-from estimator.sweep import sweep
+from estimator.sweep import sweep, sweep_full
 
 SETUPS = [
     TrainingSetup(method=m, checkpointing=c, loss=lo, optimizer=o)
@@ -34,16 +38,31 @@ def main() -> None:
     capacities = np.array([g.capacity_bytes for g in gpu_catalog.list_gpus()], dtype=np.float64)
     seqs = np.arange(256, 256 * 1001, 256)
     batches = np.arange(1, 17)
-    cells = 0
+    evaluations = verdicts = 0
     start = time.perf_counter()
     for spec in specs:
         for setup in SETUPS:
-            cells += sweep(spec, setup, seqs, batches, capacities, profile).cells
+            result = sweep(spec, setup, seqs, batches, capacities, profile)
+            evaluations += result.memory_evaluations
+            verdicts += result.verdicts
     elapsed = time.perf_counter() - start
     print(
-        f"sweep: {len(specs)} models x {len(SETUPS)} setups x {seqs.size} seq x "
-        f"{batches.size} batch x {capacities.size} GPUs = {cells:,} cells in {elapsed:.2f} s "
-        f"-> {cells / elapsed:,.0f} cells/s"
+        f"sweep (memory): {len(specs)} models x {len(SETUPS)} setups x {seqs.size} seq x "
+        f"{batches.size} batch = {evaluations:,} memory evaluations in {elapsed:.2f} s -> "
+        f"{evaluations / elapsed:,.0f} evaluations/s; x {capacities.size} GPUs = "
+        f"{verdicts:,} verdicts -> {verdicts / elapsed:,.0f} verdicts/s"
+    )
+
+    options = [g.id for g in gpu_catalog.list_gpus()]
+    full = 0
+    start = time.perf_counter()
+    for spec in specs:
+        for setup in SETUPS:
+            full += sweep_full(spec, setup, seqs, batches, options, profile).cells
+    elapsed = time.perf_counter() - start
+    print(
+        f"sweep_full (memory + verdict + FLOPs + time + cost): {full:,} full cells in "
+        f"{elapsed:.2f} s -> {full / elapsed:,.0f} full cells/s"
     )
 
     req = EstimateRequest.model_validate(

@@ -17,5 +17,13 @@ def verdict_codes(peak: Any, capacity: Any, usable_fraction: float) -> Any:
     return np.where(peak <= usable, 0, np.where(peak <= capacity, 1, 2))
 
 
+def verdict_code(peak: float, capacity: int, usable_fraction: float) -> int:
+    """`verdict_codes` for one float peak, without numpy (the same comparisons: usable is the
+    float64 product capacity x fraction; capacities are exact in a float64)."""
+    if peak <= float(capacity) * usable_fraction:
+        return 0
+    return 1 if peak <= capacity else 2
+
+
 def verdict(peak: float, capacity: float, usable_fraction: float) -> str:
     return VERDICTS[int(verdict_codes(peak, capacity, usable_fraction))]

@@ -62,18 +62,29 @@ def custom_gpu(text: str) -> tuple[gpu_catalog.GPU, int] | None:
     return gpu, int(m.group(1) or 1)
 
 
+_PARSED: dict[str, GpuOption] = {}  # option text -> GpuOption (frozen; the catalog is too)
+MAX_PARSED = 4096
+
+
 def parse_gpu_options(options: list[str]) -> list[GpuOption]:
     parsed = []
     for i, option in enumerate(options):
+        known = _PARSED.get(option)
+        if known is not None:
+            parsed.append(known)
+            continue
+        if len(_PARSED) >= MAX_PARSED:
+            _PARSED.clear()
         custom = custom_gpu(option)
         if custom is not None:
             parsed.append(GpuOption(option.strip().lower(), custom[0], custom[1]))
-            continue
-        try:
-            gpu, count = gpu_catalog.parse_gpu_option(option)
-        except ValueError as err:
-            raise EstimatorInputError(f"gpus[{i}]", str(err)) from None
-        parsed.append(GpuOption(option.strip().lower(), gpu, count))
+        else:
+            try:
+                gpu, count = gpu_catalog.parse_gpu_option(option)
+            except ValueError as err:
+                raise EstimatorInputError(f"gpus[{i}]", str(err)) from None
+            parsed.append(GpuOption(option.strip().lower(), gpu, count))
+        _PARSED[option] = parsed[-1]
     return parsed
 
 

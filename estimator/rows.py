@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from estimator.fit import VERDICTS, verdict_codes
+from estimator.fit import VERDICTS, verdict_code
 from estimator.gpu_options import GpuOption, devices_for
+from estimator.memo import Memo
 from estimator.memory import memory_breakdown
 from estimator.memory.model import COMPONENTS, MemoryBreakdown
 from estimator.profile import Profile
@@ -33,7 +34,11 @@ class _Columns:
 
     def __init__(self, mem: MemoryBreakdown, rows: int) -> None:
         shape = (rows,)
-        self.peak = mem.peak if np.shape(mem.peak) == shape else np.broadcast_to(mem.peak, shape)
+        peak = mem.peak
+        if type(peak) is not np.ndarray or peak.ndim == 0:
+            self.peak = [float(peak)] * rows
+        else:
+            self.peak = (peak if peak.shape == shape else np.broadcast_to(peak, shape)).tolist()
         self.peak_bytes = _ints(mem.peak, shape)
         self.allocated = _ints(mem.allocated, shape)
         self.reserved = _ints(mem.reserved, shape)
@@ -67,15 +72,27 @@ def _peak_phase(phases: dict[str, dict[str, int]]) -> str | None:
 def model_summary(
     spec: ModelSpec, setup: TrainingSetup, mem: MemoryBreakdown, profile: Profile
 ) -> dict[str, Any]:
+    trainable = mem.states.trainable_params if mem.states else 0
+    fixed = _SUMMARIES.get((spec, profile), None, lambda: _spec_summary(spec, profile))
+    return {  # `fixed`'s key order, `params_trainable` in its place; containers copied
+        **fixed,
+        "params_trainable": trainable,
+        "params_extras": dict(fixed["params_extras"]),
+        "layer_types": dict(fixed["layer_types"]),
+        "notes": list(fixed["notes"]),
+    }
+
+
+def _spec_summary(spec: ModelSpec, profile: Profile) -> dict[str, Any]:
+    """What the model summary says that depends on the spec and the profile alone."""
     from estimator.memory.weights import counted_params
 
-    trainable = mem.states.trainable_params if mem.states else 0
     return {
         "name": spec.name,
         "model_type": spec.model_type,
         "params_total": spec.params_total,
         "params_active": spec.params_active,
-        "params_trainable": trainable,
+        "params_trainable": None,
         "params_in_weights": counted_params(spec, profile),
         "params_extras": {g.name: g.params for g in spec.extras},
         "geometry_known": spec.geometry_known,
@@ -85,6 +102,9 @@ def model_summary(
         "layer_types": {t: spec.count_layers(t) for t in sorted(set(spec.layer_types))},
         "notes": list(spec.notes),
     }
+
+
+_SUMMARIES: Memo[dict[str, Any]] = Memo()
 
 
 def estimate_rows(
@@ -111,9 +131,10 @@ def estimate_rows(
     columns = {id(m): _Columns(m, size) for m in by_devices.values()}
     base = columns[id(mem)]
     verdicts = {
-        opt.option: verdict_codes(
-            columns[id(per_option[opt.option])].peak, opt.gpu.capacity_bytes, usable_fraction
-        ).tolist()
+        opt.option: [
+            verdict_code(peak, opt.gpu.capacity_bytes, usable_fraction)
+            for peak in columns[id(per_option[opt.option])].peak
+        ]
         for opt in options
     }
     rows = []

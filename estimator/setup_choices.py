@@ -11,7 +11,9 @@ Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "
 Precision = Literal["mixed", "bf16", "fp32"]
 Checkpointing = Literal["none", "gpu", "offload", "selective"]
 Loss = Literal["full", "chunked", "liger", "cce", "unsloth"]
-StackName = Literal["hf", "unsloth", "torchtune", "torchtitan", "deepspeed", "probe"]
+StackName = Literal[
+    "hf", "unsloth", "torchtune", "torchtitan", "torchtitan-2024", "deepspeed", "probe"
+]
 OptimizerImpl = Literal["fused", "foreach", "in-backward"]
 Base = Literal["bf16", "int8", "nf4"]
 Sharding = Literal["none", "fsdp", "zero1", "zero2", "zero3", "device_map"]

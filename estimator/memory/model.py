@@ -21,6 +21,11 @@ from estimator.memory.activations import (
     selective_saved,
     stream_bytes,
 )
+from estimator.memory.fragmentation import (
+    gather_pool_bytes,
+    loss_hole_bytes,
+    reserved_with_fragmentation,
+)
 from estimator.memory.logits import logits_bytes
 from estimator.memory.reserved import allocator_slack
 from estimator.memory.states import StateBytes, trainable_state_bytes
@@ -54,6 +59,7 @@ class MemoryBreakdown:
     not_computable: dict[str, str] = field(default_factory=dict)
     allocated: Any = None
     reserved: Any = None
+    loss_hole: Any = 0.0  # bytes the eager full loss leaves cached (memory/fragmentation.py)
     parallel: dict[str, Any] | None = None  # the --parallel layout's terms (memory/sharded.py)
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # moment -> part -> bytes
 
@@ -80,6 +86,23 @@ def _shard(states: StateBytes, weights: float, sharding: str, n: int) -> tuple[f
     if sharding == "zero2":
         return weights, own + (states.grads + states.masters + states.optimizer) / n
     return weights, own + states.grads + (states.masters + states.optimizer) / n  # zero1
+
+
+def _gather_units(spec: ModelSpec, setup: TrainingSetup) -> tuple[float, float]:
+    """(root unit, one layer unit) bytes as FSDP all-gathers them: the root holds the
+    embedding and an untied lm_head in the load dtype; a layer its weights in bf16 or, for a
+    4-bit / int8 base whose storage is what is sharded, in that storage."""
+    if not spec.geometry_known or not spec.layers:
+        return 0.0, 0.0
+    layer_params = sum(lin.params for lin in spec.linears if lin.group != "head")
+    per_layer = layer_params / spec.layers * BF16
+    if quantized_base(setup) and load_stack(setup.stack).get("fsdp_gathers_storage_dtype"):
+        q_params, q_bytes = quantized_params(spec, setup)
+        rest = FP32 if kbit_fp32(setup) else BF16
+        per_layer = (q_bytes + (layer_params - q_params) * rest) / spec.layers
+    root = sum(lin.params for lin in spec.linears if lin.group == "head")
+    root += sum(g.params for g in spec.others if g.name == "embed_tokens")
+    return float(root * BF16), float(per_layer)
 
 
 def _gathered_layer_bytes(spec: ModelSpec, setup: TrainingSetup, profile: Profile) -> float:
@@ -189,9 +212,10 @@ def memory_breakdown(
     if vocab and h:
         logit_dtype = BF16 if setup.autocast and setup.precision != "fp32" else stream
         logits = logits_bytes(tokens, seq, (vocab, h), setup, profile, (logit_dtype, stream))
+        hole = loss_hole_bytes(setup, profile, tokens * vocab * logit_dtype, logit_dtype)
         logits = logits + _head_grad_bytes(spec, setup)
     else:
-        logits = None
+        logits, hole = None, tokens * 0.0
         missing["logits"] = "needs --vocab and --hidden"
 
     overhead = tokens * 0.0 + profile.number("memory", "cuda_context_bytes")
@@ -210,11 +234,18 @@ def memory_breakdown(
     keep_grads = (setup.grad_accum or 1) > 1
     phases = _phases(components, profile, grads, step, embed, keep_grads)
     allocated = _peak(phases, overhead) - overhead
-    reserved = allocated + (
+    slack = (
         allocator_slack(spec, setup, allocated, n)
         if profile.get("memory", "count_allocator_slack")
         else 0.0
     )
+    pool = (
+        gather_pool_bytes(setup, profile, *_gather_units(spec, setup))
+        if setup.sharding == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
+        else 0.0
+    )
+    loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
+    reserved = reserved_with_fragmentation(allocated, loss_phase, hole, pool, slack)
     peak = reserved + overhead
     return MemoryBreakdown(
         components,
@@ -227,6 +258,7 @@ def memory_breakdown(
         allocated=allocated,
         reserved=reserved,
         phases=phases,
+        loss_hole=hole,
     )
 
 

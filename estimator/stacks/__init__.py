@@ -15,7 +15,15 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-STACKS = ("hf", "unsloth", "torchtune", "torchtitan", "deepspeed", "probe")
+STACKS = (
+    "hf",
+    "unsloth",
+    "torchtune",
+    "torchtitan",
+    "torchtitan-2024",
+    "deepspeed",
+    "probe",
+)
 DEFAULT_STACK = "hf"
 
 # TrainingSetup fields a stack file gives defaults for (unset fields resolve from the stack).

@@ -380,7 +380,8 @@ def test_compiled_layers_keep_what_inductors_partitioner_keeps() -> None:
 def test_compiled_chunked_loss_keeps_bf16_logits_not_fp32_log_softmax() -> None:
     """torchtune compiles the chunk's cross-entropy: inductor keeps the chunk's bf16 logits and
     two floats per row instead of the fp32 log-softmax (bench/compile_saved.py --loss);
-    torchtitan's loss stays eager under compile (train.py@9dec370:138)."""
+    torchtitan at 9dec370 kept its loss eager under compile (train.py:136-138), torchtitan main
+    compiles it (components/loss.py:245-252): the held bf16 logits and their bf16 gradient."""
     lora = {"method": "lora", "checkpointing": "gpu"}
     eager = _c(_mem(TrainingSetup(stack="torchtune", **lora)), "logits")
     compiled = _c(_mem(TrainingSetup(stack="torchtune", compile=True, **lora)), "logits")
@@ -390,9 +391,13 @@ def test_compiled_chunked_loss_keeps_bf16_logits_not_fp32_log_softmax() -> None:
         (tokens + chunk) * vocab * 2 + tokens * 8 + tokens * h * 2, rel=1e-9
     )
     assert compiled < eager
-    titan = {"stack": "torchtitan", "checkpointing": "gpu", "loss": "full"}
+    titan = {"stack": "torchtitan-2024", "checkpointing": "gpu", "loss": "full"}
     assert _c(_mem(TrainingSetup(compile=True, **titan)), "logits") == _c(
         _mem(TrainingSetup(**titan)), "logits"
+    )
+    main = {"stack": "torchtitan", "checkpointing": "gpu", "loss": "full", "compile": True}
+    assert _c(_mem(TrainingSetup(**main)), "logits") == pytest.approx(
+        tokens * vocab * 2 * 2 + tokens * 8, rel=1e-9
     )
 
 
@@ -407,3 +412,31 @@ def test_chunked_losses_keep_the_heads_weight_gradient_with_the_chunks() -> None
     assert _c(_mem(full), "logits") == pytest.approx(per_logit + head, rel=1e-9)
     titan = TrainingSetup(stack="torchtitan", method="full", loss="full", checkpointing="gpu")
     assert _c(_mem(titan), "logits") == pytest.approx(4096 * 128256 * 12, rel=1e-9)
+
+
+def test_eager_full_loss_leaves_the_logits_hole_reserved() -> None:
+    """memory/fragmentation.py (1): the backward's second fp32 tensor cannot use the hole the
+    bf16 logits left, so reserved exceeds the loss phase's allocated by the logits' bytes; a
+    compiled loss (torchtitan main compiles it) makes no fp32 copy and leaves none."""
+    eager = TrainingSetup(stack="torchtitan-2024", method="full", checkpointing="gpu")
+    mem = _mem(eager, seq=8192)
+    loss_phase = float(sum(mem.phases["loss"].values())[0])
+    logits_bf16 = 8192 * 128256 * 2
+    assert float(mem.reserved[0]) >= loss_phase + logits_bf16
+    compiled = TrainingSetup(stack="torchtitan", method="full", checkpointing="gpu", compile=True)
+    assert float(_mem(compiled, seq=8192).loss_hole[0]) == 0.0
+    assert float(_mem(eager.model_copy(update={"stack": "probe"}), seq=8192).loss_hole[0]) == 0
+
+
+def test_fsdp_all_gather_buffers_stay_reserved_on_their_stream() -> None:
+    """memory/fragmentation.py (2): FSDP2's flat all-gather buffers live in the copy-in
+    stream's pool, so reserved grows by the root unit's buffer plus a layer's over one device's
+    alone; the probe stack (the estimator before stacks) counts none."""
+    setup = dict(method="full", checkpointing="gpu", loss="full", sharding="fsdp", num_gpus=8)
+    one = _mem(TrainingSetup(stack="torchtitan-2024", **setup), seq=2048)
+    root = 2 * 128256 * 4096 * 2
+    layer = (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336) * 2
+    slack_free = float(one.reserved[0]) - float(one.allocated[0])
+    assert slack_free >= root + layer
+    probe = _mem(TrainingSetup(stack="probe", **setup), seq=2048)
+    assert float(probe.reserved[0]) - float(probe.allocated[0]) < root

@@ -1,0 +1,78 @@
+"""Reserved bytes the caching allocator holds that no live tensor uses, worked out from the
+allocator's rules on the allocation sequence a stack runs (the rounding of every live tensor is
+estimator/memory/reserved.py).
+
+torch's CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp, torch 2.13) serves a request
+from the best-fitting cached free block of the *same stream* (`get_free_block`:
+`(*it)->stream != p.stream()` returns false), splits it, merges a freed block only with free
+neighbours of the same segment, and never moves a live block; what it cannot serve it maps or
+cudaMallocs anew. Two consequences are worked out here; both hold with and without
+`expandable_segments` (segments are per stream either way).
+
+1. The eager full loss (`loss_hole_bytes`). A stack that upcasts the model's output for the
+   loss runs: logits (compute dtype) -> their fp32 copy -> fp32 log-softmax (saved); the fp32
+   copy is freed at the end of the loss's forward and the logits before the backward
+   (torchtitan train.py@9dec370:303-308 `del pred`; HF Trainer drops the model output;
+   torchtune's recipe `del logits`). The backward then makes two fp32 tensors of the same
+   size at once (nll_loss_backward's gradient, log_softmax_backward's result): the first fits
+   the hole the logits and their copy left, the second does not and is served from new memory,
+   leaving the logits' bytes cached and unused while the loss's backward is the peak:
+   reserved >= loss-phase allocated + tokens x vocab x the logits' dtype.
+2. FSDP2's all-gather buffers (`gather_pool_bytes`). fully_shard all-gathers a unit into a
+   flat buffer allocated on its all-gather copy-in stream
+   (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:336-352, foreach_all_gather),
+   copies it out into the unsharded parameters on the default stream, and keeps the previous
+   buffer until the next all-gather's copy-in (AllGatherState, _fsdp_param_group.py); those
+   blocks are cached for that stream only, so the default stream's peak cannot use them:
+   reserved += the root unit's buffer + one layer unit's (the root all-gathers first and
+   layer 0 follows while it is held).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from estimator.dtypes import FP32
+from estimator.profile import Profile
+from estimator.setup import TrainingSetup
+from estimator.stacks import load_stack
+
+
+def counts_fragmentation(setup: TrainingSetup, profile: Profile) -> bool:
+    """The `probe` stack and profiles without allocator slack (seed-000) keep reserved =
+    allocated + rounding, as before stacks."""
+    return setup.stack != "probe" and bool(profile.get("memory", "count_allocator_slack"))
+
+
+def loss_hole_bytes(
+    setup: TrainingSetup, profile: Profile, logits_bytes: Any, logit_dtype: int
+) -> Any:
+    """Bytes the eager full loss leaves cached and unused at its backward (module note, 1).
+    `logits_bytes` = tokens x vocab x `logit_dtype`. None for a compiled loss (no fp32 copy),
+    a held model output (then the logits are allocated, not a hole), fp32 logits, or another
+    loss."""
+    zero = np.asarray(logits_bytes, dtype=np.float64) * 0.0
+    if not counts_fragmentation(setup, profile) or setup.loss != "full" or logit_dtype >= FP32:
+        return zero
+    if profile.get("memory", "hold_model_output"):
+        return zero
+    if setup.compile and "full" in (load_stack(setup.stack).get("loss_compiled") or ()):
+        return zero
+    return zero + logits_bytes
+
+
+def gather_pool_bytes(setup: TrainingSetup, profile: Profile, root: float, unit: float) -> float:
+    """FSDP2's all-gather stream pool (module note, 2): the root unit's flat buffer plus one
+    layer unit's, in the bytes they are gathered in."""
+    if not counts_fragmentation(setup, profile):
+        return 0.0
+    return root + unit
+
+
+def reserved_with_fragmentation(
+    allocated: Any, loss_phase: Any, hole: Any, pool: float, slack: Any
+) -> Any:
+    """max(allocated, loss phase + hole) + the all-gather pool + the rounding slack."""
+    return np.maximum(allocated, loss_phase + hole) + pool + slack
