@@ -92,7 +92,9 @@ def min_capacity(events: list[Any], expandable: bool, low: int, high: int) -> in
     step = 2 * 2**20
     while high - low > step:
         mid = (low + high) // 2
-        cfg = AllocatorConfig(device_memory=mid, expandable_segments=expandable)
+        cfg = AllocatorConfig(
+            capacity=mid, device_memory=max(high, 80 * GiB), expandable_segments=expandable
+        )
         if replay(events, cfg).oom_at_event is None:
             high = mid
         else:

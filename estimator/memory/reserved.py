@@ -13,6 +13,17 @@ With `expandable_segments:True` (Unsloth, torchtitan set it) segments grow page 
 (2 MiB) and the rounding is paid once per segment, not per tensor: one kLargeBuffer is kept.
 Fragmentation between phases (blocks freed by one phase that the next cannot reuse) is not
 modelled. The `probe` stack reports no slack (the estimator before stacks).
+
+Checked against a simulation of the allocator's rules (not fitted to it): fake traces of
+transformers' Trainer step (27 B seed case, Llama-3.1-8B LoRA and full, TinyLlama) replayed
+through probe/allocator.py (bench/allocator_slack.py; table and reading in
+bench/results/allocator_slack_2026-12-03.md). With expandable segments off, this rounding plus
+fragmentation.py's loss hole is within -9.2..+3.3 % (seed case -3.1 %) of the least device
+memory the replayed step runs in; the shortfall is blocks cached from the last checkpointed
+layer's forward (3.7 GiB on the seed case), not modelled. With expandable segments on, the
+replays run in allocated + 0.1-0.6 GiB (free pages are unmapped before an OOM): one
+kLargeBuffer is counted here, and fragmentation.py's loss hole, which the unmapping gives back,
+makes the figure conservative there.
 """
 
 from __future__ import annotations
