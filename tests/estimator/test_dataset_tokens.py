@@ -255,3 +255,17 @@ def test_the_length_cache_is_keyed_by_the_tokenizer_and_the_field_too(tmp_path: 
     body = count_tokens(CountRequest(data, TOKENIZER, text_field="body"), cache)
     assert not body.cached and body.lengths == [text_count("a b c d e f")]
     assert count_tokens(CountRequest(data, TOKENIZER), cache).cached
+
+
+def test_a_parquet_file_gets_a_bar_counting_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pytest.importorskip("tqdm")
+    import pyarrow.parquet as pq
+
+    data = rows("texts.jsonl")
+    pq.write_table(pa.table({"text": [r["text"] for r in data]}), tmp_path / "t.parquet")
+    count_tokens(CountRequest(tmp_path / "t.parquet", TOKENIZER), tmp_path, True)
+    err = capsys.readouterr().err
+    assert "tokens:" in err and "rows" in err
