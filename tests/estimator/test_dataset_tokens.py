@@ -269,3 +269,17 @@ def test_a_parquet_file_gets_a_bar_counting_rows(
     count_tokens(CountRequest(tmp_path / "t.parquet", TOKENIZER), tmp_path, True)
     err = capsys.readouterr().err
     assert "tokens:" in err and "rows" in err
+
+
+def test_the_shipped_tokenizer_is_what_make_tokenizer_builds(tmp_path: Path) -> None:
+    """examples/dataset/tokenizer.json is built here by the script beside it (nothing
+    downloaded): the same vocabulary, pre-tokenizer and post-processor."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_tokenizer", DATA / "make_tokenizer.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.build_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    built = json.loads((tmp_path / "tokenizer.json").read_text())
+    assert built == json.loads((DATA / "tokenizer.json").read_text())
