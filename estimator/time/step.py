@@ -30,7 +30,7 @@ from estimator.profile import Profile
 from estimator.scenario import Scenario
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
-from estimator.time.flops import CHECKPOINTED, StepFlops, step_flops
+from estimator.time.flops import CHECKPOINTED, FlopsTotals, StepFlops, step_flops
 
 DATA_PARALLEL = ("fsdp", "zero1", "zero2", "zero3")
 
@@ -324,7 +324,9 @@ class Cell(NamedTuple):
     comm_inter_node_seconds: float | None = None  # --parallel layouts (time/comm.py)
 
 
-def cell(r: OptionRates, flops: StepFlops, seq_len: int, batch: int, host_bytes: int) -> Cell:
+def cell(
+    r: OptionRates, flops: StepFlops | FlopsTotals, seq_len: int, batch: int, host_bytes: int
+) -> Cell:
     """`step_time` of one row on the option `r`, without building a StepTime (the legacy
     sharding path); a `parallel` layout's cell is `layout_step_time`'s."""
     if r.layout is not None:
