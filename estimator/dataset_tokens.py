@@ -17,8 +17,9 @@ trim_blocks, lstrip_blocks, loopcontrols, `tojson`, `raise_exception`, `strftime
 `{% generation %}` block renders its body.
 
 Files are read with pyarrow in record batches (JSON lines and CSV streamed; parquet by row
-group; a .json file holds a list of objects), encoded with `tokenizers` in batches
-(`Tokenizer.encode_batch_fast`, Rust, multi-threaded). Lengths are cached by content: the key is
+group; a .json file holds a list of objects, or JSON lines as `datasets`' `to_json` writes
+them), encoded with `tokenizers` in batches (`Tokenizer.encode_batch_fast`, Rust,
+multi-threaded). Lengths are cached by content: the key is
 the SHA-256 of the dataset file, of tokenizer.json, of the chat template and of the options, in
 `$TRAINFIT_CACHE_DIR` (default `~/.cache/trainfit`)/dataset_tokens/<key>.npy. pyarrow, tokenizers,
 jinja2 and tqdm are imported only when used.
@@ -256,9 +257,11 @@ def iter_rows(path: Path, name: str, show: bool | None = None) -> Iterator[list[
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise EstimatorInputError(FIELD, f"{path.name}: expected one of {', '.join(SUFFIXES)}")
-    if suffix == ".json":
+    if suffix == ".json" and _first_char(path) == "[":
         yield from _json_rows(path, name)
         return
+    if suffix == ".json":  # JSON lines under a .json name: `datasets.Dataset.to_json` default
+        suffix = ".jsonl"
     try:
         import pyarrow as pa
     except ImportError:
@@ -327,6 +330,12 @@ def _json_lines(path: Path, name: str, skip: int = 0) -> Iterator[list[Any]]:
                 batch = []
     if batch:
         yield batch
+
+
+def _first_char(path: Path) -> str:
+    with path.open("rb") as f:
+        head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head[:1].decode("ascii", "replace")
 
 
 def _json_rows(path: Path, name: str) -> Iterator[list[Any]]:

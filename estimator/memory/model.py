@@ -241,7 +241,7 @@ def memory_breakdown(
     )
     pool = (
         gather_pool_bytes(setup, profile, *_gather_units(spec, setup))
-        if sharding == "fsdp" and n > 1
+        if setup.sharding == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
         else 0.0
     )
     loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated

@@ -18,6 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from estimator.dtypes import compute_bytes
+from estimator.memory.activations import (
+    Context,
+    inputs_saved,
+    layer_activations,
+    rms_norm_saved,
+)
 from estimator.memory.fragmentation import gather_pool_bytes, reserved_with_fragmentation
 from estimator.memory.model import MemoryBreakdown, memory_breakdown
 from estimator.memory.reserved import allocator_slack
@@ -27,7 +34,6 @@ from estimator.parallel.data import (
     ReplicaBytes,
     data_parallel_bytes,
     reduce_bytes,
-    shard_degree,
 )
 from estimator.parallel.layout import Layout
 from estimator.parallel.nccl import ASSUMED_CHANNELS, nccl_buffer_bytes
@@ -41,7 +47,7 @@ from estimator.parallel.split import (
 )
 from estimator.profile import Profile
 from estimator.setup import TrainingSetup
-from estimator.spec import ModelSpec
+from estimator.spec import LAYER_FULL, LAYER_SLIDING, MLP_DENSE, ModelSpec
 
 
 def _scalar(value: Any) -> float:
@@ -71,10 +77,55 @@ def _replica(
         trainable=trainable * frac,
         root_weights=weights * stage.root / total,
         root_trainable=stage.root if full else 0.0,
+        head_trainable=(head / layout.tp if stage.last else 0.0) if full else 0.0,
         unit_weights=weights * stage.layer * layout.wrap_layers / total,
         unit_trainable=trainable * stage.layer * layout.wrap_layers / total,
         largest_module=largest if full else min(largest, trainable * frac),
     )
+
+
+def _tp_shares(spec: ModelSpec, setup: TrainingSetup, layout: Layout) -> tuple[float, float]:
+    """(saved activations, backward transient) a tp rank keeps of one layer's.
+
+    A dense softmax-attention layer of the HF stack is split tensor by tensor: what lies
+    between a column-parallel input and a row-parallel output (q, k, v, the attention output
+    and logsumexp, o_proj's input, the three MLP-wide tensors, down_proj's input) is divided by
+    t; the RMSNorm tensors and the inputs of q/k/v and gate/up (the norm outputs) are
+    replicated, as in Korthikanti et al. 2022 section 4.2.1; the transient's two hidden-wide
+    gradients are replicated, its MLP-wide ones split. Sequence parallelism splits everything.
+    Other layer kinds (linear attention, MoE, MLA, eager scores) take Table 2's ratio."""
+    t = layout.tp
+    if t == 1:
+        return 1.0, 1.0
+    if layout.sp:
+        return 1.0 / t, 1.0 / t
+    dense = (
+        spec.geometry_known
+        and spec.hidden
+        and spec.mla is None
+        and not spec.attention_sinks
+        and all(lt in (LAYER_FULL, LAYER_SLIDING) for lt in spec.layer_types)
+        and all(mt == MLP_DENSE for mt in spec.mlp_types)
+        and setup.attention != "eager"
+    )
+    if not dense:
+        ratio = tp_activation_factor(
+            layout, attention_score_term(spec, 1.0, setup.attention == "eager")
+        )
+        return ratio, ratio
+    cb = compute_bytes(setup.precision)
+    ctx = Context.build(spec, setup, cb)
+    if ctx.fused or ctx.compiled:
+        ratio = tp_activation_factor(layout, 0.0)
+        return ratio, ratio
+    h, m = spec.hidden or 0, spec.intermediate or 0
+    full = layer_activations(ctx, spec, LAYER_FULL, MLP_DENSE).per_token
+    replicated = 2 * rms_norm_saved(ctx, h)
+    replicated += inputs_saved(ctx, ["q_proj", "k_proj", "v_proj", "qkv_proj"], h)
+    replicated += inputs_saved(ctx, ["gate_proj", "up_proj", "gate_up_proj", "c_fc"], h)
+    saved = (replicated + (full - replicated) / t) / full if full else 1.0
+    transient = (2 * h + 2 * m / t) / (2 * h + 2 * m) if h + m else 1.0
+    return saved, transient
 
 
 def _activations(
@@ -84,14 +135,13 @@ def _activations(
     zero = np.asarray(base.components["overhead"]) * 0.0
     layers = spec.layers or 1
     share = stage.layers / layers * stage.in_flight
-    score = attention_score_term(spec, 1.0, setup.attention == "eager")
-    tp_act = tp_activation_factor(layout, score)
+    tp_act, tp_transient = _tp_shares(spec, setup, layout)
     c = base.components["checkpoints"]
     c = zero if c is None else np.asarray(c)
     kept = tp_act if setup.checkpointing in ("none", "selective") else checkpoint_factor(layout)
     checkpoints = c * share * kept
     r = base.components["recompute_peak"]
-    recompute = zero if r is None else np.asarray(r) * tp_act
+    recompute = zero if r is None else np.asarray(r) * tp_transient
     lg = base.components["logits"]
     logits = zero if (lg is None or not stage.last) else np.asarray(lg) / layout.tp
     return checkpoints, recompute, logits
@@ -104,7 +154,11 @@ def _stage_name(stage: Stage) -> str:
 
 
 def _phases(
-    dp: DataParallelBytes, acts: tuple[Any, Any, Any], profile: Profile, keep_grads: bool
+    dp: DataParallelBytes,
+    acts: tuple[Any, Any, Any],
+    profile: Profile,
+    keep_grads: bool,
+    layers: int,
 ) -> dict[str, dict[str, Any]]:
     """What is alive at each moment, by part (the same moments as `model._phases`)."""
     checkpoints, recompute, logits = acts
@@ -121,6 +175,9 @@ def _phases(
         }
         return {"all": parts}
     made = zero + (0.0 if keep_grads else dp.grads)
+    # a unit's reduce buffers exist once its own activations are freed (one layer's share)
+    per_layer = checkpoints / max(layers, 1)
+    layer_work = np.maximum(recompute, dp.reduce_buffers - per_layer)
     return {
         "loss": {
             "weights": zero + dp.weights,
@@ -137,7 +194,13 @@ def _phases(
             "unsharded_params_and_grads": zero + dp.backward_extra,
             "checkpoints": np.where(checkpoints >= made, checkpoints, 0.0),
             "gradients": np.where(checkpoints >= made, 0.0, made),
-            "recompute_peak": recompute,
+            "recompute_peak_or_reduce": layer_work,
+        },
+        "end_of_backward": {
+            "weights": zero + dp.weights,
+            "trainable_states": zero + dp.states + dp.grads,
+            "buckets": zero + dp.persistent,
+            "root_reduce": zero + dp.end_extra,
         },
         "step": {
             "weights": zero + dp.weights,
@@ -176,7 +239,7 @@ def layout_breakdown(
         replica = _replica(spec, setup, base, stage, layout)
         dp = data_parallel_bytes(replica, layout, reduce_bytes(setup))
         acts = _activations(spec, setup, base, stage, layout)
-        phases = _phases(dp, acts, profile, keep)
+        phases = _phases(dp, acts, profile, keep, stage.layers)
         allocated = _largest(phases)
         host = np.asarray(base.host) * stage.layers / (spec.layers or 1) + dp.host
         components = {
@@ -200,7 +263,7 @@ def layout_breakdown(
     hole = np.asarray(base.loss_hole) / layout.tp if stage.last else 0.0
     pool = (
         gather_pool_bytes(setup, profile, replica.root_weights, replica.unit_weights)
-        if layout.data == "fsdp" and shard_degree(layout) > 1
+        if layout.data == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
         else 0.0
     )
     loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated

@@ -67,6 +67,7 @@ class ReplicaBytes:
     trainable: float  # trainable parameters (count)
     root_weights: float  # embedding + lm_head compute weights
     root_trainable: float  # trainable parameters of the root unit (count)
+    head_trainable: float  # of those, the lm_head's (its gradient is made first)
     unit_weights: float  # one FSDP unit's compute weights
     unit_trainable: float  # trainable parameters of one unit (count)
     largest_module: float  # parameters of the largest module (ZeRO-3's fetch unit)
@@ -85,7 +86,9 @@ class DataParallelBytes:
     states: float  # resident trainable states other than gradients
     grads: float  # gradients alive at the end of the backward
     forward_extra: float = 0.0  # unsharded / fetched parameters during forward and loss
-    backward_extra: float = 0.0  # the same plus unsharded gradients and reduce buffers
+    backward_extra: float = 0.0  # the same plus unsharded gradients, through the backward
+    reduce_buffers: float = 0.0  # a unit's reduce-scatter buffers, once its backward is done
+    end_extra: float = 0.0  # at the end of the backward (no activations): the root's reduce
     step_extra: float = 0.0  # buffers of the optimizer step (ZeRO's fp32 gradient partition)
     step_transient: float = 0.0
     persistent: float = 0.0  # buffers alive all step (DDP / ZeRO buckets)
@@ -121,26 +124,30 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
     gb = r.grad_bytes
     layers_unsharded = max(r.weights - r.root_weights, 0.0)
     gathered = 2 * r.unit_weights if layout.reshard_after_forward else layers_unsharded
-    unit_reduce = r.unit_trainable * (gb + reduce_bytes * (1 + 1 / n))
+    # backward through the layers: the root unsharded, the lm_head's gradient (made first;
+    # the embedding's comes last), two units gathered and the current unit's gradients
+    head_grads = r.head_trainable * gb
+    unit_grads = r.unit_trainable * gb
+    # after a unit's backward, foreach_reduce's fp32 input and its 1/N output (the unit's own
+    # activations are freed by then: the phase rule takes one layer's activations off)
+    unit_reduce = r.unit_trainable * reduce_bytes * (1 + 1 / n)
     root_grads = r.root_trainable * gb
     root_reduce = r.root_trainable * reduce_bytes * (1 + 1 / n)
-    backward = max(
-        r.root_weights + root_grads + gathered + unit_reduce,
-        r.root_weights + root_grads + root_reduce,
-    )
     out = DataParallelBytes(
         weights=shard_params,
         states=r.optimizer / n,
         grads=shard_grads,
         forward_extra=r.root_weights + gathered,
-        backward_extra=backward,
+        backward_extra=r.root_weights + head_grads + gathered + unit_grads,
+        reduce_buffers=unit_reduce,
+        end_extra=r.root_weights + root_grads + root_reduce,
         step_transient=r.step_transient / n,
         terms={
             "fsdp_sharded_params": shard_params,
             "fsdp_root_unsharded": r.root_weights,
             "fsdp_root_grads_unsharded": root_grads,
             "fsdp_gathered_units": gathered,
-            "fsdp_reduce_scatter_buffers": r.unit_trainable * reduce_bytes * (1 + 1 / n),
+            "fsdp_reduce_scatter_buffers": unit_reduce,
         },
     )
     if layout.offload == "optimizer":

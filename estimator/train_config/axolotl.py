@@ -1,7 +1,8 @@
 """axolotl YAML.
 
 Option names and defaults read from axolotl 067b021c (2026-07-24), `src/axolotl/utils/schemas/`:
-- `model.py`: `base_model` (17), `base_model_config` (22).
+- `model.py`: `base_model` (17), `base_model_config` (22), `revision_of_model` (alias
+  `model_revision`).
 - `peft.py`: `load_in_8bit`, `load_in_4bit`, `adapter` (lora | qlora), `lora_r`, `lora_alpha`,
   `lora_dropout` (default 0.0), `lora_target_modules`, `lora_target_linear`,
   `lora_modules_to_save`, `peft_use_dora`, `bnb_config_kwargs` (lines 31-149).
@@ -32,8 +33,8 @@ from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
 from estimator.train_config.vocab import (
     lora_targets,
     map_attention,
-    model_ref,
     trains_embeddings,
+    with_revision,
 )
 
 # schemas/config.py: custom LoRA autograd + Triton kernels ("for speed and memory savings",
@@ -99,8 +100,9 @@ def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapp
 def _model(m: TrainConfigMapping, data: dict[str, Any], base_dir: Path | None) -> None:
     name = m.get(data, "base_model_config") or m.get(data, "base_model")
     m.get(data, "base_model")
+    revision = m.get(data, "revision_of_model") or m.get(data, "model_revision")  # its alias
     if name:
-        m.model = model_ref(str(name), base_dir)
+        m.model = with_revision(str(name), revision, base_dir)
         m.origin["model"] = "base_model_config" if data.get("base_model_config") else "base_model"
 
 

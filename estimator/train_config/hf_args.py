@@ -28,8 +28,8 @@ from estimator.train_config.vocab import (
     HF_OPTIMIZERS,
     lora_targets,
     map_attention,
-    model_ref,
     trains_embeddings,
+    with_revision,
 )
 
 TRL_KEYS = (
@@ -195,9 +195,7 @@ def map_peft_keys(m: TrainConfigMapping, data: dict[str, Any], base_dir: Path | 
     """TRL ModelConfig keys (`trl sft --config` YAML mixes them with SFTConfig)."""
     name = m.get(data, "model_name_or_path")
     if name:
-        m.model = model_ref(str(name), base_dir)
-        if m.get(data, "model_revision") not in (None, "main") and "hub" in m.model:
-            m.model = {"hub": f"{m.model['hub']}@{data['model_revision']}"}
+        m.model = with_revision(str(name), m.get(data, "model_revision"), base_dir)
     map_model_keys(m, data)
     four, eight = m.get(data, "load_in_4bit"), m.get(data, "load_in_8bit")
     if m.get(data, "use_peft") or four or eight:

@@ -24,7 +24,12 @@ from typing import Any
 
 from estimator.train_config.hf_args import map_trainer_args
 from estimator.train_config.result import TrainConfigMapping, whole_number
-from estimator.train_config.vocab import lora_targets, map_attention, model_ref, trains_embeddings
+from estimator.train_config.vocab import (
+    lora_targets,
+    map_attention,
+    trains_embeddings,
+    with_revision,
+)
 
 # keys only LLaMA-Factory uses (TRL's ModelConfig says lora_r, not lora_rank)
 LF_KEYS = (
@@ -48,7 +53,7 @@ def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfi
     m = TrainConfigMapping("llamafactory")
     name = m.get(data, "model_name_or_path")
     if name:
-        m.model = model_ref(str(name), base_dir)
+        m.model = with_revision(str(name), m.get(data, "model_revision"), base_dir)
     map_trainer_args(m, data, sft=False)
     _finetuning(m, data)
     _model_args(m, data)

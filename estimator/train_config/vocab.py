@@ -111,3 +111,15 @@ def model_ref(text: str, base_dir: Path | None = None) -> dict[str, str]:
         if path.is_file():
             return {"file": str(path)}
     return model_source(text)
+
+
+def with_revision(name: str, revision: object, base_dir: Path | None) -> dict[str, str]:
+    """`model_ref` of a model at a revision (`model_revision`, axolotl's `revision_of_model`):
+    a Hub id at that revision, also for a repo a preset was taken from (a preset is that repo's
+    main); `main`, no revision, or a local file: `model_ref` as it is."""
+    from estimator.hub import looks_like_hub_id, preset_or_hub
+
+    ref = model_ref(name, base_dir)
+    if revision in (None, "", "main") or "file" in ref or not looks_like_hub_id(name):
+        return ref
+    return preset_or_hub(f"{name.strip().split('@')[0]}@{revision}")

@@ -59,4 +59,4 @@ def test_check_takes_the_layout_too(sqlite_client: TestClient) -> None:
     }
     response = sqlite_client.post("/v1/check", json=check)
     assert response.status_code == 200, response.text
-    assert response.json()["verdict"] == "no"  # the FSDP2 case: > 81 GiB per card
+    assert response.json()["verdict"] != "fits"  # the FSDP2 case: over 73.3 GiB usable

@@ -72,8 +72,10 @@ def test_parquet_csv_and_json_give_the_same_counts(tmp_path: Path) -> None:
     pq.write_table(table, tmp_path / "t.parquet", row_group_size=7)
     pcsv.write_csv(table, tmp_path / "t.csv")
     (tmp_path / "t.json").write_text(json.dumps(data))
+    # datasets' Dataset.to_json writes JSON lines under a .json name by default
+    (tmp_path / "lines.json").write_text("\n".join(json.dumps(r) for r in data) + "\n")
     expected = [text_count(str(r["text"])) for r in data]
-    for name in ("t.parquet", "t.csv", "t.json"):
+    for name in ("t.parquet", "t.csv", "t.json", "lines.json"):
         assert count_tokens(CountRequest(tmp_path / name, TOKENIZER), tmp_path).lengths == expected
 
 
@@ -235,3 +237,21 @@ def test_packing_turns_dropped_samples_into_packed_rows(
     packed = json.loads(capsys.readouterr().out)["dataset"]
     assert packed["by_max_seq"][0]["dropped"] == 0
     assert packed["stats"]["samples"] == len(pack_lengths(counted, 256)) < len(counted)
+
+
+def test_the_length_cache_is_keyed_by_the_tokenizer_and_the_field_too(tmp_path: Path) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"text": "a b c", "body": "a b c d e f"}) + "\n")
+    cache = tmp_path / "cache"
+    first = count_tokens(CountRequest(data, TOKENIZER), cache)
+    bare = tmp_path / "bare"  # the same tokenizer without its post-processor: no <s>
+    bare.mkdir()
+    spec = json.loads((DATA / "tokenizer.json").read_text())
+    spec["post_processor"] = None
+    (bare / "tokenizer.json").write_text(json.dumps(spec))
+    (bare / "tokenizer_config.json").write_text((DATA / "tokenizer_config.json").read_text())
+    other = count_tokens(CountRequest(data, str(bare)), cache)
+    assert not other.cached and other.lengths == [first.lengths[0] - 1]
+    body = count_tokens(CountRequest(data, TOKENIZER, text_field="body"), cache)
+    assert not body.cached and body.lengths == [text_count("a b c d e f")]
+    assert count_tokens(CountRequest(data, TOKENIZER), cache).cached

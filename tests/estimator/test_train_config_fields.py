@@ -70,6 +70,12 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
     ("axolotl", "base_model", "base_model: acme/model-x\n", {"model": {"hub": "acme/model-x"}}),
     (
         "axolotl",
+        "base_model",  # the preset's source repo at another revision is that revision on the Hub
+        "base_model: meta-llama/Llama-3.1-8B\nrevision_of_model: v2\n",
+        {"model": {"hub": "meta-llama/Llama-3.1-8B@v2"}},
+    ),
+    (
+        "axolotl",
         "lora",
         "base_model: x/y\nadapter: lora\n",
         {"setup.method": "lora", "setup.lora_dropout": 0.0},
@@ -242,6 +248,18 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
         "base_model",
         "model_name_or_path: acme/model-x\nstage: sft\n",
         {"model": {"hub": "acme/model-x"}},
+    ),
+    (
+        "llamafactory",
+        "base_model",
+        "model_name_or_path: acme/model-x\nmodel_revision: main\nstage: sft\n",
+        {"model": {"hub": "acme/model-x"}},
+    ),
+    (
+        "trl",
+        "base_model",
+        "model_name_or_path: Qwen/Qwen3-8B\nmodel_revision: abc123\nmax_length: 8\n",
+        {"model": {"hub": "Qwen/Qwen3-8B@abc123"}},
     ),
     (
         "llamafactory",

@@ -156,3 +156,23 @@ def test_log_lines_are_bounded() -> None:
     text = logs.BoundedFormatter(fmt="%(levelprefix)s %(message)s").format(error)
     assert len(text) <= logs.MAX_RECORD_CHARS
     assert len(text.splitlines()[0]) <= logs.MAX_LINE_CHARS
+
+
+def test_unread_bytes_are_counted_for_the_grace() -> None:
+    """A deadline that passes while the client's bytes wait unread (the event loop is behind)
+    is extended: `_unread_bytes` tells the two cases apart."""
+    from app.http_protocol import _unread_bytes
+
+    class Transport:
+        def __init__(self, sock: socket.socket) -> None:
+            self.sock = sock
+
+        def get_extra_info(self, name: str) -> socket.socket:
+            return self.sock
+
+    server_side, client_side = socket.socketpair()
+    with server_side, client_side:
+        assert _unread_bytes(Transport(server_side)) == 0  # type: ignore[arg-type]
+        client_side.sendall(b"GET / HTTP/1.1\r\n")
+        time.sleep(0.05)
+        assert _unread_bytes(Transport(server_side)) == 16  # type: ignore[arg-type]

@@ -1,0 +1,114 @@
+"""Per-rank peaks of real sharded steps (torchrun, gloo, CPU) against the estimator's
+--parallel layouts: DDP, FSDP2 and DTensor tensor parallelism (probe/parallel_check.py).
+
+Bounded: one launch of 2 processes runs the three layouts (~50 s on a loaded 2-core box).
+4 processes (~60 s more) run when TRAINFIT_PARALLEL_CHECK_4=1.
+
+What is asserted: the estimate is within 5 % of the lowest rank's peak (8 % for tp: the
+estimate runs 4-7 % low there, a replicated ~2 MB of DTensor's backward not yet identified),
+and within 15 % of every rank's. Gloo on the CPU keeps a collective's temporary copies alive
+for a time that depends on the other ranks (a rank-dependent extra of up to one gradient-sized
+buffer); the lowest rank is the program's own memory, the others bound that noise."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from estimator.architectures import spec_from_config  # noqa: E402
+from estimator.memory import memory_breakdown  # noqa: E402
+from estimator.profile import load_profile  # noqa: E402
+from estimator.setup import TrainingSetup  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "tests" / "data" / "configs" / "small-llama-parallel.json"
+LAYOUTS = {"dp": "dp", "fsdp": "fsdp", "tp": "tp={n}"}
+
+
+def _distributed_available() -> str | None:
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        return "torch.distributed with gloo is not available"
+    return None
+
+
+def _run(n: int, tmp_path: Path) -> list[dict]:
+    out = tmp_path / f"peaks{n}.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(n),
+        "-m",
+        "probe.parallel_check",
+        "--config",
+        str(CONFIG),
+        "--layout",
+        ",".join(LAYOUTS),
+        "--seq",
+        "256",
+        "--out",
+        str(out),
+        "--stack-dump-after",
+        "150",
+    ]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def _estimate(layout: str, n: int, seq: int) -> float:
+    spec = spec_from_config(json.loads(CONFIG.read_text()))
+    setup = TrainingSetup(
+        stack="probe",
+        method="full",
+        precision="fp32",
+        checkpointing="none",
+        loss="full",
+        optimizer="adamw",
+        parallel=LAYOUTS[layout].format(n=n),
+        num_gpus=n,
+    )
+    mem = memory_breakdown(spec, setup, [seq], 1, load_profile("default"), devices=n)
+    return float(mem.allocated[0])  # the allocator's peak: no CUDA context, no NCCL buffers
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "n",
+    [
+        2,
+        pytest.param(
+            4,
+            marks=pytest.mark.skipif(
+                os.environ.get("TRAINFIT_PARALLEL_CHECK_4") != "1",
+                reason="set TRAINFIT_PARALLEL_CHECK_4=1",
+            ),
+        ),
+    ],
+)
+def test_per_rank_peaks_of_ddp_fsdp2_and_tp_match_the_estimate(n: int, tmp_path: Path) -> None:
+    reason = _distributed_available()
+    if reason:
+        pytest.skip(reason)
+    for doc in _run(n, tmp_path):
+        est = _estimate(doc["layout"], n, doc["seq_len"])
+        peaks = [r["peak_bytes"] for r in doc["ranks"]]
+        assert len(peaks) == n and min(peaks) > 0
+        errors = [(est - p) / p for p in peaks]
+        lowest = (est - min(peaks)) / min(peaks)
+        tolerance = 0.08 if doc["layout"] == "tp" else 0.05
+        assert abs(lowest) <= tolerance, (doc["layout"], est, peaks)
+        assert max(abs(e) for e in errors) <= 0.15, (doc["layout"], est, peaks)
