@@ -207,26 +207,25 @@ def template_renderer(template: str, tok: TokenizerFiles) -> Callable[[list[Any]
 # -- reading rows ----------------------------------------------------------------------------------
 
 
+def _bar(total: int, unit: str, show: bool) -> Any:
+    """A tqdm bar on stderr (None when not shown or tqdm is missing)."""
+    if not show:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(
+        total=total, unit=unit, unit_scale=True, file=sys.stderr, desc="tokens", leave=False
+    )
+
+
 class _Progress:
     """Counts bytes read from a file object into a tqdm bar (stderr), when the file is long."""
 
     def __init__(self, raw: IO[bytes], total: int, show: bool | None) -> None:
         self.raw = raw
-        self.bar: Any = None
-        if show or (show is None and total > PROGRESS_BYTES):
-            try:
-                from tqdm import tqdm
-
-                self.bar = tqdm(
-                    total=total,
-                    unit="B",
-                    unit_scale=True,
-                    file=sys.stderr,
-                    desc="tokens",
-                    leave=False,
-                )
-            except ImportError:
-                self.bar = None
+        self.bar: Any = _bar(total, "B", show if show is not None else total > PROGRESS_BYTES)
 
     def read(self, size: int = -1) -> bytes:
         data = self.raw.read(size)
@@ -278,8 +277,14 @@ def iter_rows(path: Path, name: str, show: bool | None = None) -> Iterator[list[
         if name not in reader.schema_arrow.names:
             names = ", ".join(reader.schema_arrow.names)
             raise EstimatorInputError(FIELD, f"{path.name}: no field {name!r} (fields: {names})")
+        long = path.stat().st_size > PROGRESS_BYTES
+        bar = _bar(reader.metadata.num_rows, "rows", show if show is not None else long)
         for batch in reader.iter_batches(batch_size=BATCH_ROWS, columns=[name]):
+            if bar is not None:
+                bar.update(batch.num_rows)
             yield batch.column(0).to_pylist()
+        if bar is not None:
+            bar.close()
         return
     yield from _streamed_rows(path, name, suffix, show)
 

@@ -11,8 +11,10 @@ weight, gradient, fp32 master and optimizer state tensor (activations, whose siz
 sequence, are left out).
 With `expandable_segments:True` (Unsloth, torchtitan set it) segments grow page by page
 (2 MiB) and the rounding is paid once per segment, not per tensor: one kLargeBuffer is kept.
-Fragmentation between phases (blocks freed by one phase that the next cannot reuse) is not
-modelled. The `probe` stack reports no slack (the estimator before stacks).
+Fragmentation between phases is estimator/memory/fragmentation.py's: the eager full loss's
+logits hole and FSDP2's all-gather stream pool, worked out from the allocator's rules on the
+stack's allocation sequence; fragmentation among activations is not modelled. The `probe` stack
+reports no slack (the estimator before stacks).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ A pipeline's first stage (embedding, min(pp, m) micro-batches in flight) and las
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -87,18 +88,21 @@ def _replica(
 def _tp_shares(spec: ModelSpec, setup: TrainingSetup, layout: Layout) -> tuple[float, float]:
     """(saved activations, backward transient) a tp rank keeps of one layer's.
 
-    A dense softmax-attention layer of the HF stack is split tensor by tensor: what lies
-    between a column-parallel input and a row-parallel output (q, k, v, the attention output
-    and logsumexp, o_proj's input, the three MLP-wide tensors, down_proj's input) is divided by
-    t; the RMSNorm tensors and the inputs of q/k/v and gate/up (the norm outputs) are
-    replicated, as in Korthikanti et al. 2022 section 4.2.1; the transient's two hidden-wide
-    gradients are replicated, its MLP-wide ones split. Sequence parallelism splits everything.
-    Other layer kinds (linear attention, MoE, MLA, eager scores) take Table 2's ratio."""
+    A dense softmax-attention layer is split tensor by tensor: what lies between a
+    column-parallel input and a row-parallel output (q, k, v, the attention output and
+    logsumexp, o_proj's input, the three MLP-wide tensors, down_proj's input) is divided by t;
+    the RMSNorm tensors and the inputs of q/k/v and gate/up (the norm outputs) are replicated
+    (Korthikanti et al. 2022 section 4.2.1). Sequence parallelism (DTensor, as torchtitan and
+    transformers' tp_plan run it: SequenceParallel norms, ColwiseParallel with a Shard(1)
+    input) splits the norms too, but each column-parallel matmul saves its all-gathered input,
+    so the q/k/v and gate/up inputs stay whole (Megatron-LM re-gathers them in the backward
+    instead: everything / t). The transient's two hidden-wide gradients are replicated, its
+    MLP-wide ones split. The shares are read from the eager layer and applied to compiled or
+    fused layers too. Other layer kinds (linear attention, MoE, MLA, eager scores) take Table
+    2's ratio."""
     t = layout.tp
     if t == 1:
         return 1.0, 1.0
-    if layout.sp:
-        return 1.0 / t, 1.0 / t
     dense = (
         spec.geometry_known
         and spec.hidden
@@ -109,23 +113,22 @@ def _tp_shares(spec: ModelSpec, setup: TrainingSetup, layout: Layout) -> tuple[f
         and setup.attention != "eager"
     )
     if not dense:
+        if layout.sp:
+            return 1.0 / t, 1.0 / t
         ratio = tp_activation_factor(
             layout, attention_score_term(spec, 1.0, setup.attention == "eager")
         )
         return ratio, ratio
     cb = compute_bytes(setup.precision)
-    ctx = Context.build(spec, setup, cb)
-    if ctx.fused or ctx.compiled:
-        ratio = tp_activation_factor(layout, 0.0)
-        return ratio, ratio
+    ctx = dataclasses.replace(Context.build(spec, setup, cb), fused=False, compiled=False)
     h, m = spec.hidden or 0, spec.intermediate or 0
     full = layer_activations(ctx, spec, LAYER_FULL, MLP_DENSE).per_token
-    replicated = 2 * rms_norm_saved(ctx, h)
-    replicated += inputs_saved(ctx, ["q_proj", "k_proj", "v_proj", "qkv_proj"], h)
-    replicated += inputs_saved(ctx, ["gate_proj", "up_proj", "gate_up_proj", "c_fc"], h)
-    saved = (replicated + (full - replicated) / t) / full if full else 1.0
-    transient = (2 * h + 2 * m / t) / (2 * h + 2 * m) if h + m else 1.0
-    return saved, transient
+    gathered = inputs_saved(ctx, ["q_proj", "k_proj", "v_proj", "qkv_proj"], h)
+    gathered += inputs_saved(ctx, ["gate_proj", "up_proj", "gate_up_proj", "c_fc"], h)
+    whole = gathered if layout.sp else gathered + 2 * rms_norm_saved(ctx, h)
+    saved = (whole + (full - whole) / t) / full if full else 1.0
+    transient = (2 * h + 2 * m) / t if layout.sp else 2 * h + 2 * m / t
+    return saved, transient / (2 * h + 2 * m) if h + m else 1.0
 
 
 def _activations(

@@ -255,3 +255,31 @@ def test_the_length_cache_is_keyed_by_the_tokenizer_and_the_field_too(tmp_path: 
     body = count_tokens(CountRequest(data, TOKENIZER, text_field="body"), cache)
     assert not body.cached and body.lengths == [text_count("a b c d e f")]
     assert count_tokens(CountRequest(data, TOKENIZER), cache).cached
+
+
+def test_a_parquet_file_gets_a_bar_counting_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pytest.importorskip("tqdm")
+    import pyarrow.parquet as pq
+
+    data = rows("texts.jsonl")
+    pq.write_table(pa.table({"text": [r["text"] for r in data]}), tmp_path / "t.parquet")
+    count_tokens(CountRequest(tmp_path / "t.parquet", TOKENIZER), tmp_path, True)
+    err = capsys.readouterr().err
+    assert "tokens:" in err and "rows" in err
+
+
+def test_the_shipped_tokenizer_is_what_make_tokenizer_builds(tmp_path: Path) -> None:
+    """examples/dataset/tokenizer.json is built here by the script beside it (nothing
+    downloaded): the same vocabulary, pre-tokenizer and post-processor."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_tokenizer", DATA / "make_tokenizer.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.build_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    built = json.loads((tmp_path / "tokenizer.json").read_text())
+    assert built == json.loads((DATA / "tokenizer.json").read_text())

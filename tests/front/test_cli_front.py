@@ -94,6 +94,13 @@ def test_the_help_walk_finds_every_command() -> None:
     assert {path[0] for path, _ in LEAVES} == COMMANDS
 
 
+def test_the_top_level_help_has_an_example(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    assert "example:\n  trainfit estimate " in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(("path", "parser"), LEAVES, ids=[" ".join(p) for p, _ in LEAVES])
 def test_every_help_shows_defaults_and_an_example(
     path: list[str], parser: argparse.ArgumentParser, capsys: pytest.CaptureFixture[str]

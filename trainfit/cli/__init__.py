@@ -28,6 +28,10 @@ from trainfit.cli.common import (
 )
 
 COMMAND_GROUPS = (estimate, solvers, compare, catalog, service)
+DESCRIPTION = """Will a fine-tuning run fit the GPU, how long does it take, what does it cost.
+
+Exit codes: 0 success (check: fits), 1 check: tight or no, 2 bad input (the message names the
+field), 3 --server unreachable, timed out or failing (5xx)."""
 
 
 class _VersionAction(argparse.Action):
@@ -44,7 +48,13 @@ class _VersionAction(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="trainfit", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="trainfit",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  trainfit estimate --model llama-3.1-8b --method lora --gpu h100-80gb\n"
+        "  (trainfit COMMAND --help: that command's options, defaults and an example)",
+    )
     parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
     for group in COMMAND_GROUPS:

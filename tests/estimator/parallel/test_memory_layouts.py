@@ -102,9 +102,16 @@ def test_sequence_parallelism_splits_what_plain_tensor_parallelism_replicates() 
     sp = _mem(LLAMA8B, 8, method="full", parallel="tp=8,sp", checkpointing="none")
     one = _mem(LLAMA8B, 1, method="full", checkpointing="none")
     c1 = float(one.components["checkpoints"][0])
-    # plain tp keeps the norms and the q/k/v and gate/up inputs whole (Korthikanti 4.2.1)
-    assert c1 / 8 < float(tp.components["checkpoints"][0]) < c1 * 0.5
-    assert float(sp.components["checkpoints"][0]) == pytest.approx(c1 / 8)
+    c_tp, c_sp = float(tp.components["checkpoints"][0]), float(sp.components["checkpoints"][0])
+    # plain tp keeps the norms and the q/k/v and gate/up inputs whole (Korthikanti 4.2.1);
+    # DTensor's sequence parallelism splits the norms but saves the all-gathered inputs
+    assert c1 / 8 < c_sp < c_tp < c1 * 0.5
+    ckpt_tp = _mem(LLAMA8B, 8, method="full", parallel="tp=8", checkpointing="gpu")
+    ckpt_sp = _mem(LLAMA8B, 8, method="full", parallel="tp=8,sp", checkpointing="gpu")
+    # a checkpointed layer input is sequence-sharded under sp, whole under plain tp
+    assert float(ckpt_sp.components["checkpoints"][0]) == pytest.approx(
+        float(ckpt_tp.components["checkpoints"][0]) / 8
+    )
 
 
 def test_context_parallelism_splits_the_sequence() -> None:
