@@ -70,13 +70,12 @@ class _StorageLog:
         kind = tensor.device.type
         if kind == "meta" or (self.device is not None and kind != self.device):
             return
-        try:
-            storage = tensor.untyped_storage()
-        except (RuntimeError, NotImplementedError):
-            return  # sparse or other storage-less tensors
-        key = storage._cdata
-        if key in self._live:
+        from probe.tracker import new_storage
+
+        storage = new_storage(tensor, self._live)
+        if storage is None:
             return
+        key = storage._cdata
         uid = self._next_id
         self._next_id += 1
         self._live[key] = uid
@@ -93,36 +92,20 @@ class _StorageLog:
         self.track(tensor)
         self.release(tensor.untyped_storage()._cdata)
 
-    def track_outputs(self, out: Any) -> None:
-        import torch
-        from torch.utils._pytree import tree_leaves
-
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor):
-                self.track(leaf)
-
 
 @functools.cache
 def _recorder_class() -> type[Any]:
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from probe.tracker import OutputTensorsMode
 
-    class AllocationRecorder(TorchDispatchMode):  # type: ignore[misc]
+    class AllocationRecorder(OutputTensorsMode):
         """Log storage creation and release of every op's outputs."""
 
         def __init__(self, log: _StorageLog) -> None:
             super().__init__()
             self.log = log
 
-        def __torch_dispatch__(
-            self,
-            func: Any,
-            types: Any,
-            args: tuple[Any, ...] = (),
-            kwargs: dict[str, Any] | None = None,
-        ) -> Any:
-            out = func(*args, **(kwargs or {}))
-            self.log.track_outputs(out)
-            return out
+        def _track(self, tensor: Any) -> None:
+            self.log.track(tensor)
 
     return AllocationRecorder
 
@@ -151,24 +134,12 @@ def record_allocations(
 
 def _recording_tracker_class(base: type[Any], log: _StorageLog) -> type[Any]:
     class RecordingTracker(base):  # type: ignore[misc, valid-type]
-        """The probe's tracker, also logging each storage it counts (see the module docstring)."""
+        """The probe's tracker, also logging each storage it counts (see the module docstring):
+        every op output and adopted weight passes through `_track`."""
 
-        def __torch_dispatch__(
-            self,
-            func: Any,
-            types: Any,
-            args: tuple[Any, ...] = (),
-            kwargs: dict[str, Any] | None = None,
-        ) -> Any:
-            out = super().__torch_dispatch__(func, types, args, kwargs)
-            log.track_outputs(out)
-            return out
-
-        def adopt(self, tensors: Iterable[Any]) -> None:
-            tensors = [t for t in tensors if t is not None]
-            super().adopt(tensors)
-            for t in tensors:
-                log.track(t)
+        def _track(self, tensor: Any) -> None:
+            super()._track(tensor)
+            log.track(tensor)
 
         def mark_host(self, tensor: Any) -> None:
             super().mark_host(tensor)

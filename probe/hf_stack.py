@@ -30,6 +30,7 @@ from torch import nn
 from probe.environment import package_version
 from probe.model import BuiltModel, count_params
 from probe.optim import optimizer_state_tensors
+from probe.results import cuda_free_bytes, device_memory, is_oom, new_result, record_measurement
 from probe.tracker import StorageTracker
 
 __all__ = ["build_hf_model", "HFSession", "hf_optim", "hf_weight_dtype", "HF_LIBRARIES"]
@@ -435,9 +436,7 @@ class HFSession:
 
     def run_length(self, seq: int, steps: int, bar: Any) -> dict[str, Any]:
         """`Trainer.train()` for `steps` optimizer steps at this length; OOM -> status `oom`."""
-        from probe.runner import _result, cuda_free_bytes, device_memory
-
-        res = _result(seq, self.setup["batch"], "ok")
+        res = new_result(seq, self.setup["batch"], "ok")
         free_before = (0, 0)
         if self.device == "cuda":
             torch.cuda.empty_cache()
@@ -452,7 +451,7 @@ class HFSession:
             if self.device == "fake":
                 stack.enter_context(_noop_moves_keep_fake_params())
             failure = self._train(seq, steps, callback)
-        self._measure(res, callback.best[1])
+        record_measurement(res, self.device, self.tracker, callback.best[1])
         if self.device == "cuda":
             res["device_memory"] = device_memory(free_before)
         if failure is not None:
@@ -469,8 +468,6 @@ class HFSession:
         """One `Trainer(...).train()`; returns (status, error) on failure, else None."""
         from transformers import PrinterCallback, Trainer
 
-        from probe.runner import _is_oom
-
         try:
             trainer = Trainer(
                 model=self.built.model,
@@ -481,20 +478,8 @@ class HFSession:
             trainer.remove_callback(PrinterCallback)  # no per-run metrics on stdout
             trainer.train()
         except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded status
-            return ("oom" if _is_oom(exc) else "error", f"{type(exc).__name__}: {exc}")
+            return ("oom" if is_oom(exc) else "error", f"{type(exc).__name__}: {exc}")
         finally:
             if self.step_modes is not None:
                 self.step_modes.pause()  # a step that raised left the modes entered
         return None
-
-    def _measure(self, res: dict[str, Any], comps: dict[str, Any] | None) -> None:
-        if self.device == "cuda":
-            res["peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
-            res["peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
-            return
-        assert self.tracker is not None
-        res["peak_allocated_bytes"] = int(self.tracker.peak)
-        res["host_bytes"] = int(self.tracker.host_peak)
-        if comps is not None:
-            res["components"] = {k: int(v) for k, v in comps["components"].items()}
-            res["component_maxima"] = {k: int(v) for k, v in comps["maxima"].items()}

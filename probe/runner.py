@@ -42,6 +42,9 @@ from probe.loss import chunked_loss, full_loss
 from probe.model import BuiltModel, UnsupportedSetup, build_model
 from probe.optim import make_training_optimizer, optimizer_state_tensors
 from probe.options import ProbeInputError, normalize_setup, parse_sweep
+from probe.results import cuda_free_bytes, device_memory, record_measurement
+from probe.results import is_oom as _is_oom
+from probe.results import new_result as _result
 from probe.stacks import check_stack
 from probe.tracker import StorageTracker
 
@@ -97,42 +100,6 @@ def _unpacked_sequences() -> Iterator[None]:
         yield
     finally:
         masking_utils.find_packed_sequence_indices = original
-
-
-def cuda_free_bytes() -> tuple[int, int]:
-    """(free, total) device bytes as the driver reports them (`torch.cuda.mem_get_info`)."""
-    free, total = torch.cuda.mem_get_info()
-    return int(free), int(total)
-
-
-def device_memory(before: tuple[int, int]) -> dict[str, int]:
-    """`results[i].device_memory`: free bytes before the length's first step and after its
-    last (the CUDA context, workspaces and the allocator's reserve are in the difference)."""
-    free_after, total = cuda_free_bytes()
-    return {"total_bytes": total, "free_before_bytes": before[0], "free_after_bytes": free_after}
-
-
-def _is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
-
-
-def _result(seq: int, batch: int, status: str, error: str | None = None) -> dict[str, Any]:
-    return {
-        "seq_len": seq,
-        "batch": batch,
-        "status": status,
-        "steps": 0,
-        "peak_allocated_bytes": None,
-        "peak_reserved_bytes": None,
-        "step_seconds": [],
-        "tokens_per_second": None,
-        "error": error,
-        "components": None,
-        "component_maxima": None,
-        "host_bytes": None,
-    }
 
 
 class _Session:
@@ -230,7 +197,7 @@ class _Session:
         except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded status
             failure = ("oom" if _is_oom(exc) else "error", f"{type(exc).__name__}: {exc}")
         # the exception (and its traceback holding the step's tensors) is released here
-        self._measure(res, best[1])
+        record_measurement(res, self.device, self.tracker, best[1])
         if self.device == "cuda":
             res["device_memory"] = device_memory(free_before)
         if failure is not None:
@@ -241,18 +208,6 @@ class _Session:
         else:
             self._throughput(res, seq)
         return res
-
-    def _measure(self, res: dict[str, Any], comps: dict[str, dict[str, int]] | None) -> None:
-        if self.device == "cuda":
-            res["peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
-            res["peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
-            return
-        assert self.tracker is not None
-        res["peak_allocated_bytes"] = int(self.tracker.peak)
-        res["host_bytes"] = int(self.tracker.host_peak)
-        if comps is not None:
-            res["components"] = {k: int(v) for k, v in comps["components"].items()}
-            res["component_maxima"] = {k: int(v) for k, v in comps["maxima"].items()}
 
     def _throughput(self, res: dict[str, Any], seq: int) -> None:
         if self.device == "fake" or not res["step_seconds"]:

@@ -27,8 +27,12 @@ NOT_RUNNABLE: dict[str, str] = {
     "accelerator? You need a GPU.' (unsloth_zoo/device_type.py) and its kernels are triton, so "
     "it cannot run on the CPU or under fake tensors",
     "torchtune": "torchtune 0.6.1 (its last release) imports torchao.dtypes.nf4tensor, which "
-    "current torchao (0.18) no longer has; with torchao 0.11 it next needs `datasets`, and its "
-    "recipes load a tokenizer model and checkpoint files from disk. Not installed here",
+    "current torchao (0.18) no longer has. Tried again (issue 11): with torchao 0.11 and "
+    "datasets, multiprocess, dill, xxhash, omegaconf, antlr4, sentencepiece, tiktoken and "
+    "blobfile installed beside torch 2.13 (--no-deps) its model builders and training "
+    "utilities import on the CPU, but its recipes (`tune run lora_finetune_single_device`) "
+    "need a tokenizer model file, checkpoint files and a dataset on disk, which this probe does "
+    "not make. Not installed here",
     "torchtitan": "installing torchtitan 0.3.0 would downgrade huggingface_hub (2.4 -> 1.33) and "
     "fsspec under the transformers 5 that trainfit uses and add wandb/tensorboard; its FSDP2 "
     "train step also needs its own TOML job config and a tokenizer. Not installed here",

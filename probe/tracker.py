@@ -23,7 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["StorageTracker", "TrackerOOM", "current_tracker", "GRANULARITY"]
+__all__ = ["OutputTensorsMode", "StorageTracker", "TrackerOOM", "current_tracker", "GRANULARITY"]
 
 GRANULARITY = 512  # bytes; the CUDA caching allocator rounds every block up to this
 
@@ -37,6 +37,16 @@ def current_tracker() -> StorageTracker | None:
 
 class TrackerOOM(torch.OutOfMemoryError):
     """Raised by the tracker when its `cap` is exceeded (an injected out-of-memory)."""
+
+
+def new_storage(tensor: torch.Tensor, live: Iterable[int] | dict[int, Any]) -> Any:
+    """The tensor's untyped storage when its key (`_cdata`) is not in `live`, else None
+    (views share a storage; sparse and other storage-less tensors have none)."""
+    try:
+        storage = tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
+    return None if storage._cdata in live else storage
 
 
 def _round_up(nbytes: int) -> int:
@@ -55,7 +65,31 @@ ATTENTION_OPS = {
 }
 
 
-class StorageTracker(TorchDispatchMode):
+class OutputTensorsMode(TorchDispatchMode):
+    """A dispatch mode that runs each op and shows every tensor it returns to `_track`."""
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        out = func(*args, **(kwargs or {}))
+        self._seen_op(func)
+        for leaf in tree_leaves(out):
+            if isinstance(leaf, torch.Tensor):
+                self._track(leaf)
+        return out
+
+    def _seen_op(self, func: Any) -> None:
+        """Called once per op, after it ran."""
+
+    def _track(self, tensor: torch.Tensor) -> None:
+        raise NotImplementedError
+
+
+class StorageTracker(OutputTensorsMode):
     """Count live storages created by ops; raise `TrackerOOM` above `cap` bytes."""
 
     def __init__(self, cap: int | None = None, vocab: int | None = None) -> None:
@@ -82,21 +116,10 @@ class StorageTracker(TorchDispatchMode):
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def __torch_dispatch__(
-        self,
-        func: Any,
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        out = func(*args, **(kwargs or {}))
+    def _seen_op(self, func: Any) -> None:
         name = getattr(func, "__name__", "").split(".")[0]
         if name in ATTENTION_OPS:
             self.kernels.add(ATTENTION_OPS[name])
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor):
-                self._track(leaf)
-        return out
 
     def __enter__(self) -> StorageTracker:
         _ACTIVE.append(self)
@@ -109,13 +132,10 @@ class StorageTracker(TorchDispatchMode):
     # -- accounting -----------------------------------------------------------------------
 
     def _track(self, tensor: torch.Tensor) -> None:
-        try:
-            storage = tensor.untyped_storage()
-        except (RuntimeError, NotImplementedError):
-            return  # sparse or other storage-less tensors
-        key = storage._cdata
-        if key in self._live:
+        storage = new_storage(tensor, self._live)
+        if storage is None:
             return
+        key = storage._cdata
         nbytes = _round_up(storage.nbytes())
         uid = self._next_uid
         self._next_uid += 1
