@@ -32,4 +32,6 @@ test: setup
 	.venv/bin/python -m pytest
 
 bench: setup
+	.venv/bin/python bench/speed.py
 	.venv/bin/python bench/sweep_speed.py
+	.venv/bin/python bench/peers.py

@@ -5,8 +5,9 @@ Prints, asserts nothing:
 
     python bench/peers.py [--quick]
 
-Each line: `peer: <us per call> us (<what the peer computes>)`, the best of several repeats
-(as timeit) of the mean over many calls, in this process, after a warm-up call. What each
+Each line: `peer: <us per call> us CPU (<what the peer computes>)`, the best of several repeats
+(as timeit) of the mean CPU time over many calls, in this process, after a warm-up call (CPU
+time: a busy machine inflates it far less than wall time; on an idle core they agree). What each
 computes differs, and the line says what: trainfit's figure is a whole estimate document
 (memory components + FLOPs + step time + cost + verdict), vramcalc's a memory estimate,
 ftuneai's a memory breakdown (and, separately, time and cost), accelerate's the model-states
@@ -45,16 +46,16 @@ def _best(fn: Callable[[], Any], calls: int, repeats: int) -> float:
     fn()
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         for _ in range(calls):
             fn()
-        times.append((time.perf_counter() - start) / calls)
+        times.append((time.process_time() - start) / calls)
     return min(times)
 
 
 def _line(name: str, seconds: float, what: str, base: float | None) -> None:
-    ratio = "" if base is None else f"; trainfit document / this = {base / seconds:.2f}"
-    print(f"{name}: {seconds * 1e6:,.1f} us ({what}{ratio})", flush=True)
+    ratio = "" if base is None else f"; trainfit document / this = {base / seconds:.3g}"
+    print(f"{name}: {seconds * 1e6:,.1f} us CPU ({what}{ratio})", flush=True)
 
 
 def _present(module: str) -> bool:

@@ -22,7 +22,7 @@ from estimator.scenario import Scenario
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 from estimator.time.cost import gpu_price, normalise_prices
-from estimator.time.flops import step_flops
+from estimator.time.flops import step_flops_totals
 from estimator.time.plan import cell_time_and_cost, training_summary
 from estimator.time.step import OptionRates, option_rates
 from estimator.time.tokens import RunTokens, resolve_tokens, seq_len_report
@@ -80,7 +80,7 @@ def add_time_and_cost(
         setup = setups[key]
         if row["seq_len"] < 1 or row["batch"] < 1:
             raise EstimatorInputError("seq_len", "sequence length and batch must be positive")
-        flops = step_flops(spec, setup, row["seq_len"], row["batch"])  # once per row
+        flops = step_flops_totals(spec, setup, row["seq_len"], row["batch"])  # once per row
         row["flops_per_step"] = flops.total
         tokens = _tokens_for(spec, request, row["seq_len"])
         for option, fit in row["fit"].items():

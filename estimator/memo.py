@@ -17,17 +17,21 @@ T = TypeVar("T")
 
 
 def setup_key(setup: Any) -> tuple[Any, ...]:
-    """A hashable key of a `TrainingSetup`'s field values (lists become tuples)."""
+    """A key of a `TrainingSetup`'s field values (its one list field made a tuple; `Memo.get`
+    freezes any other list it meets)."""
     values = dict(setup.__dict__)
     targets = values.get("lora_targets")
-    if type(targets) is list:  # the one list field, made a tuple without a loop over all
+    if type(targets) is list:
         values["lora_targets"] = tuple(targets)
-    key = tuple(values.values())
-    try:
-        hash(key)
-    except TypeError:  # another list field
-        return tuple(tuple(v) if type(v) is list else v for v in values.values())
-    return key
+    return tuple(values.values())
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _frozen(v)) for k, v in value.items())
+    return value
 
 
 class Memo(Generic[T]):
@@ -39,7 +43,11 @@ class Memo(Generic[T]):
 
     def get(self, anchors: tuple[object, ...], key: Hashable, build: Callable[[], T]) -> T:
         full = (tuple(map(id, anchors)), key)
-        hit = self._entries.get(full)
+        try:
+            hit = self._entries.get(full)
+        except TypeError:  # a list or dict in the key
+            full = (full[0], _frozen(key))
+            hit = self._entries.get(full)
         if hit is not None:
             return hit[1]
         value = build()  # bad input raises here and is not memoised

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from estimator.architectures.attention import chunked_pairs, core_head_dims
 from estimator.lora import lora_rank_check, lora_targets
@@ -256,6 +257,13 @@ def _flops_plan(spec: ModelSpec, setup: TrainingSetup) -> _FlopsPlan:
 _PLANS: Memo[_FlopsPlan] = Memo()
 
 
+class FlopsTotals(NamedTuple):
+    """`StepFlops.total` and `.model_flops` alone (what step time needs), without the parts."""
+
+    total: float
+    model_flops: float
+
+
 def step_flops(spec: ModelSpec, setup: TrainingSetup, seq_len: int, batch: int) -> StepFlops:
     """FLOPs of one step of `batch` sequences of `seq_len` tokens, by part.
 
@@ -265,6 +273,35 @@ def step_flops(spec: ModelSpec, setup: TrainingSetup, seq_len: int, batch: int) 
     tokens = seq_len * batch
     if not spec.geometry_known:
         return _params_only(spec, setup, tokens)
+    sums, notes = _group_sums(spec, setup, seq_len, batch)
+    parts = {group: PartFlops(*v) for group, v in sums.items()}
+    fwd_total = sum(v[0] for v in sums.values())  # = sum of the parts' forward, in order
+    bwd_total = sum(v[1] for v in sums.values())
+    rec_total = sum(v[2] for v in sums.values())
+    model = sum(v[3] for v in sums.values())
+    return StepFlops(fwd_total, bwd_total, rec_total, model, parts, tuple(notes), tokens)
+
+
+def step_flops_totals(
+    spec: ModelSpec, setup: TrainingSetup, seq_len: int, batch: int
+) -> FlopsTotals:
+    """`step_flops(...).total` and `.model_flops`, the same sums without building the parts."""
+    if not spec.geometry_known:
+        f = _params_only(spec, setup, seq_len * batch)
+        return FlopsTotals(f.total, f.model_flops)
+    sums, _ = _group_sums(spec, setup, seq_len, batch)
+    fwd = sum(v[0] for v in sums.values())
+    bwd = sum(v[1] for v in sums.values())
+    rec = sum(v[2] for v in sums.values())
+    return FlopsTotals(fwd + bwd + rec, sum(v[3] for v in sums.values()))
+
+
+def _group_sums(
+    spec: ModelSpec, setup: TrainingSetup, seq_len: int, batch: int
+) -> tuple[dict[str, list[float]], list[str]]:
+    """Per part (Linear group, lora, attention cores): [forward, backward, recompute, model]
+    FLOPs, each summed from zero in the order the terms come; and the notes."""
+    tokens = seq_len * batch
     recompute_on = setup.checkpointing in CHECKPOINTED
     adapter = setup.is_adapter
     plan = _PLANS.get((spec,), setup_key(setup), lambda: _flops_plan(spec, setup))
@@ -301,9 +338,4 @@ def step_flops(spec: ModelSpec, setup: TrainingSetup, seq_len: int, batch: int) 
         add("linear_attention_core", gdn, 2.0 * gdn, gdn if recompute_on else 0.0, 3.0 * gdn)
         notes.append(f"linear attention: chunked Gated DeltaNet, chunk {GDN_CHUNK}")
 
-    parts = {group: PartFlops(*v) for group, v in sums.items()}
-    fwd_total = sum(p.forward for p in parts.values())
-    bwd_total = sum(p.backward for p in parts.values())
-    rec_total = sum(p.recompute for p in parts.values())
-    model = sum(p.model for p in parts.values())
-    return StepFlops(fwd_total, bwd_total, rec_total, model, parts, tuple(notes), tokens)
+    return sums, notes

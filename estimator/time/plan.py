@@ -15,7 +15,7 @@ from typing import Any
 from estimator.errors import EstimatorInputError
 from estimator.scenario import Scenario
 from estimator.time.cost import Price, gpu_price, normalise_prices, rank_options, run_cost
-from estimator.time.flops import StepFlops, step_flops
+from estimator.time.flops import FlopsTotals, StepFlops, step_flops
 from estimator.time.step import OptionRates, cell, option_rates
 
 
@@ -50,7 +50,7 @@ def row_time_and_cost(
 
 def cell_time_and_cost(
     rates: OptionRates,
-    flops: StepFlops,
+    flops: StepFlops | FlopsTotals,
     seq_len: int,
     batch: int,
     tokens: float | None,

@@ -30,7 +30,7 @@ from estimator.profile import Profile
 from estimator.scenario import Scenario
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
-from estimator.time.flops import CHECKPOINTED, StepFlops, step_flops
+from estimator.time.flops import CHECKPOINTED, FlopsTotals, StepFlops, step_flops
 
 DATA_PARALLEL = ("fsdp", "zero1", "zero2", "zero3")
 
@@ -149,6 +149,9 @@ def comm_bytes(
     cross to the next card once per boundary: 2 x (N-1) x tokens x hidden x 2 bytes."""
     if count <= 1 or sharding == "none":
         return 0.0
+    if sharding == "device_map":  # per row: nothing of the data-parallel terms below
+        hidden = spec.hidden or 0
+        return 2.0 * (count - 1) * seq_len * batch * hidden * 2.0
     ring = (count - 1) / count
     grad_b = float(profile.number("time", "grad_comm_bytes_per_param"))
     trainable = trainable_params(spec, setup)
@@ -156,9 +159,6 @@ def comm_bytes(
         return ring * (2 * weight_bytes(spec, setup, profile) + trainable * grad_b)
     if sharding in ("zero1", "zero2"):
         return ring * trainable * (grad_b + 2.0)
-    if sharding == "device_map":
-        hidden = spec.hidden or 0
-        return 2.0 * (count - 1) * seq_len * batch * hidden * 2.0
     raise EstimatorInputError("setup.sharding", f"unknown sharding {sharding!r}")
 
 
@@ -257,6 +257,8 @@ class OptionRates:
     layout: Any = None
     given: tuple[float | None, str | None] = (None, None)
     comm_volume: float | None = None  # bytes per rank per step when the tokens do not matter
+    offload_hidden: float | None = None  # the profile's overlap fractions, read once
+    comm_hidden: float | None = None
 
     @property
     def ranks(self) -> int:
@@ -290,6 +292,11 @@ def option_rates(
         if sharding == "device_map"
         else comm_bytes(spec, setup, profile, sharding, count, 1, 1)
     )
+    offload_hidden = comm_hidden = None
+    if setup.checkpointing == "offload":
+        offload_hidden = profile.number("time", "offload_overlap_fraction")
+    if count > 1 and sharding != "none":
+        comm_hidden = profile.number("time", "comm_overlap_fraction")
     return OptionRates(
         sc,
         gpu,
@@ -301,6 +308,8 @@ def option_rates(
         mem,
         tuple(unknown),
         comm_volume=volume,
+        offload_hidden=offload_hidden,
+        comm_hidden=comm_hidden,
     )
 
 
@@ -324,7 +333,9 @@ class Cell(NamedTuple):
     comm_inter_node_seconds: float | None = None  # --parallel layouts (time/comm.py)
 
 
-def cell(r: OptionRates, flops: StepFlops, seq_len: int, batch: int, host_bytes: int) -> Cell:
+def cell(
+    r: OptionRates, flops: StepFlops | FlopsTotals, seq_len: int, batch: int, host_bytes: int
+) -> Cell:
     """`step_time` of one row on the option `r`, without building a StepTime (the legacy
     sharding path); a `parallel` layout's cell is `layout_step_time`'s."""
     if r.layout is not None:
@@ -397,7 +408,9 @@ def step_cell(
     offload: float | None = 0.0
     if setup.checkpointing == "offload" and host_bytes > 0:
         link = _rate(gpu.host_link_bytes_per_s, "host_link_bytes_per_s", gpu.id, unknown)
-        hidden = profile.number("time", "offload_overlap_fraction")
+        hidden = r.offload_hidden
+        if hidden is None:
+            hidden = profile.number("time", "offload_overlap_fraction")
         offload_raw = 2.0 * host_bytes / link if link else None
         offload = None if offload_raw is None else (1.0 - hidden) * offload_raw
         if notes:
@@ -410,7 +423,9 @@ def step_cell(
         volume = comm_bytes(r.sc.spec, setup, profile, sharding, r.count, seq_len, batch)
     if volume > 0:
         net = _rate(gpu.interconnect_bytes_per_s, "interconnect_bytes_per_s", gpu.id, unknown)
-        hidden = profile.number("time", "comm_overlap_fraction")
+        hidden = r.comm_hidden
+        if hidden is None:
+            hidden = profile.number("time", "comm_overlap_fraction")
         comm_raw = volume / net if net else None
         comm = None if comm_raw is None else (1.0 - hidden) * comm_raw
         if notes:

@@ -114,3 +114,15 @@ def test_scalar_verdict_is_the_vectorised_rule() -> None:
     for peak in (0.0, cap * 0.92 - 1, cap * 0.92, cap * 0.92 + 1, cap - 0.5, cap, cap + 1.0, 1e30):
         for fraction in (0.92, 1.0, 0.5):
             assert verdict_code(peak, cap, fraction) == int(verdict_codes(peak, cap, fraction))
+
+
+@pytest.mark.parametrize("preset", ["qwen3.5-27b", "llama-4-scout", "gpt-oss-20b", "deepseek-v3"])
+@pytest.mark.parametrize("setup", SETUPS)
+def test_flops_totals_are_step_flops_totals(preset: str, setup: dict) -> None:
+    from estimator.time.flops import step_flops, step_flops_totals
+
+    spec = resolve_model(ModelInput(preset=preset))
+    ts = TrainingSetup.model_validate(setup)
+    for seq, batch in ((1, 1), (4096, 3), (131072, 1)):
+        full = step_flops(spec, ts, seq, batch)
+        assert tuple(step_flops_totals(spec, ts, seq, batch)) == (full.total, full.model_flops)
