@@ -329,7 +329,7 @@ def layer_activations(
     return LayerActivations(saved, per_seq, transient, per_layer, transient_layer)
 
 
-def _forward_transient(ctx: Context, spec: ModelSpec) -> float:
+def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_proj") -> float:
     """Bytes per token alive besides the saved tensors when the layer's forward (under
     checkpointing: its recompute, inside the backward, whose incoming gradient and residual
     gradient, 2 x hidden, are alive) reaches the down projection's LoRA branch. The decoder layer
@@ -337,10 +337,11 @@ def _forward_transient(ctx: Context, spec: ModelSpec) -> float:
     models/llama/modeling_llama.py:164 `down_proj(act_fn(gate_proj(x)) * up_proj(x))`, :306-313),
     peft holds the base layer's output `result` (peft 0.21.2 tuners/lora/layer.py:1088) and the
     branch's unsaved copies of the input (`_adapter_transient`). Where the backward moment
-    (`layer_activations`' transient) is larger, that one counts."""
+    (`layer_activations`' transient) is larger, that one counts. GPT-2's down projection is
+    `mlp.c_proj` (transformers 5.24.0 models/gpt2/modeling_gpt2.py GPT2MLP.forward)."""
     cb = ctx.compute_bytes
     h, m = spec.hidden or 0, spec.intermediate or 0
-    down = "down_proj" in ctx.targets
+    down = down_name in ctx.targets
     held = 2 * cb * h + 3 * cb * h  # gradients; residual, MLP input, down_proj's base output
     if not (ctx.full or (down and ctx.adapter_shared)):
         held += cb * m  # down_proj's input, not saved by a frozen Linear
@@ -428,4 +429,5 @@ def _gpt2_layer(ctx: Context, spec: ModelSpec) -> LayerActivations:
     saved += inputs_saved(ctx, ["attn.c_proj"], h)
     saved += inputs_saved(ctx, ["c_fc"], h) + 4 * cb * m + inputs_saved(ctx, ["mlp.c_proj"], m)
     per_seq = heads * (FP32 + cb) if ctx.eager else 0.0
-    return LayerActivations(saved, per_seq, 2 * cb * h + 2 * cb * m)
+    transient = max(2 * cb * h + 2 * cb * m, _forward_transient(ctx, spec, "mlp.c_proj"))
+    return LayerActivations(saved, per_seq, transient, ctx.weight_casts)

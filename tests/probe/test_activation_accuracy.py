@@ -22,7 +22,7 @@ pytest.importorskip("peft")
 from estimator.document import compare_memtest  # noqa: E402
 from probe import run_probe  # noqa: E402
 
-CONFIG = Path(__file__).resolve().parents[2] / "bench" / "configs" / "small-llama.json"
+CONFIGS = Path(__file__).resolve().parents[2] / "bench" / "configs"
 BASE = {
     "stack": "hf",
     "method": "lora",
@@ -33,8 +33,8 @@ BASE = {
 }
 
 
-def _activation_errors(setup: dict) -> list[float]:
-    config = json.loads(CONFIG.read_text())
+def _activation_errors(setup: dict, name: str = "small-llama") -> list[float]:
+    config = json.loads((CONFIGS / f"{name}.json").read_text())
     doc = run_probe(config, setup, [256, 512], steps=2, device="fake")
     rows = compare_memtest(doc, "default")["rows"]
     errors = []
@@ -60,8 +60,13 @@ def test_lora_activations_within_tolerance_of_the_trainer_step(change, tolerance
     assert all(abs(e) <= tolerance for e in errors), errors
 
 
+def test_gpt2_lora_activations_within_3_percent_of_the_trainer_step():
+    errors = _activation_errors(BASE, "small-gpt2")  # the down projection is mlp.c_proj
+    assert all(abs(e) <= 3.0 for e in errors), errors
+
+
 def test_the_optimizer_step_temporaries_are_not_counted_as_activations():
-    config = json.loads(CONFIG.read_text())
+    config = json.loads((CONFIGS / "small-llama.json").read_text())
     setup = {**BASE, "method": "full", "precision": "bf16", "optimizer_impl": "foreach"}
     doc = run_probe(config, setup, [256], steps=2, device="fake")
     maxima = doc["results"][0]["component_maxima"]
