@@ -197,9 +197,14 @@ def _estimate_parts(row: dict[str, Any], step: float | None) -> dict[str, float 
     parts = row.get("components_vs_measured") or {}
     if not parts:
         return {k: None for k in PARTS}
+    # the estimator's trainable_states component holds every state at once (gradients,
+    # masters, optimizer states and the trained weights themselves); the measured kind is the
+    # most gradients + optimizer states (+ masters) held at one moment, without the weights,
+    # which the probe counts as weights (`params`, here = weights component + trained weights)
+    trained_weights = parts["params"]["estimated"] - (comps["weights"] or 0)
     return {
         "weights": parts["params"]["estimated"],
-        "trainable_states": parts["grads"]["estimated"] + parts["optimizer"]["estimated"],
+        "trainable_states": (comps["trainable_states"] or 0) - trained_weights,
         "activations": (comps["checkpoints"] or 0) + (comps["recompute_peak"] or 0),
         "logits": comps["logits"],
         "optimizer_step": step,

@@ -97,9 +97,9 @@ class FullSweepResult:
 
 
 def _flops_grid(spec: ModelSpec, setup: TrainingSetup, seqs: np.ndarray, bs: np.ndarray) -> Any:
-    from estimator.time.flops import step_flops
+    from estimator.time.flops import step_flops_totals
 
-    one = [step_flops(spec, setup, int(s), 1) for s in seqs]
+    one = [step_flops_totals(spec, setup, int(s), 1) for s in seqs]
     total = np.array([f.total for f in one])[:, None] * bs[None, :]
     model = np.array([f.model_flops for f in one])[:, None] * bs[None, :]
     return total, model

@@ -33,9 +33,12 @@ NOT_RUNNABLE: dict[str, str] = {
     "utilities import on the CPU, but its recipes (`tune run lora_finetune_single_device`) "
     "need a tokenizer model file, checkpoint files and a dataset on disk, which this probe does "
     "not make. Not installed here",
-    "torchtitan": "installing torchtitan 0.3.0 would downgrade huggingface_hub (2.4 -> 1.33) and "
-    "fsspec under the transformers 5 that trainfit uses and add wandb/tensorboard; its FSDP2 "
-    "train step also needs its own TOML job config and a tokenizer. Not installed here",
+    "torchtitan": "installing torchtitan 0.3.0 with its dependencies would downgrade "
+    "huggingface_hub (2.4 -> 1.33) and fsspec under the transformers 5 that trainfit uses. "
+    "Tried again without them (issue 11, --no-deps beside torch 2.13): `torchtitan.train` "
+    "next needs tyro, spmd_types, torchdata and tensorboard before it imports, and its FSDP2 "
+    "train step needs its own TOML job config, tokenizer assets and a dataset on disk, which "
+    "this probe does not make. Not installed here",
     "deepspeed": "DeepSpeed's ZeRO engine needs a CUDA (or other accelerator) backend and its "
     "compiled ops; not run by this probe",
 }

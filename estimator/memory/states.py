@@ -126,11 +126,16 @@ def step_transient_bytes(
     gradient hook) allocates at most the largest tensor's. Mixed precision with fp32 masters
     steps one tensor at a time (probe.optim.MasterWeights, as DeepSpeed's bf16 optimizer does
     per partition): the upcast gradient, plus the sqrt buffer unless fused. bitsandbytes' 8-bit
-    Adam is a fused kernel and SGD's updates are in place: none."""
+    Adam is a fused kernel and SGD's updates are in place: none, stepped in backward too
+    (bitsandbytes 0.50.2 optim/optimizer.py:535-590 Optimizer2State.update_step: the grad and
+    param are already contiguous, then one in-place optimizer_update_8bit_blockwise call)."""
     if setup.optimizer_impl == "fused" and setup.optimizer in ("adamw", "adamw-8bit", "sgd"):
         return FP32 * largest if setup.precision == "mixed" and not setup.is_adapter else 0.0
     if setup.optimizer_impl == "in-backward":
-        return float(min(largest, params) * state_bytes) if setup.optimizer != "sgd" else 0.0
+        in_place = setup.optimizer == "sgd" or (
+            setup.optimizer == "adamw-8bit" and setup.precision != "mixed"
+        )
+        return 0.0 if in_place else float(min(largest, params) * state_bytes)
     if setup.precision == "mixed" and not setup.is_adapter:
         return (
             2.0 * FP32 * largest

@@ -9,7 +9,8 @@ Sources (read, not copied):
   lines 161-186, fused only when asked), lines 806-811 (default `adamw_torch_fused` on
   torch >= 2.8).
 - bitsandbytes optimizers named by HF/axolotl/torchtune: `adamw_bnb_8bit`/`adamw_8bit`,
-  `paged_adamw_32bit`, `paged_adamw_8bit`, `bitsandbytes.optim.PagedAdamW[8bit]`.
+  `paged_adamw_32bit`, `paged_adamw_8bit`, `bitsandbytes.optim.PagedAdamW[8bit]`; torchao's
+  `AdamW8bit` (torchtune's tutorial, below).
 """
 
 from __future__ import annotations
@@ -42,6 +43,15 @@ COMPONENT_OPTIMIZERS: dict[str, dict[str, Any]] = {
     "bitsandbytes.optim.PagedAdamW": {"optimizer": "adamw", "paged": True},
     "bitsandbytes.optim.PagedAdamW8bit": {"optimizer": "adamw-8bit", "paged": True},
     "bitsandbytes.optim.AdamW8bit": {"optimizer": "adamw-8bit", "paged": False},
+    # torchao's 8-bit AdamW, the other one torchtune's tutorial names (pytorch/torchtune@1814feb17
+    # docs/source/tutorials/memory_optimizations.rst:168-184): states in torch's allocator, a
+    # uint8 code per value + one fp32 scale per block of 256 (torchao 0.7.0
+    # prototype/low_bit_optim/subclass_8bit.py OptimState8bit.zeros; adam.py AdamW8bit
+    # block_size=256), the bytes of bitsandbytes' blockwise states. Approximation: its step is
+    # compiled per parameter (adam.py single_param_adam) and its fp32 temporaries are not
+    # counted. Later torchao releases export the class as torchao.optim.AdamW8bit.
+    "torchao.prototype.low_bit_optim.AdamW8bit": {"optimizer": "adamw-8bit", "paged": False},
+    "torchao.optim.AdamW8bit": {"optimizer": "adamw-8bit", "paged": False},
 }
 
 # attention implementation names (transformers `attn_implementation`, LLaMA-Factory `flash_attn`)

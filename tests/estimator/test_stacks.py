@@ -440,3 +440,15 @@ def test_fsdp_all_gather_buffers_stay_reserved_on_their_stream() -> None:
     assert slack_free >= root + layer
     probe = _mem(TrainingSetup(stack="probe", **setup), seq=2048)
     assert float(probe.reserved[0]) - float(probe.allocated[0]) < root
+
+
+def test_bitsandbytes_8bit_adam_stepped_in_backward_makes_no_temporary() -> None:
+    """bitsandbytes' 8-bit update is one in-place kernel (optimizer.py:535-590 update_step),
+    also when torchtune steps each parameter from its gradient hook: the step phase holds no
+    optimizer temporary, where torch's AdamW stepped in backward makes its sqrt buffer."""
+    setup = TrainingSetup(
+        method="full", precision="bf16", optimizer="adamw-8bit", optimizer_impl="in-backward"
+    )
+    assert _mem(setup).states.step_transient == 0.0
+    adamw = _mem(setup.model_copy(update={"optimizer": "adamw"}))
+    assert adamw.states.step_transient > 0.0

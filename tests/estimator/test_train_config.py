@@ -402,3 +402,24 @@ def test_a_bad_length_in_the_config_is_exit_2_and_a_422_naming_the_key(
     with pytest.raises(EstimatorInputError) as err:
         read_train_config_text("model_name_or_path: x/y\ncutoff_len: 0\n")
     assert err.value.field == "train_config.cutoff_len"
+
+
+@pytest.mark.parametrize(
+    ("component", "paged"),
+    [
+        ("torchao.prototype.low_bit_optim.AdamW8bit", False),
+        ("torchao.optim.AdamW8bit", False),
+        ("bitsandbytes.optim.PagedAdamW8bit", True),
+    ],
+)
+def test_torchtune_8bit_optimizers_of_its_tutorial(component: str, paged: bool) -> None:
+    """torchtune's memory tutorial names torchao's AdamW8bit and bitsandbytes' PagedAdamW8bit;
+    both keep 8-bit states, only the bitsandbytes one pages them out of torch's allocator."""
+    text = (
+        "model:\n  _component_: torchtune.models.llama3_2.llama3_2_3b\n"
+        f"optimizer:\n  _component_: {component}\n  lr: 2e-5\noptimizer_in_bwd: True\n"
+    )
+    m = read_train_config_text(text, "torchtune")
+    assert (m.setup["optimizer"], m.setup["paged"]) == ("adamw-8bit", paged)
+    assert m.setup["optimizer_impl"] == "in-backward"
+    assert "optimizer._component_" not in ignored_keys(m)
