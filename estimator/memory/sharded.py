@@ -133,25 +133,35 @@ def _tp_shares(spec: ModelSpec, setup: TrainingSetup, layout: Layout) -> tuple[f
     return saved, transient / (2 * h + 2 * m) if h + m else 1.0
 
 
-def _loss_parallel_extra(
+def _tp_loss_extra(
     spec: ModelSpec, setup: TrainingSetup, profile: Profile, tokens: Any, layout: Layout
 ) -> Any:
-    """A tp rank's vocab-parallel loss over the one-device loss's local share
-    (`estimator.memory.logits.loss_parallel_extra_bytes`); 0 without tensor parallelism. The
-    logits' dtype follows `model.memory_breakdown`."""
-    if layout.tp == 1 or not spec.vocab:
+    """What a tp rank's loss phase holds beyond its 1/t share of the one-device loss; 0
+    without tensor parallelism:
+    - the vocab-parallel loss's extra copies (`estimator.memory.logits.loss_parallel_extra_bytes`);
+    - the lm_head's saved input, whole on every rank: the head is column-parallel with a
+      replicated input (torch 2.13 tensor/parallel/style.py:114-118 redistributes a
+      sequence-sharded input to Replicate; torchtitan@004b3148
+      torchtitan/parallelisms/parallelize_llama.py:122-126 `"output": ColwiseParallel(
+      input_layouts=Shard(1), ...)`), and the matmul saves that input until the head's
+      backward, after the loss's. The one-device model leaves this tensor out (h / vocab of
+      its loss); under tp the loss shrinks t-fold and it does not.
+    The logits' dtype follows `model.memory_breakdown`."""
+    if layout.tp == 1 or not spec.vocab or not spec.hidden:
         return tokens * 0.0
     cb = compute_bytes(setup.precision)
-    dtype = BF16 if setup.autocast and setup.precision != "fp32" else stream_bytes(setup, cb)
+    stream = stream_bytes(setup, cb)
+    dtype = BF16 if setup.autocast and setup.precision != "fp32" else stream
     local = tokens * spec.vocab / layout.tp
-    return loss_parallel_extra_bytes(local, setup, profile, dtype)
+    head_input = tokens * spec.hidden * stream
+    return loss_parallel_extra_bytes(local, setup, profile, dtype) + head_input
 
 
 def _activations(
     spec: ModelSpec, setup: TrainingSetup, base: MemoryBreakdown, stage: Stage, layout: Layout
 ) -> tuple[Any, Any, Any]:
     """(checkpoints, recompute peak, logits) on one device of the stage; the logits without
-    the vocab-parallel loss's extra (`_loss_parallel_extra`, added by the caller)."""
+    a tp rank's loss extra (`_tp_loss_extra`, added by the caller)."""
     zero = np.asarray(base.components["overhead"]) * 0.0
     layers = spec.layers or 1
     share = stage.layers / layers * stage.in_flight
@@ -264,7 +274,7 @@ def layout_breakdown(
             acts = (
                 acts[0],
                 acts[1],
-                acts[2] + _loss_parallel_extra(spec, setup, profile, tokens, layout),
+                acts[2] + _tp_loss_extra(spec, setup, profile, tokens, layout),
             )
         phases = _phases(dp, acts, profile, keep, stage.layers)
         allocated = _largest(phases)

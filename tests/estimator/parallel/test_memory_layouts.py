@@ -114,22 +114,26 @@ def test_sequence_parallelism_splits_what_plain_tensor_parallelism_replicates() 
     )
 
 
-def test_vocab_parallel_loss_holds_four_fp32_copies_of_the_local_logits() -> None:
+def test_tp_loss_phase_holds_four_fp32_logit_copies_and_the_whole_head_input() -> None:
     """torch's loss_parallel backward (tensor/parallel/loss.py:470, :518) keeps the saved
     log-probabilities, zeros_like, exp and their sum: 16 bytes per local logit where the
-    one-device kernels peak at 12 (3 fp32 copies), so a tp rank holds 4/3 of its share."""
+    one-device kernels peak at 12 (3 fp32 copies). The column-parallel lm_head saves its
+    replicated (all-gathered) input: tokens x hidden in the activation dtype on every rank."""
     seq, tp = 4096, 8
+    head_input = seq * LLAMA8B.hidden * 2  # bf16 activations
     one = _mem(LLAMA8B, 1, seq=seq, method="full", loss="full")
-    par = _mem(LLAMA8B, tp, seq=seq, method="full", loss="full", parallel=f"tp={tp}")
+    par = _mem(LLAMA8B, tp, seq=seq, method="full", loss="full", parallel=f"tp={tp},sp")
     local = seq * LLAMA8B.vocab / tp
     share = float(one.components["logits"][0]) / tp
-    assert float(par.components["logits"][0]) - share == pytest.approx(local * 4, rel=1e-6)
-    # a loss that never decomposes log_softmax on the shard keeps the plain share
-    one_c = _mem(LLAMA8B, 1, seq=seq, method="full", loss="chunked")
-    par_c = _mem(LLAMA8B, tp, seq=seq, method="full", loss="chunked", parallel=f"tp={tp}")
-    assert float(par_c.components["logits"][0]) == pytest.approx(
-        float(one_c.components["logits"][0]) / tp
+    assert float(par.components["logits"][0]) - share == pytest.approx(
+        local * 4 + head_input, rel=1e-6
     )
+    # a loss that never decomposes log_softmax on the shard adds only the head's input
+    one_c = _mem(LLAMA8B, 1, seq=seq, method="full", loss="chunked")
+    par_c = _mem(LLAMA8B, tp, seq=seq, method="full", loss="chunked", parallel=f"tp={tp},sp")
+    assert float(par_c.components["logits"][0]) - float(
+        one_c.components["logits"][0]
+    ) / tp == pytest.approx(head_input, rel=1e-6)
 
 
 def test_context_parallelism_splits_the_sequence() -> None:
