@@ -200,6 +200,7 @@ def head_input_saved(ctx: Context, spec: ModelSpec, loss: str) -> float:
     losses that take the hidden states and make their gradient in the forward (Liger
     fused_linear_cross_entropy.py:72, unsloth_zoo cross_entropy_loss.py:243)."""
     h = spec.hidden or 0
+    norm: float
     if spec.model_type == "gpt2":
         norm = ctx.compute_bytes * h + 2 * FP32
     elif ctx.fused:
