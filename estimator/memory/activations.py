@@ -192,7 +192,7 @@ def head_input_saved(ctx: Context, spec: ModelSpec, loss: str) -> float:
     """Bytes per token the model's last norm and the head Linear keep for the backward. The
     last norm runs after every (checkpointed) decoder layer, so what it saves lives through the
     loss: transformers LlamaModel.norm (modeling_llama.py LlamaRMSNorm: fp32 upcast, rsqrt,
-    weight * normed), torchtitan@9dec370 models/llama/model.py:430-431 and models/norms.py:95-99
+    weight * normed), torchtitan@9dec370 models/llama/model.py:444-445 and models/norms.py:96-101
     (RMSNorm `_norm(x.float()).type_as(x) * self.weight`), torchtune TransformerDecoder.norm
     (modules/rms_norm.py, the same ops): `rms_norm_saved`. Unsloth's fast RMSNorm keeps X and an
     fp32 r per row (unsloth kernels/rms_layernorm.py:205); GPT-2's ln_f (nn.LayerNorm) its input,

@@ -468,7 +468,7 @@ def test_bitsandbytes_8bit_adam_stepped_in_backward_makes_no_temporary() -> None
 
 def test_last_norm_and_head_input_live_through_the_loss() -> None:
     """The model's last RMSNorm runs after every checkpointed layer (torchtitan@9dec370
-    models/norms.py:95-99, transformers LlamaRMSNorm): its fp32 input and rsqrt, the normalised
+    models/norms.py:96-101, transformers LlamaRMSNorm): its fp32 input and rsqrt, the normalised
     bf16 tensor kept by the weight's mul and the head's input stay until the loss's backward;
     frozen (LoRA) norm and head keep only the fp32 input and rsqrt."""
     setup = TrainingSetup(
