@@ -33,6 +33,42 @@ def loss_bytes_per_logit(compute_bytes: int, hold_output: bool) -> int:
     return max(forward, backward) + held
 
 
+def loss_parallel_bytes_per_logit(compute_bytes: int, hold_output: bool) -> int:
+    """Bytes per local (vocab-sharded) logit of torch's vocab-parallel cross-entropy
+    (`torch.distributed.tensor.parallel.loss_parallel`, which torchtitan enables for tensor
+    parallelism), whose custom DTensor handlers replace the fused log_softmax / nll kernels by
+    decompositions on the local shard (torch 2.13, torch/distributed/tensor/parallel/loss.py):
+    forward `_log_softmax` (:204 the fp32 upcast, :212 `shifted = x - x_max`, :213
+    `torch.exp(shifted)`): the input, its upcast, `shifted` and its exponential alive together;
+    backward `_nll_loss_and_log_softmax_backward` (:470 `grad_input = torch.zeros_like(x)`,
+    :518 `(grad_input + torch.exp(x)) * grad_output`): the saved fp32 log-probabilities,
+    `grad_input`, `exp(x)` and their sum, 16 bytes (the one-device kernels peak at 12,
+    `loss_bytes_per_logit`)."""
+    upcast = 0 if compute_bytes == FP32 else FP32
+    forward = compute_bytes + upcast + 2 * FP32
+    backward = 4 * FP32
+    held = compute_bytes if hold_output else 0
+    return max(forward, backward) + held
+
+
+def loss_parallel_extra_bytes(
+    local_logits: Any, setup: TrainingSetup, profile: Profile, logit_dtype: int
+) -> Any:
+    """What the vocab-parallel loss adds over the one-device full loss for `local_logits`
+    (tokens x vocab / tp) logits on a tensor-parallel rank: 0 unless the loss is the eager full
+    cross-entropy with bytes derived from dtypes (a compiled loss or a profile's fixed bytes per
+    logit keep the one-device figure)."""
+    stack = load_stack(setup.stack)
+    compiled = bool(setup.compile) and setup.loss in (stack.get("loss_compiled") or ())
+    if setup.loss != "full" or compiled or profile.get("memory", "logits_bytes_per_logit"):
+        return local_logits * 0.0
+    hold = bool(profile.get("memory", "hold_model_output"))
+    extra = loss_parallel_bytes_per_logit(logit_dtype, hold) - loss_bytes_per_logit(
+        logit_dtype, hold
+    )
+    return local_logits * float(max(extra, 0))
+
+
 def _next_pow2(x: Any) -> Any:
     return 2.0 ** np.ceil(np.log2(np.maximum(x, 1)))
 

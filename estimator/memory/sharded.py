@@ -19,14 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from estimator.dtypes import compute_bytes
+from estimator.dtypes import BF16, compute_bytes
 from estimator.memory.activations import (
     Context,
     inputs_saved,
     layer_activations,
     rms_norm_saved,
+    stream_bytes,
 )
 from estimator.memory.fragmentation import gather_pool_bytes, reserved_with_fragmentation
+from estimator.memory.logits import loss_parallel_extra_bytes
 from estimator.memory.model import MemoryBreakdown, memory_breakdown
 from estimator.memory.reserved import allocator_slack
 from estimator.memory.states import largest_tensor
@@ -131,10 +133,25 @@ def _tp_shares(spec: ModelSpec, setup: TrainingSetup, layout: Layout) -> tuple[f
     return saved, transient / (2 * h + 2 * m) if h + m else 1.0
 
 
+def _loss_parallel_extra(
+    spec: ModelSpec, setup: TrainingSetup, profile: Profile, tokens: Any, layout: Layout
+) -> Any:
+    """A tp rank's vocab-parallel loss over the one-device loss's local share
+    (`estimator.memory.logits.loss_parallel_extra_bytes`); 0 without tensor parallelism. The
+    logits' dtype follows `model.memory_breakdown`."""
+    if layout.tp == 1 or not spec.vocab:
+        return tokens * 0.0
+    cb = compute_bytes(setup.precision)
+    dtype = BF16 if setup.autocast and setup.precision != "fp32" else stream_bytes(setup, cb)
+    local = tokens * spec.vocab / layout.tp
+    return loss_parallel_extra_bytes(local, setup, profile, dtype)
+
+
 def _activations(
     spec: ModelSpec, setup: TrainingSetup, base: MemoryBreakdown, stage: Stage, layout: Layout
 ) -> tuple[Any, Any, Any]:
-    """(checkpoints, recompute peak, logits) on one device of the stage."""
+    """(checkpoints, recompute peak, logits) on one device of the stage; the logits without
+    the vocab-parallel loss's extra (`_loss_parallel_extra`, added by the caller)."""
     zero = np.asarray(base.components["overhead"]) * 0.0
     layers = spec.layers or 1
     share = stage.layers / layers * stage.in_flight
@@ -234,6 +251,7 @@ def layout_breakdown(
     local = setup.model_copy(update={"parallel": None, "sharding": "none", "num_gpus": 1})
     seq = np.asarray(seq_len, dtype=np.float64)
     local_seq = np.ceil(seq / layout.cp)
+    tokens = local_seq * np.asarray(batch, dtype=np.float64)
     base = memory_breakdown(spec, local, local_seq, batch, profile, devices=1)
     overhead = np.asarray(base.components["overhead"]) + nccl_buffer_bytes(layout)
     keep = (setup.grad_accum or 1) > 1
@@ -242,6 +260,12 @@ def layout_breakdown(
         replica = _replica(spec, setup, base, stage, layout)
         dp = data_parallel_bytes(replica, layout, reduce_bytes(setup))
         acts = _activations(spec, setup, base, stage, layout)
+        if stage.last:
+            acts = (
+                acts[0],
+                acts[1],
+                acts[2] + _loss_parallel_extra(spec, setup, profile, tokens, layout),
+            )
         phases = _phases(dp, acts, profile, keep, stage.layers)
         allocated = _largest(phases)
         host = np.asarray(base.host) * stage.layers / (spec.layers or 1) + dp.host

@@ -4,11 +4,13 @@
 Bounded: one launch of 2 processes runs the three layouts (~50 s on a loaded 2-core box).
 4 processes (~60 s more) run when TRAINFIT_PARALLEL_CHECK_4=1.
 
-What is asserted: the estimate is within 5 % of the lowest rank's peak (8 % for tp: the
-estimate runs 4-7 % low there, a replicated ~2 MB of DTensor's backward not yet identified),
-and within 15 % of every rank's. Gloo on the CPU keeps a collective's temporary copies alive
-for a time that depends on the other ranks (a rank-dependent extra of up to one gradient-sized
-buffer); the lowest rank is the program's own memory, the others bound that noise."""
+What is asserted: the estimate is within 5 % of the lowest rank's peak (8 % for tp, and at 4
+processes), and within 15 % (20 %) of every rank's. The per-rank spread is the profiler's, not the
+program's: a tensor that gloo's worker thread releases after the main thread dropped it is freed
+on a thread the profiler does not record, so its bytes stay in the running total (some
+hidden-sized collective outputs a step, a number that depends on thread timing: the running
+total grows 0.26-0.8 MB a step while glibc's mallinfo2 in-use bytes stay flat, notes/i12b.md).
+Every rank's peak is therefore a little above the program's, the lowest rank least."""
 
 from __future__ import annotations
 
@@ -109,7 +111,9 @@ def test_per_rank_peaks_of_ddp_fsdp2_and_tp_match_the_estimate(n: int, tmp_path:
         assert len(peaks) == n and min(peaks) > 0
         errors = [(est - p) / p for p in peaks]
         lowest = (est - min(peaks)) / min(peaks)
-        # 4 ranks on a 2-core box: more gloo timing noise (FSDP2 +6 % low rank, TP -16 % worst)
+        # 4 ranks on a 2-core box: more unrecorded frees (FSDP2 +6 % low rank, TP -16 % worst)
+        # tp: the vocab-parallel loss's 4 local logit copies are counted (notes/i12b.md); each
+        # rank's hidden-sized collective outputs freed unrecorded weigh more on its small peak
         tolerance = 0.08 if doc["layout"] == "tp" or n == 4 else 0.05
         assert abs(lowest) <= tolerance, (doc["layout"], est, peaks)
         assert max(abs(e) for e in errors) <= (0.15 if n == 2 else 0.20), (doc["layout"], peaks)

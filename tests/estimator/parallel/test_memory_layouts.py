@@ -114,6 +114,24 @@ def test_sequence_parallelism_splits_what_plain_tensor_parallelism_replicates() 
     )
 
 
+def test_vocab_parallel_loss_holds_four_fp32_copies_of_the_local_logits() -> None:
+    """torch's loss_parallel backward (tensor/parallel/loss.py:470, :518) keeps the saved
+    log-probabilities, zeros_like, exp and their sum: 16 bytes per local logit where the
+    one-device kernels peak at 12 (3 fp32 copies), so a tp rank holds 4/3 of its share."""
+    seq, tp = 4096, 8
+    one = _mem(LLAMA8B, 1, seq=seq, method="full", loss="full")
+    par = _mem(LLAMA8B, tp, seq=seq, method="full", loss="full", parallel=f"tp={tp}")
+    local = seq * LLAMA8B.vocab / tp
+    share = float(one.components["logits"][0]) / tp
+    assert float(par.components["logits"][0]) - share == pytest.approx(local * 4, rel=1e-6)
+    # a loss that never decomposes log_softmax on the shard keeps the plain share
+    one_c = _mem(LLAMA8B, 1, seq=seq, method="full", loss="chunked")
+    par_c = _mem(LLAMA8B, tp, seq=seq, method="full", loss="chunked", parallel=f"tp={tp}")
+    assert float(par_c.components["logits"][0]) == pytest.approx(
+        float(one_c.components["logits"][0]) / tp
+    )
+
+
 def test_context_parallelism_splits_the_sequence() -> None:
     one = _mem(LLAMA8B, 1, seq=32768, method="full", checkpointing="gpu")
     cp = _mem(LLAMA8B, 4, seq=32768, method="full", parallel="cp=4,dp=1", checkpointing="gpu")
