@@ -188,6 +188,29 @@ def rms_norm_saved(ctx: Context, width: int, rows: int = 1) -> float:
     return FP32 * width + FP32 * rows + (width * ctx.compute_bytes if ctx.full else 0)
 
 
+def head_input_saved(ctx: Context, spec: ModelSpec, loss: str) -> float:
+    """Bytes per token the model's last norm and the head Linear keep for the backward. The
+    last norm runs after every (checkpointed) decoder layer, so what it saves lives through the
+    loss: transformers LlamaModel.norm (modeling_llama.py LlamaRMSNorm: fp32 upcast, rsqrt,
+    weight * normed), torchtitan@9dec370 models/llama/model.py:444-445 and models/norms.py:96-101
+    (RMSNorm `_norm(x.float()).type_as(x) * self.weight`), torchtune TransformerDecoder.norm
+    (modules/rms_norm.py, the same ops): `rms_norm_saved`. Unsloth's fast RMSNorm keeps X and an
+    fp32 r per row (unsloth kernels/rms_layernorm.py:205); GPT-2's ln_f (nn.LayerNorm) its input,
+    mean and rstd. The head's input is saved as any Linear input (`inputs_saved`), except by
+    losses that take the hidden states and make their gradient in the forward (Liger
+    fused_linear_cross_entropy.py:72, unsloth_zoo cross_entropy_loss.py:243)."""
+    h = spec.hidden or 0
+    norm: float
+    if spec.model_type == "gpt2":
+        norm = ctx.compute_bytes * h + 2 * FP32
+    elif ctx.fused:
+        norm = ctx.compute_bytes * h + FP32
+    else:
+        norm = rms_norm_saved(ctx, h)
+    head = 0.0 if loss in ("liger", "unsloth") else inputs_saved(ctx, ["lm_head"], h)
+    return norm + head
+
+
 def _attention_core(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
     """Full attention after the projections: (bytes per token, bytes per token per seq)."""
     assert spec.num_heads and spec.head_dim and spec.num_kv_heads is not None

@@ -17,6 +17,7 @@ from estimator.errors import EstimatorInputError
 from estimator.memo import Memo, setup_key
 from estimator.memory.activations import (
     Context,
+    head_input_saved,
     layer_activations,
     selective_saved,
     stream_bytes,
@@ -175,6 +176,7 @@ def memory_breakdown(
 
     checkpoints: Any
     recompute: Any
+    ctx: Context | None = None
     if not spec.geometry_known:
         recompute = None
         missing["recompute_peak"] = "needs the layer geometry (heads, MLP); give a config.json"
@@ -214,6 +216,10 @@ def memory_breakdown(
         logits = logits_bytes(tokens, seq, (vocab, h), setup, profile, (logit_dtype, stream))
         hole = loss_hole_bytes(setup, profile, tokens * vocab * logit_dtype, logit_dtype)
         logits = logits + _head_grad_bytes(spec, setup)
+        # the probe stack and a profile's hand rule for the loss (seed 000) predate this term
+        hand_rule = profile.get("memory", "logits_bytes_per_logit")
+        if ctx is not None and setup.stack != "probe" and not hand_rule:
+            logits = logits + tokens * head_input_saved(ctx, spec, setup.loss)
     else:
         logits, hole = None, tokens * 0.0
         missing["logits"] = "needs --vocab and --hidden"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from estimator.architectures import spec_from_config
-from estimator.dtypes import nf4_bytes_per_param
+from estimator.dtypes import compute_bytes, nf4_bytes_per_param
 from estimator.memory import memory_breakdown
+from estimator.memory.activations import Context, head_input_saved, stream_bytes
 from estimator.memory.logits import loss_bytes_per_logit
 from estimator.presets import preset_config
 from estimator.profile import load_profile
@@ -67,12 +68,16 @@ def test_loss_peak_is_twelve_bytes_per_logit_with_bf16_compute() -> None:
 
 
 def test_chunked_loss_is_bounded_by_the_chunk() -> None:
-    short = _mem(TrainingSetup(loss="chunked", loss_chunk=1024), seq=8192)
-    long = _mem(TrainingSetup(loss="chunked", loss_chunk=1024), seq=65536)
+    setup = TrainingSetup(loss="chunked", loss_chunk=1024)
+    short = _mem(setup, seq=8192)
+    long = _mem(setup, seq=65536)
     full = _mem(TrainingSetup(loss="full"), seq=65536)
     vocab_part = 1024 * LLAMA8B.vocab * 12
+    # per token: the hidden-state gradient and what the last norm and the head keep
+    ctx = Context.build(LLAMA8B, setup, stream_bytes(setup, compute_bytes(setup.precision)))
+    per_token = LLAMA8B.hidden * 2 + head_input_saved(ctx, LLAMA8B, "chunked")
     assert float(long.components["logits"][0]) - float(short.components["logits"][0]) == (
-        (65536 - 8192) * LLAMA8B.hidden * 2
+        pytest.approx((65536 - 8192) * per_token)
     )
     assert float(long.components["logits"][0]) >= vocab_part
     assert float(full.components["logits"][0]) > 10 * float(long.components["logits"][0])

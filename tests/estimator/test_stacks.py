@@ -13,7 +13,12 @@ import pytest
 from estimator.architectures import spec_from_config
 from estimator.dtypes import nf4_bytes_per_param
 from estimator.memory import memory_breakdown
-from estimator.memory.activations import Context, inputs_saved, layer_activations
+from estimator.memory.activations import (
+    Context,
+    head_input_saved,
+    inputs_saved,
+    layer_activations,
+)
 from estimator.memory.logits import loss_bytes_per_logit
 from estimator.memory.reserved import segment_waste
 from estimator.presets import preset_config
@@ -223,6 +228,7 @@ def test_torchtune_chunked_output_loss_keeps_every_chunks_log_softmax() -> None:
     vocab = LLAMA8B.vocab
     chunk = seq / 8
     expected = seq * vocab * 4 + chunk * vocab * (2 + 8) + seq * LLAMA8B.hidden * 2
+    expected += seq * (4 * LLAMA8B.hidden + 4)  # the frozen last norm's fp32 input and rsqrt
     assert tt == pytest.approx(expected)
 
 
@@ -388,7 +394,8 @@ def test_compiled_chunked_loss_keeps_bf16_logits_not_fp32_log_softmax() -> None:
     tokens, vocab, h = 4096, 128256, 4096
     chunk = tokens / 8
     assert compiled == pytest.approx(
-        (tokens + chunk) * vocab * 2 + tokens * 8 + tokens * h * 2, rel=1e-9
+        (tokens + chunk) * vocab * 2 + tokens * 8 + tokens * h * 2 + tokens * (4 * h + 4),
+        rel=1e-9,
     )
     assert compiled < eager
     titan = {"stack": "torchtitan-2024", "checkpointing": "gpu", "loss": "full"}
@@ -397,7 +404,7 @@ def test_compiled_chunked_loss_keeps_bf16_logits_not_fp32_log_softmax() -> None:
     )
     main = {"stack": "torchtitan", "checkpointing": "gpu", "loss": "full", "compile": True}
     assert _c(_mem(TrainingSetup(**main)), "logits") == pytest.approx(
-        tokens * vocab * 2 * 2 + tokens * 8, rel=1e-9
+        tokens * vocab * 2 * 2 + tokens * 8 + tokens * (8 * h + 4), rel=1e-9
     )
 
 
@@ -409,9 +416,14 @@ def test_chunked_losses_keep_the_heads_weight_gradient_with_the_chunks() -> None
     lora = TrainingSetup(stack="torchtune", method="lora")
     per_logit = _c(_mem(lora), "logits")
     head = 128256 * 4096 * 2
-    assert _c(_mem(full), "logits") == pytest.approx(per_logit + head, rel=1e-9)
+    norm_and_head_input = 4096 * 4096 * 4  # trained last norm's bf16 normed + the head input
+    assert _c(_mem(full), "logits") == pytest.approx(
+        per_logit + head + norm_and_head_input, rel=1e-9
+    )
     titan = TrainingSetup(stack="torchtitan", method="full", loss="full", checkpointing="gpu")
-    assert _c(_mem(titan), "logits") == pytest.approx(4096 * 128256 * 12, rel=1e-9)
+    assert _c(_mem(titan), "logits") == pytest.approx(
+        4096 * 128256 * 12 + 4096 * (8 * 4096 + 4), rel=1e-9
+    )
 
 
 def test_eager_full_loss_leaves_the_logits_hole_reserved() -> None:
@@ -452,3 +464,20 @@ def test_bitsandbytes_8bit_adam_stepped_in_backward_makes_no_temporary() -> None
     assert _mem(setup).states.step_transient == 0.0
     adamw = _mem(setup.model_copy(update={"optimizer": "adamw"}))
     assert adamw.states.step_transient > 0.0
+
+
+def test_last_norm_and_head_input_live_through_the_loss() -> None:
+    """The model's last RMSNorm runs after every checkpointed layer (torchtitan@9dec370
+    models/norms.py:96-101, transformers LlamaRMSNorm): its fp32 input and rsqrt, the normalised
+    bf16 tensor kept by the weight's mul and the head's input stay until the loss's backward;
+    frozen (LoRA) norm and head keep only the fp32 input and rsqrt."""
+    setup = TrainingSetup(
+        stack="torchtitan-2024", method="full", precision="bf16", checkpointing="selective"
+    )
+    h, vocab, tokens = LLAMA8B.hidden, LLAMA8B.vocab, 4096
+    full = _c(_mem(setup), "logits")
+    assert full == pytest.approx(tokens * vocab * 12 + tokens * (4 * h + 4 + 2 * h + 2 * h))
+    lora = _c(_mem(setup.model_copy(update={"method": "lora"})), "logits")
+    assert lora == pytest.approx(tokens * vocab * 12 + tokens * (4 * h + 4))
+    ctx = Context.build(LLAMA8B, setup, 2)  # Liger makes the hidden gradient in the forward
+    assert head_input_saved(ctx, LLAMA8B, "liger") == 4 * h + 4 + 2 * h
