@@ -22,6 +22,7 @@ import numpy as np
 from estimator.dtypes import BF16, compute_bytes
 from estimator.memory.activations import (
     Context,
+    head_input_saved,
     inputs_saved,
     layer_activations,
     rms_norm_saved,
@@ -133,28 +134,47 @@ def _tp_shares(spec: ModelSpec, setup: TrainingSetup, layout: Layout) -> tuple[f
     return saved, transient / (2 * h + 2 * m) if h + m else 1.0
 
 
+def _head_input_extra(
+    spec: ModelSpec, setup: TrainingSetup, profile: Profile, tokens: Any, layout: Layout
+) -> Any:
+    """What a tp rank keeps of the last norm's and the head's saved inputs beyond the 1/t share
+    of `activations.head_input_saved` that the one-device loss carries. The head is
+    column-parallel with a replicated input (torch 2.13 tensor/parallel/style.py:114-118
+    redistributes a sequence-sharded input to Replicate; torchtitan@004b3148
+    torchtitan/parallelisms/parallelize_llama.py:122-126 `"output": ColwiseParallel(
+    input_layouts=Shard(1), ...)`), so the matmul saves the whole input on every rank; the
+    last norm is sequence-sharded with sp (`"norm": SequenceParallel()`, :121), replicated
+    without. The probe stack and a profile's hand rule leave the term out of the one-device
+    loss (`model.memory_breakdown`): there the head's whole input is added."""
+    if not spec.geometry_known or not spec.hidden:
+        return tokens * 0.0
+    ctx = Context.build(spec, setup, compute_bytes(setup.precision))
+    h, t = spec.hidden, layout.tp
+    head = 0.0 if setup.loss in ("liger", "unsloth") else inputs_saved(ctx, ["lm_head"], h)
+    norm = head_input_saved(ctx, spec, setup.loss) - head
+    counted = setup.stack != "probe" and not profile.get("memory", "logits_bytes_per_logit")
+    if not counted:
+        return tokens * head
+    whole = head + (0.0 if layout.sp else norm)
+    return tokens * whole * (1.0 - 1.0 / t)
+
+
 def _tp_loss_extra(
     spec: ModelSpec, setup: TrainingSetup, profile: Profile, tokens: Any, layout: Layout
 ) -> Any:
     """What a tp rank's loss phase holds beyond its 1/t share of the one-device loss; 0
-    without tensor parallelism:
-    - the vocab-parallel loss's extra copies (`estimator.memory.logits.loss_parallel_extra_bytes`);
-    - the lm_head's saved input, whole on every rank: the head is column-parallel with a
-      replicated input (torch 2.13 tensor/parallel/style.py:114-118 redistributes a
-      sequence-sharded input to Replicate; torchtitan@004b3148
-      torchtitan/parallelisms/parallelize_llama.py:122-126 `"output": ColwiseParallel(
-      input_layouts=Shard(1), ...)`), and the matmul saves that input until the head's
-      backward, after the loss's. The one-device model leaves this tensor out (h / vocab of
-      its loss); under tp the loss shrinks t-fold and it does not.
-    The logits' dtype follows `model.memory_breakdown`."""
-    if layout.tp == 1 or not spec.vocab or not spec.hidden:
+    without tensor parallelism: the vocab-parallel loss's extra copies
+    (`estimator.memory.logits.loss_parallel_extra_bytes`) and the whole head input
+    (`_head_input_extra`). The logits' dtype follows `model.memory_breakdown`."""
+    if layout.tp == 1 or not spec.vocab:
         return tokens * 0.0
     cb = compute_bytes(setup.precision)
     stream = stream_bytes(setup, cb)
     dtype = BF16 if setup.autocast and setup.precision != "fp32" else stream
     local = tokens * spec.vocab / layout.tp
-    head_input = tokens * spec.hidden * stream
-    return loss_parallel_extra_bytes(local, setup, profile, dtype) + head_input
+    return loss_parallel_extra_bytes(local, setup, profile, dtype) + _head_input_extra(
+        spec, setup, profile, tokens, layout
+    )
 
 
 def _activations(

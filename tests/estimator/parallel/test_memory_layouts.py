@@ -118,9 +118,10 @@ def test_tp_loss_phase_holds_four_fp32_logit_copies_and_the_whole_head_input() -
     """torch's loss_parallel backward (tensor/parallel/loss.py:470, :518) keeps the saved
     log-probabilities, zeros_like, exp and their sum: 16 bytes per local logit where the
     one-device kernels peak at 12 (3 fp32 copies). The column-parallel lm_head saves its
-    replicated (all-gathered) input: tokens x hidden in the activation dtype on every rank."""
+    replicated (all-gathered) input: tokens x hidden in the activation dtype on every rank,
+    where the one-device loss's share carries 1/t of it."""
     seq, tp = 4096, 8
-    head_input = seq * LLAMA8B.hidden * 2  # bf16 activations
+    head_input = seq * LLAMA8B.hidden * 2 * (1 - 1 / tp)  # bf16 activations
     one = _mem(LLAMA8B, 1, seq=seq, method="full", loss="full")
     par = _mem(LLAMA8B, tp, seq=seq, method="full", loss="full", parallel=f"tp={tp},sp")
     local = seq * LLAMA8B.vocab / tp
