@@ -130,16 +130,52 @@ def _loss_context(layout: str) -> Any:
     return loss_parallel()
 
 
-def _peak(prof: Any, start_ns: int) -> int:
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    events = [e for e in events if str(e.device_type()).endswith("CPU")]
-    events.sort(key=lambda e: e.start_ns())
-    total = peak = 0
-    for e in events:
-        total += int(e.nbytes())
-        if e.start_ns() >= start_ns and total > peak:
-            peak = total
-    return peak
+def _chrome_events(prof: Any) -> list[dict[str, Any]]:
+    """The profile's events as its chrome trace writes them (memory events carry `Addr`)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path, encoding="utf-8") as f:
+            events: list[dict[str, Any]] = json.load(f)["traceEvents"]
+    return events
+
+
+def memory_events(trace_events: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(bytes, running total) of each CPU allocation and free, in order, from a chrome trace.
+
+    The profiler records a free only on a thread it profiles, and gloo's worker thread frees
+    some collective outputs (the bytes would stay in the total for good). An allocation at an
+    address still live in the running map proves that the earlier block there was freed before
+    it, so that block is taken out then: each total is an upper bound that no longer grows
+    with every step (notes/i12b.md measured 0.26-0.8 MB a step before)."""
+    rows = [
+        (float(e["ts"]), int(e["args"]["Ev Idx"]), int(e["args"]["Bytes"]), int(e["args"]["Addr"]))
+        for e in trace_events
+        if e.get("name") == "[memory]" and int(e.get("args", {}).get("Device Type", -1)) == 0
+    ]
+    rows.sort()
+    live: dict[int, int] = {}
+    total = 0
+    out: list[tuple[int, int]] = []
+    for _, _, nbytes, addr in rows:
+        if nbytes > 0:
+            total -= live.pop(addr, 0)  # freed on an unprofiled thread, reused now
+            live[addr] = nbytes
+            total += nbytes
+        elif addr in live:
+            total -= live.pop(addr)
+        else:
+            total += nbytes  # a block allocated before the profiler started
+        out.append((nbytes, total))
+    return out
+
+
+def _peak(events: list[tuple[int, int]]) -> int:
+    """The largest running total from the window's start (the first marker) on."""
+    start = next(i for i, (nbytes, _) in enumerate(events) if nbytes == MARKER_BYTES)
+    return max(total for _, total in events[start:])
 
 
 def _mark(phase: int) -> None:
@@ -148,23 +184,20 @@ def _mark(phase: int) -> None:
     del marker
 
 
-def _trace(ordered: list[Any], start_ns: int) -> dict[str, int]:
+def _trace(events: list[tuple[int, int]]) -> dict[str, int]:
     """The running total at the window's start and the largest in each phase of the steps
     (forward + loss, backward, optimizer step)."""
     names = {MARKER_BYTES + 1: "forward", MARKER_BYTES + 2: "backward", MARKER_BYTES + 3: "step"}
-    total, before, phase_peak = 0, 0, 0
+    start = next(i for i, (nbytes, _) in enumerate(events) if nbytes == MARKER_BYTES)
+    before = events[start][1]
+    phase_peak = 0
     out: dict[str, int] = {}
-    for e in ordered:
-        nbytes = int(e.nbytes())
-        if e.start_ns() < start_ns:
-            before = total + nbytes
-        total += nbytes
-        if e.start_ns() >= start_ns:
-            phase_peak = max(phase_peak, total)
+    for nbytes, total in events[start:]:
+        phase_peak = max(phase_peak, total)
         if nbytes in names:
             out[names[nbytes]] = max(out.get(names[nbytes], 0), phase_peak)
             phase_peak = 0
-    return {"at_window_start": before, "at_end": total, **out}
+    return {"at_window_start": before, "at_end": events[-1][1], **out}
 
 
 def run_layout(config: dict[str, Any], layout: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -202,16 +235,12 @@ def run_layout(config: dict[str, Any], layout: str, args: argparse.Namespace) ->
             optimizer.zero_grad(set_to_none=True)
             gc.collect()
         dist.barrier()
-    ordered = sorted(
-        (e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-        key=lambda e: e.start_ns(),
-    )
-    start_ns = next(e.start_ns() for e in ordered if int(e.nbytes()) == MARKER_BYTES)
-    peak = _peak(prof, start_ns)
+    events = memory_events(_chrome_events(prof))
+    peak = _peak(events)
     # DDP's reducer must go before its process group (its destructor waits on gloo)
     del model, optimizer, params, built
     gc.collect()
-    mine = {"rank": rank, "peak_bytes": peak, "trace": _trace(ordered, start_ns)}
+    mine = {"rank": rank, "peak_bytes": peak, "trace": _trace(events)}
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, mine)
     return {"layout": layout, "world_size": world, "seq_len": args.seq, "ranks": gathered}
