@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from estimator.dtypes import BF16, FP32
 from estimator.lora import expert_banks, lora_targets
 from estimator.memory.activations_compiled import adapted_count, compiled_layer_saved
-from estimator.memory.weights import kbit_fp32
+from estimator.memory.weights import amp_full, kbit_fp32
 from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_LINEAR, MLP_MOE, ModelSpec
 from estimator.stacks import load_stack
@@ -52,7 +52,7 @@ class Context:
     fused: bool = False  # Unsloth's fused RMSNorm / LoRA QKV / LoRA MLP kernels
     compiled: bool = False  # torch.compile of each decoder layer (activations_compiled)
     adapter_transient: int = 0  # bytes per element of an adapted input's unsaved copies
-    weight_casts: float = 0.0  # bytes per layer of autocast's bf16 copies of fp32 LoRA weights
+    weight_casts: float = 0.0  # bytes per layer of autocast's bf16 copies of fp32 trained weights
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -66,7 +66,7 @@ class Context:
         stream = stream_bytes(setup, compute_bytes)
         autocast = bool(setup.autocast) and setup.precision != "fp32"
         shared, each, rank_bytes, mask = _adapter_inputs(setup, stream, adapter, autocast)
-        casts = 0.0
+        casts = autocast_layer_casts(spec) if amp_full(setup) else 0.0
         if autocast and adapter == FP32 and targets and spec.layers:
             casts = (
                 sum(
@@ -97,6 +97,38 @@ class Context:
             _adapter_transient(setup, stream, adapter, autocast),
             casts,
         )
+
+
+def autocast_layer_casts(spec: ModelSpec) -> float:
+    """Bytes per decoder layer of autocast's bf16 copies of the layer's fp32 Linear weights
+    under AMP full fine-tuning (`amp_full`). torch's `cached_cast` (aten/src/ATen/autocast_mode.cpp:
+    `can_try_cache` for an fp32 leaf that requires grad, not a view) makes one bf16 copy per
+    weight, and `F.linear` saves that copy for the input's gradient, so the layer's copies live
+    with its saved activations (in the backward's recompute under checkpointing)."""
+    if not spec.layers:
+        return 0.0
+    body = sum(
+        lin.in_features * lin.out_features * lin.experts * lin.count
+        for lin in spec.linears
+        if lin.group != "head"
+    )
+    return float(BF16 * body / spec.layers)
+
+
+def autocast_forward_casts(spec: ModelSpec, setup: TrainingSetup) -> float:
+    """Bytes of autocast's cast cache at the end of the model's forward that the layers' saved
+    activations do not already hold: the cache keeps every bf16 weight copy until the outermost
+    autocast region exits (torch/amp/autocast_mode.py:346-349 clear_autocast_cache), and
+    accelerate's region is `model.forward` (accelerate accelerator.py:1791-1801), which computes
+    the loss when given labels. Under checkpointing the layers' copies are not saved, so the
+    cache alone keeps them; the head's copy (the tied embedding's for tied models) always."""
+    if not amp_full(setup) or not spec.hidden or not spec.vocab:
+        return 0.0
+    head = BF16 * spec.hidden * (spec.vocab or 0)
+    layers = (
+        autocast_layer_casts(spec) * (spec.layers or 0) if setup.checkpointing != "none" else 0.0
+    )
+    return head + layers
 
 
 def stream_bytes(setup: TrainingSetup, compute_bytes: int) -> int:

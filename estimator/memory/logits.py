@@ -26,11 +26,16 @@ def loss_bytes_per_logit(compute_bytes: int, hold_output: bool) -> int:
     Backward peak: saved log-softmax output + nll gradient + log-softmax input gradient, all
     fp32 = 12 bytes. The bf16 logits stay alive only if the caller holds the model output
     (HF Trainer drops it before backward). With fp32 compute the upcast is a no-op."""
+    return max(
+        loss_forward_bytes_per_logit(compute_bytes, hold_output),
+        3 * FP32 + (compute_bytes if hold_output else 0),
+    )
+
+
+def loss_forward_bytes_per_logit(compute_bytes: int, hold_output: bool) -> int:
+    """The forward half of `loss_bytes_per_logit`: logits + fp32 upcast + fp32 log-softmax."""
     upcast = 0 if compute_bytes == FP32 else FP32
-    forward = compute_bytes + upcast + FP32
-    backward = 3 * FP32
-    held = compute_bytes if hold_output else 0
-    return max(forward, backward) + held
+    return compute_bytes + upcast + FP32 + (compute_bytes if hold_output else 0)
 
 
 def loss_parallel_bytes_per_logit(compute_bytes: int, hold_output: bool) -> int:

@@ -17,6 +17,7 @@ from estimator.errors import EstimatorInputError
 from estimator.memo import Memo, setup_key
 from estimator.memory.activations import (
     Context,
+    autocast_forward_casts,
     head_input_saved,
     layer_activations,
     selective_saved,
@@ -27,10 +28,20 @@ from estimator.memory.fragmentation import (
     loss_hole_bytes,
     reserved_with_fragmentation,
 )
-from estimator.memory.logits import logits_bytes
+from estimator.memory.logits import (
+    logits_bytes,
+    loss_bytes_per_logit,
+    loss_forward_bytes_per_logit,
+)
 from estimator.memory.reserved import allocator_slack
 from estimator.memory.states import StateBytes, trainable_state_bytes
-from estimator.memory.weights import kbit_fp32, quantized_base, quantized_params, weight_bytes
+from estimator.memory.weights import (
+    amp_full,
+    kbit_fp32,
+    quantized_base,
+    quantized_params,
+    weight_bytes,
+)
 from estimator.parallel.of_setup import layout_of
 from estimator.profile import Profile
 from estimator.setup import TrainingSetup
@@ -162,7 +173,8 @@ def memory_breakdown(
     cb = compute_bytes(setup.precision)
     missing: dict[str, str] = {}
 
-    key = setup_key(setup)  # what follows up to the length is memoised (estimator/memo.py)
+    # what follows up to the length is memoised (estimator/memo.py), AMP or not (`amp_full`)
+    key = (*setup_key(setup), amp_full(setup))
     states = _STATES.get((spec,), key, lambda: trainable_state_bytes(spec, setup))
     weights, trainable = _shard(states, weight_bytes(spec, setup, profile), sharding, n)
     if sharding in ("fsdp", "zero3") and n > 1:
@@ -170,7 +182,10 @@ def memory_breakdown(
 
     h, layers, vocab = spec.hidden, spec.layers, spec.vocab
     stream = stream_bytes(setup, cb)
-    per_layer_checkpoint = tokens * h * stream if h else None
+    # AMP full fine-tuning: the residual stream is fp32 (the fp32 nn.Embedding is on none of
+    # autocast's cast lists; `residual + hidden_states` promotes the bf16 Linear outputs back
+    # to fp32, transformers 5.24.0 models/llama/modeling_llama.py:306-313), so is each checkpoint
+    per_layer_checkpoint = tokens * h * (FP32 if amp_full(setup) else stream) if h else None
     host = tokens * 0.0
     layer_split = n if sharding == "device_map" else 1
 
@@ -220,6 +235,13 @@ def memory_breakdown(
         hand_rule = profile.get("memory", "logits_bytes_per_logit")
         if ctx is not None and setup.stack != "probe" and not hand_rule:
             logits = logits + tokens * head_input_saved(ctx, spec, setup.loss)
+        hold = bool(profile.get("memory", "hold_model_output"))
+        per_logit = (
+            tokens * vocab,
+            loss_forward_bytes_per_logit(logit_dtype, hold),
+            loss_bytes_per_logit(logit_dtype, hold),
+        )
+        logits = _with_forward_casts(logits, spec, setup, profile, per_logit)
     else:
         logits, hole = None, tokens * 0.0
         missing["logits"] = "needs --vocab and --hidden"
@@ -331,6 +353,30 @@ def _checkpoint_bytes(
     if setup.checkpointing == "offload":
         return per_layer * profile.number("memory", "offload_gpu_layers"), total
     return total, per_layer * 0.0
+
+
+def _with_forward_casts(
+    logits: Any, spec: ModelSpec, setup: TrainingSetup, profile: Profile, per_logit: Any
+) -> Any:
+    """The loss moment under AMP full fine-tuning. The forward also holds autocast's cast
+    cache (`autocast_forward_casts`), with the logits when the loss runs inside `model.forward`
+    (transformers' own loss from `labels`); the loss's backward, after the region has exited,
+    holds only the head's bf16 copy, which its matmul saved. So for the full loss the larger of
+    forward (`loss_forward_bytes_per_logit` + every copy) and backward (the loss's backward
+    bytes + the head's copy) counts; `per_logit` is (logits, forward, all) bytes. TRL's chunked
+    loss runs after the forward has returned (trl v1.9.0 trl/trainer/sft_trainer.py:203-214),
+    when the cache is gone: the larger of the two moments. Other losses (Liger's, CCE's patched
+    forwards) add the cache to their peak."""
+    casts = autocast_forward_casts(spec, setup)
+    if not casts:
+        return logits
+    if setup.loss == "chunked":
+        return np.maximum(logits, casts)
+    if setup.loss != "full" or setup.compile or profile.get("memory", "logits_bytes_per_logit"):
+        return logits + casts
+    count, forward, worst = per_logit
+    head = BF16 * (spec.hidden or 0) * (spec.vocab or 0)
+    return logits - count * worst + np.maximum(count * forward + casts, count * worst + head)
 
 
 def _recompute_peak(

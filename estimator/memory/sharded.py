@@ -33,6 +33,7 @@ from estimator.memory.logits import loss_parallel_extra_bytes
 from estimator.memory.model import MemoryBreakdown, memory_breakdown
 from estimator.memory.reserved import allocator_slack
 from estimator.memory.states import largest_tensor
+from estimator.memory.weights import masters_layout
 from estimator.parallel.data import (
     DataParallelBytes,
     ReplicaBytes,
@@ -282,7 +283,8 @@ def layout_breakdown(
     seq = np.asarray(seq_len, dtype=np.float64)
     local_seq = np.ceil(seq / layout.cp)
     tokens = local_seq * np.asarray(batch, dtype=np.float64)
-    base = memory_breakdown(spec, local, local_seq, batch, profile, devices=1)
+    with masters_layout(True):  # layouts keep bf16 copies of fp32 masters (weights.amp_full)
+        base = memory_breakdown(spec, local, local_seq, batch, profile, devices=1)
     overhead = np.asarray(base.components["overhead"]) + nccl_buffer_bytes(layout)
     keep = (setup.grad_accum or 1) > 1
     best: tuple[Any, dict[str, Any], DataParallelBytes, Any, Stage, Any, ReplicaBytes] | None = None

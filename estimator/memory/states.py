@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from estimator.dtypes import BF16, FP32, INT8
 from estimator.errors import EstimatorInputError
 from estimator.lora import lora_params, lora_targets
-from estimator.memory.weights import kbit_fp32
+from estimator.memory.weights import amp_full, kbit_fp32
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 from estimator.stacks import load_stack
@@ -129,14 +129,13 @@ def step_transient_bytes(
     Adam is a fused kernel and SGD's updates are in place: none, stepped in backward too
     (bitsandbytes 0.50.2 optim/optimizer.py:535-590 Optimizer2State.update_step: the grad and
     param are already contiguous, then one in-place optimizer_update_8bit_blockwise call)."""
+    masters = setup.precision == "mixed" and not setup.is_adapter and not amp_full(setup)
     if setup.optimizer_impl == "fused" and setup.optimizer in ("adamw", "adamw-8bit", "sgd"):
-        return FP32 * largest if setup.precision == "mixed" and not setup.is_adapter else 0.0
+        return FP32 * largest if masters else 0.0
     if setup.optimizer_impl == "in-backward":
-        in_place = setup.optimizer == "sgd" or (
-            setup.optimizer == "adamw-8bit" and setup.precision != "mixed"
-        )
+        in_place = setup.optimizer == "sgd" or (setup.optimizer == "adamw-8bit" and not masters)
         return 0.0 if in_place else float(min(largest, params) * state_bytes)
-    if setup.precision == "mixed" and not setup.is_adapter:
+    if masters:
         return (
             2.0 * FP32 * largest
             if setup.optimizer in ("adamw", "adafactor", "lion")
@@ -152,7 +151,10 @@ def trainable_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> StateBytes:
     the bf16 weights that is the ZeRO paper's 2 + 2 + 4 + 4 + 4 = 16 bytes/parameter for Adam
     (Rajbhandari et al. 2020, section 3.1). `bf16`: bf16 gradients and states, no master.
     `fp32`: fp32 gradients and states. LoRA/QLoRA: adapters in `adapter_dtype` (peft default
-    fp32), gradients in the same dtype, no master."""
+    fp32), gradients in the same dtype, no master. `mixed` under AMP (`amp_full`, the hf stack):
+    the weights are fp32, so fp32 gradients and AdamW states and no master: 4 + 4 + 8 bytes per
+    parameter beside the 4-byte weights (torch.optim.AdamW keeps its moments in the param's
+    dtype, torch/optim/adam.py:178-185 zeros_like(p, memory_format=torch.preserve_format))."""
     if setup.is_adapter:
         adapters = lora_params(spec, setup)
         own = FP32 if setup.adapter_dtype == "fp32" or setup.precision == "fp32" else BF16
@@ -180,7 +182,9 @@ def trainable_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> StateBytes:
             largest,
         )
     params = spec.params_total
-    if setup.precision == "mixed":
+    if amp_full(setup):
+        grads, masters, state = FP32, 0, FP32
+    elif setup.precision == "mixed":
         grads, masters, state = BF16, FP32, FP32
     elif setup.precision == "bf16":
         grads, masters, state = BF16, 0, BF16

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from estimator.dtypes import BF16, FP32, int8_bytes_per_param, nf4_bytes_per_param
 from estimator.profile import Profile
@@ -36,6 +39,43 @@ def kbit_fp32(setup: TrainingSetup) -> bool:
     return quantized_base(setup) and bool(setup.kbit_prepare)
 
 
+# Set while a `parallel` layout prices its one-device base
+# (estimator/memory/sharded.py): those layouts keep bf16 compute copies of fp32 masters.
+_MASTERS_LAYOUT: ContextVar[bool] = ContextVar("masters_layout", default=False)
+
+
+@contextmanager
+def masters_layout(on: bool) -> Iterator[None]:
+    """Within: `mixed` is bf16 weights + fp32 masters on every stack (see `amp_full`)."""
+    token = _MASTERS_LAYOUT.set(on)
+    try:
+        yield
+    finally:
+        _MASTERS_LAYOUT.reset(token)
+
+
+def amp_full(setup: TrainingSetup) -> bool:
+    """Full fine-tuning at `mixed` precision on a stack whose mixed precision is torch AMP
+    (`mixed_precision: "amp"`, the hf stack: accelerate 1.x accelerator.py:1791-1801 wraps
+    model.forward in torch.autocast and never casts the weights). The weights stay in the load
+    dtype, fp32: fp32 gradients and optimizer states, no master copy; autocast makes the bf16
+    copies (`autocast_layer_casts`). Other stacks' `mixed` is bf16 weights + fp32 masters, and
+    so is the hf stack's under sharding: FSDP's MixedPrecision keeps fp32 flat parameters with
+    bf16 compute copies (accelerate 1.16.0 accelerator.py:1960-2023 upcasts the flat
+    parameters to fp32), ZeRO keeps fp32 partitions; so do `parallel` layouts
+    (`masters_layout`), whose bf16 compute copies estimator/parallel/data.py models (DDP under
+    AMP would keep fp32 replicas: not modelled yet)."""
+    return (
+        not setup.is_adapter
+        and setup.precision == "mixed"
+        and setup.autocast is not False
+        and setup.sharding in ("none", "device_map")
+        and not setup.parallel
+        and not _MASTERS_LAYOUT.get()
+        and load_stack(setup.stack).get("mixed_precision") == "amp"
+    )
+
+
 def quantized_params(spec: ModelSpec, setup: TrainingSetup) -> tuple[int, float]:
     """(parameters, bytes) of the Linear weights the quantizer replaces. Stacks with
     `quantize_experts` false (transformers 5 + bnb replace nn.Linear only) leave the fused 3-D
@@ -54,13 +94,14 @@ def quantized_params(spec: ModelSpec, setup: TrainingSetup) -> tuple[int, float]
 
 def weight_bytes(spec: ModelSpec, setup: TrainingSetup, profile: Profile) -> float:
     """Full fine-tuning: the compute copy (bf16 for `mixed`/`bf16`, fp32 for `fp32`; the fp32
-    master of `mixed` is a trainable state, as in the ZeRO paper's 2+2+12 split).
+    master of `mixed` is a trainable state, as in the ZeRO paper's 2+2+12 split). Under AMP
+    (`amp_full`) the fp32 weights themselves are trained: 4 bytes each.
     LoRA: the frozen base in bf16 (fp32 if precision fp32).
     QLoRA / LLM.int8 LoRA: the quantized Linear weights (QLoRA paper; bitsandbytes), the rest
     (embeddings, norms, lm_head, unquantized expert banks) in bf16, or fp32 after peft's
     prepare_model_for_kbit_training (`kbit_prepare`)."""
     params = counted_params(spec, profile)
-    dense_bytes = FP32 if setup.precision == "fp32" else BF16
+    dense_bytes = FP32 if setup.precision == "fp32" or amp_full(setup) else BF16
     if not quantized_base(setup) or not spec.geometry_known:
         return params * dense_bytes
     quantized, qbytes = quantized_params(spec, setup)

@@ -59,6 +59,7 @@ FACTS = (
     "fsdp_gathers_storage_dtype",
     "selective_saves",
     "expandable_segments",
+    "mixed_precision",
 )
 
 

@@ -22,8 +22,9 @@ def _mem(setup: TrainingSetup, seq: int = 4096, batch: int = 1, devices: int | N
 
 
 def test_offloaded_checkpoints_leave_one_layer_on_the_gpu_and_the_rest_on_the_host() -> None:
-    gpu = _mem(TrainingSetup(checkpointing="gpu"))
-    off = _mem(TrainingSetup(checkpointing="offload"))
+    # bf16 weights: under the hf stack's AMP `mixed` the residual stream is fp32 (test_stacks.py)
+    gpu = _mem(TrainingSetup(precision="bf16", checkpointing="gpu"))
+    off = _mem(TrainingSetup(precision="bf16", checkpointing="offload"))
     per_layer = 4096 * LLAMA8B.hidden * 2
     assert float(gpu.components["checkpoints"][0]) == per_layer * LLAMA8B.layers
     assert float(off.components["checkpoints"][0]) == per_layer
@@ -68,10 +69,11 @@ def test_loss_peak_is_twelve_bytes_per_logit_with_bf16_compute() -> None:
 
 
 def test_chunked_loss_is_bounded_by_the_chunk() -> None:
-    setup = TrainingSetup(loss="chunked", loss_chunk=1024)
+    # bf16 weights: AMP's cast cache (test_stacks.py) would be the larger moment at 8k
+    setup = TrainingSetup(precision="bf16", loss="chunked", loss_chunk=1024)
     short = _mem(setup, seq=8192)
     long = _mem(setup, seq=65536)
-    full = _mem(TrainingSetup(loss="full"), seq=65536)
+    full = _mem(TrainingSetup(precision="bf16", loss="full"), seq=65536)
     vocab_part = 1024 * LLAMA8B.vocab * 12
     # per token: the hidden-state gradient and what the last norm and the head keep
     ctx = Context.build(LLAMA8B, setup, stream_bytes(setup, compute_bytes(setup.precision)))
@@ -86,9 +88,9 @@ def test_chunked_loss_is_bounded_by_the_chunk() -> None:
 def test_eager_attention_grows_quadratically_and_sdpa_does_not() -> None:
     def acts(attention: str, seq: int) -> float:
         return float(
-            _mem(TrainingSetup(checkpointing="none", attention=attention), seq=seq).components[
-                "checkpoints"
-            ][0]
+            _mem(
+                TrainingSetup(precision="bf16", checkpointing="none", attention=attention), seq=seq
+            ).components["checkpoints"][0]
         )
 
     assert acts("sdpa", 8192) == pytest.approx(2 * acts("sdpa", 4096))

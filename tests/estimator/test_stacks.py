@@ -481,3 +481,45 @@ def test_last_norm_and_head_input_live_through_the_loss() -> None:
     assert lora == pytest.approx(tokens * vocab * 12 + tokens * (4 * h + 4))
     ctx = Context.build(LLAMA8B, setup, 2)  # Liger makes the hidden gradient in the forward
     assert head_input_saved(ctx, LLAMA8B, "liger") == 4 * h + 4 + 2 * h
+
+
+def test_hf_mixed_full_fine_tuning_is_amp_fp32_weights_and_no_masters() -> None:
+    """HF Trainer's bf16=True is torch AMP (accelerate wraps model.forward in autocast): the
+    fp32 weights are trained as they are, so 4 (weights) + 4 (gradients) + 8 (AdamW) bytes per
+    parameter and no master copy; the probe loop's `mixed` keeps bf16 weights + fp32 masters."""
+    assert load_stack("hf").get("mixed_precision") == "amp"
+    assert load_stack("probe").get("mixed_precision") == "masters"
+    n = LLAMA8B.params_total
+    amp = _mem(TrainingSetup(method="full", precision="mixed"))
+    masters = _mem(TrainingSetup(stack="probe", method="full", precision="mixed"))
+    assert _c(amp, "weights") == pytest.approx(4 * n, rel=0.01)
+    assert _c(masters, "weights") == pytest.approx(2 * n, rel=0.01)
+    assert amp.states.masters == 0 and masters.states.masters == 4 * n
+    assert amp.states.grads == 4 * n and masters.states.grads == 2 * n
+    assert amp.states.optimizer == 8 * n
+    assert amp.states.step_transient == 0  # fused AdamW steps the fp32 weights in place
+    # the layer input kept by each checkpoint is fp32: the residual stream stays fp32
+    per_layer = 4096 * LLAMA8B.hidden
+    assert _c(amp, "checkpoints") == 4 * per_layer * LLAMA8B.layers
+    # with autocast off, `mixed` is not AMP
+    plain = _mem(TrainingSetup(method="full", precision="mixed", autocast=False))
+    assert _c(plain, "weights") == pytest.approx(2 * n, rel=0.01)
+
+
+def test_amp_keeps_autocasts_bf16_weight_copies_through_the_forward() -> None:
+    """torch's cached_cast keeps a bf16 copy of every fp32 weight that requires grad until the
+    autocast region (accelerate: model.forward, which computes the full loss) exits; each
+    Linear saves its copy for the backward."""
+    setup = TrainingSetup(method="full", precision="mixed", loss="full")
+    body = sum(lin.params for lin in LLAMA8B.linears if lin.group != "head")
+    ctx = Context.build(LLAMA8B, setup, 2)
+    assert ctx.weight_casts == pytest.approx(2 * body / LLAMA8B.layers, rel=0.01)
+    assert Context.build(LLAMA8B, setup.model_copy(update={"stack": "probe"}), 2).weight_casts == 0
+    # the loss moment: forward logits (2 + 4 + 4 bytes) + every copy, against the backward's
+    # 12 bytes per logit + the head's copy
+    tokens, vocab, h = 4096, LLAMA8B.vocab, LLAMA8B.hidden
+    amp = _c(_mem(setup), "logits")
+    bf16 = _c(_mem(setup.model_copy(update={"precision": "bf16"})), "logits")
+    forward = tokens * vocab * 10 + 2 * body + 2 * h * vocab
+    backward = tokens * vocab * 12 + 2 * h * vocab
+    assert amp - bf16 == pytest.approx(max(forward, backward) - tokens * vocab * 12, rel=1e-6)

@@ -7,6 +7,7 @@ import pytest
 from estimator.architectures import spec_from_config
 from estimator.errors import EstimatorInputError
 from estimator.memory import memory_breakdown
+from estimator.memory.weights import masters_layout
 from estimator.parallel.split import param_groups
 from estimator.presets import preset_config
 from estimator.profile import load_profile
@@ -28,7 +29,9 @@ def _peak(mem) -> float:
 
 
 def test_ddp_keeps_a_full_replica_plus_a_gradient_sized_bucket() -> None:
-    one = _mem(LLAMA8B, 1, method="full")
+    # the hf stack's one-card `mixed` is AMP; layouts keep bf16 weights + fp32 masters
+    with masters_layout(True):
+        one = _mem(LLAMA8B, 1, method="full")
     ddp = _mem(LLAMA8B, 8, method="full", parallel="dp")
     grads = one.states.grads
     assert ddp.parallel["ddp_buckets"] == pytest.approx(grads)
@@ -122,32 +125,50 @@ def test_tp_loss_phase_holds_four_fp32_logit_copies_and_the_whole_head_input() -
     where the one-device loss's share carries 1/t of it."""
     seq, tp = 4096, 8
     head_input = seq * LLAMA8B.hidden * 2 * (1 - 1 / tp)  # bf16 activations
-    one = _mem(LLAMA8B, 1, seq=seq, method="full", loss="full")
-    par = _mem(LLAMA8B, tp, seq=seq, method="full", loss="full", parallel=f"tp={tp},sp")
+    one = _mem(LLAMA8B, 1, seq=seq, method="full", precision="bf16", loss="full")
+    par = _mem(
+        LLAMA8B, tp, seq=seq, method="full", precision="bf16", loss="full", parallel=f"tp={tp},sp"
+    )
     local = seq * LLAMA8B.vocab / tp
     share = float(one.components["logits"][0]) / tp
     assert float(par.components["logits"][0]) - share == pytest.approx(
         local * 4 + head_input, rel=1e-6
     )
     # a loss that never decomposes log_softmax on the shard adds only the head's input
-    one_c = _mem(LLAMA8B, 1, seq=seq, method="full", loss="chunked")
-    par_c = _mem(LLAMA8B, tp, seq=seq, method="full", loss="chunked", parallel=f"tp={tp},sp")
+    one_c = _mem(LLAMA8B, 1, seq=seq, method="full", precision="bf16", loss="chunked")
+    par_c = _mem(
+        LLAMA8B,
+        tp,
+        seq=seq,
+        method="full",
+        precision="bf16",
+        loss="chunked",
+        parallel=f"tp={tp},sp",
+    )
     assert float(par_c.components["logits"][0]) - float(
         one_c.components["logits"][0]
     ) / tp == pytest.approx(head_input, rel=1e-6)
 
 
 def test_context_parallelism_splits_the_sequence() -> None:
-    one = _mem(LLAMA8B, 1, seq=32768, method="full", checkpointing="gpu")
-    cp = _mem(LLAMA8B, 4, seq=32768, method="full", parallel="cp=4,dp=1", checkpointing="gpu")
+    one = _mem(LLAMA8B, 1, seq=32768, method="full", precision="bf16", checkpointing="gpu")
+    cp = _mem(
+        LLAMA8B,
+        4,
+        seq=32768,
+        method="full",
+        precision="bf16",
+        parallel="cp=4,dp=1",
+        checkpointing="gpu",
+    )
     assert float(cp.components["checkpoints"][0]) == pytest.approx(
         float(one.components["checkpoints"][0]) / 4, rel=0.01
     )
 
 
 def test_pipeline_first_stage_holds_pp_micro_batches_of_its_layers() -> None:
-    one = _mem(LLAMA8B, 1, method="full", checkpointing="gpu")
-    pp = _mem(LLAMA8B, 4, method="full", parallel="pp=4", checkpointing="gpu")
+    one = _mem(LLAMA8B, 1, method="full", precision="bf16", checkpointing="gpu")
+    pp = _mem(LLAMA8B, 4, method="full", precision="bf16", parallel="pp=4", checkpointing="gpu")
     assert pp.parallel["stage"] == "first"
     # 8 of 32 layers, 4 micro-batches in flight: as many checkpoints as one card's
     assert float(pp.components["checkpoints"][0]) == pytest.approx(
