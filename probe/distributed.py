@@ -21,7 +21,7 @@ from torch import nn
 
 from probe.options import ProbeInputError
 
-__all__ = ["DistributedRun"]
+__all__ = ["DistributedRun", "decoder_layers", "shard_fsdp2"]
 
 
 class DistributedRun:
@@ -66,13 +66,8 @@ class DistributedRun:
     def shard(self, built: Any) -> None:
         """FSDP2: each decoder layer is one unit, the rest of the model the root unit."""
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
 
-        mesh = init_device_mesh(self.device, (self.world_size,))
-        layers = _decoder_layers(built.decoder)
-        for layer in layers:
-            fully_shard(layer, mesh=mesh)
-        fully_shard(built.model, mesh=mesh)
+        shard_fsdp2(built.model, built.decoder, init_device_mesh(self.device, (self.world_size,)))
 
     def gather_ranks(self, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Every rank's peak per length, in rank order (collective: all ranks call it)."""
@@ -96,7 +91,16 @@ class DistributedRun:
         return built.params_total, built.params_trainable
 
 
-def _decoder_layers(decoder: nn.Module) -> list[nn.Module]:
+def shard_fsdp2(model: nn.Module, decoder: nn.Module, mesh: Any) -> None:
+    """FSDP2 as HF's default wrapping does it: each decoder layer one unit, then the root."""
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in decoder_layers(decoder):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def decoder_layers(decoder: nn.Module) -> list[nn.Module]:
     for name in ("layers", "h", "blocks"):
         layers = getattr(decoder, name, None)
         if isinstance(layers, nn.ModuleList):

@@ -31,6 +31,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from probe.distributed import decoder_layers, shard_fsdp2
+
 __all__ = ["main", "SETUP"]
 
 # the estimator's `--stack probe --method full --precision fp32 --checkpointing none --loss full`
@@ -54,12 +56,6 @@ SETUP: dict[str, Any] = {
 MARKER_BYTES = 123_457  # an allocation no training op makes: marks the first step's start
 
 
-def _decoder_layers(model: nn.Module) -> list[nn.Module]:
-    decoder = getattr(model, "model", model)
-    layers = getattr(decoder, "layers", None)
-    return list(layers) if isinstance(layers, nn.ModuleList) else []
-
-
 def _wrap(model: nn.Module, layout: str, world: int) -> nn.Module:
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -70,12 +66,9 @@ def _wrap(model: nn.Module, layout: str, world: int) -> nn.Module:
 
         return DistributedDataParallel(model)
     mesh = init_device_mesh("cpu", (world,))
+    decoder = getattr(model, "model", model)
     if layout == "fsdp":
-        from torch.distributed.fsdp import fully_shard
-
-        for layer in _decoder_layers(model):
-            fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+        shard_fsdp2(model, decoder, mesh)
         return model
     if layout == "tp":
         from torch.distributed.tensor import Replicate, Shard
@@ -89,7 +82,7 @@ def _wrap(model: nn.Module, layout: str, world: int) -> nn.Module:
             "model.embed_tokens": RowwiseParallel(input_layouts=Replicate()),
             "lm_head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False),
         }
-        for i, _ in enumerate(_decoder_layers(model)):
+        for i, _ in enumerate(decoder_layers(decoder)):
             p = f"model.layers.{i}"
             for name in (
                 "self_attn.q_proj",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
 from app.settings import Settings
@@ -152,6 +153,22 @@ _MEMTEST: dict[str, Any] = {
 def memtest_doc(**changes: Any) -> dict[str, Any]:
     doc = copy.deepcopy(_MEMTEST)
     doc.update(changes)
+    return doc
+
+
+def seed_case_memtest(
+    components: Callable[[dict[str, Any]], dict[str, int]], **result_changes: Any
+) -> dict[str, Any]:
+    """A memtest of the seed case (qwen3.5-27b's config) whose ok results carry the probe's
+    components at the peak, `components(result)` each, and `result_changes`."""
+    from estimator.presets import preset_config
+
+    doc = memtest_doc()
+    doc["model"] = dict(doc["model"], config=preset_config("qwen3.5-27b"))
+    for result in doc["results"]:
+        if result["status"] == "ok":
+            result["components"] = components(result)
+            result.update(result_changes)
     return doc
 
 

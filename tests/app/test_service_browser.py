@@ -20,7 +20,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from service_support import APPROVER_TOKEN, REQUESTER_TOKEN, SEED_TARGETS, UPLOAD_TOKEN, memtest_doc
+from service_support import (
+    APPROVER_TOKEN,
+    REQUESTER_TOKEN,
+    SEED_TARGETS,
+    UPLOAD_TOKEN,
+    seed_case_memtest,
+)
 
 CHROMIUM = os.environ.get("TRAINFIT_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -49,19 +55,15 @@ def _capture(page: Any, name: str) -> None:
 
 def _memtest_file(tmp_path: Path) -> Path:
     """A CUDA memtest of the seed case with the probe's components at the peak."""
-    from estimator.presets import preset_config
-
-    doc = memtest_doc()
-    doc["model"] = dict(doc["model"], config=preset_config("qwen3.5-27b"))
-    for result in doc["results"]:
-        if result["status"] == "ok":
-            result["components"] = {
-                "params": 54_000_000_000,
-                "grads": 200_000_000,
-                "optimizer": 420_000_000,
-                "activations": result["peak_allocated_bytes"] - 54_620_000_000,
-                "host": 9_000_000_000,
-            }
+    doc = seed_case_memtest(
+        lambda result: {
+            "params": 54_000_000_000,
+            "grads": 200_000_000,
+            "optimizer": 420_000_000,
+            "activations": result["peak_allocated_bytes"] - 54_620_000_000,
+            "host": 9_000_000_000,
+        }
+    )
     path = tmp_path / "memtest_seed_h200.json"
     path.write_text(json.dumps(doc))
     return path

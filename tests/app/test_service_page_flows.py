@@ -19,7 +19,7 @@ from service_support import (
     REQUESTER_TOKEN,
     UPLOAD_TOKEN,
     make_settings,
-    memtest_doc,
+    seed_case_memtest,
 )
 from test_service_pages import csrf, seed_form
 
@@ -171,21 +171,16 @@ def test_without_an_approver_the_page_says_how_and_keeps_the_comment(sqlite_url:
 
 
 def _seed_memtest(**result_changes: Any) -> dict[str, Any]:
-    from estimator.presets import preset_config
-
-    doc = memtest_doc()
-    doc["model"] = dict(doc["model"], config=preset_config("qwen3.5-27b"))
-    for result in doc["results"]:
-        if result["status"] == "ok":
-            result["components"] = {
-                "params": 54_000_000_000,
-                "grads": 0,
-                "optimizer": 420_000_000,
-                "activations": 7_000_000_000,
-                "host": 9_000_000_000,
-            }
-            result.update(result_changes)
-    return doc
+    return seed_case_memtest(
+        lambda _result: {
+            "params": 54_000_000_000,
+            "grads": 0,
+            "optimizer": 420_000_000,
+            "activations": 7_000_000_000,
+            "host": 9_000_000_000,
+        },
+        **result_changes,
+    )
 
 
 def _upload(client: TestClient, doc: dict[str, Any], token: str = UPLOAD_TOKEN) -> Any:
