@@ -83,6 +83,7 @@ def _replica(
         root_weights=weights * stage.root / total,
         root_trainable=stage.root if full else 0.0,
         head_trainable=(head / layout.tp if stage.last else 0.0) if full else 0.0,
+        head_weights=weights * (head / layout.tp if stage.last else 0.0) / total,
         unit_weights=weights * stage.layer * layout.wrap_layers / total,
         unit_trainable=trainable * stage.layer * layout.wrap_layers / total,
         largest_module=largest if full else min(largest, trainable * frac),
