@@ -115,6 +115,19 @@ def test_separate_units_without_reshard_stay_gathered_like_the_root() -> None:
     assert loss_kept == pytest.approx(float(sum(root.phases["loss"].values())[0]), rel=1e-9)
 
 
+def test_fsdp2_root_unit_over_a_quantized_base_is_gathered_in_bf16() -> None:
+    """QLoRA: the quantizer replaces the layers' Linear weights only; the embedding and the
+    lm_head the root unit gathers whole stay bf16 (2 bytes/param), not the NF4-averaged
+    bytes; the layers' units carry the rest, so the one-device total is unchanged."""
+    embed, head, _, _ = param_groups(LLAMA70B)
+    mem = _mem(LLAMA70B, 8, method="qlora", parallel="fsdp", stack="torchtune")
+    assert mem.parallel["fsdp_root_unsharded"] == pytest.approx((embed + head) * 2)
+    # two gathered NF4 layer units: about 0.52 bytes/param (4 bits + scales), far from 2
+    layer = (LLAMA70B.params_total - embed - head) / LLAMA70B.layers
+    per_param = mem.parallel["fsdp_gathered_units"] / (2 * layer)
+    assert 0.5 < per_param < 0.56
+
+
 def test_zero3_matches_deepspeeds_own_estimator_for_model_states() -> None:
     """estimate_zero3_model_states_mem_needs: 4 x largest layer + 18 P / N (no offload); ours
     adds the prefetch bucket and the reduce bucket on top, nothing is missing."""
