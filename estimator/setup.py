@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from estimator.parallel.layout import parse_parallel, parse_wrap
+from estimator.parallel.layout import parse_parallel, parse_wrap_units, wrap_text
 from estimator.setup_choices import (
     AdapterDtype,
     Attention,
@@ -70,7 +70,8 @@ class TrainingSetup(BaseModel):
     attention: Attention = "sdpa"
     # multi-GPU layout (estimator/parallel/): `fsdp=8,tp=8`, `zero3`, `dp`, `hsdp`, ...
     parallel: str | None = Field(None, max_length=200)
-    fsdp_wrap: str = Field("layer", max_length=40)  # FSDP unit: layer | block-of-N
+    # FSDP unit: layer | block-of-N, + embeddings / lm_head as units of their own
+    fsdp_wrap: str = Field("layer", max_length=60)
     reshard_after_forward: bool = True
     offload: Offload = "none"  # ZeRO optimizer offload, FSDP / ZeRO-3 parameter offload
 
@@ -86,8 +87,7 @@ class TrainingSetup(BaseModel):
     @field_validator("fsdp_wrap")
     @classmethod
     def _wrap_parses(cls, text: str) -> str:
-        parse_wrap(text)
-        return text.strip().lower()
+        return wrap_text(*parse_wrap_units(text))
 
     @field_validator("lora_targets")
     @classmethod

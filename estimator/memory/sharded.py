@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from estimator.dtypes import BF16, compute_bytes
+from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.memory.activations import (
     Context,
     head_input_saved,
@@ -33,7 +33,7 @@ from estimator.memory.logits import loss_parallel_extra_bytes
 from estimator.memory.model import MemoryBreakdown, memory_breakdown
 from estimator.memory.reserved import allocator_slack
 from estimator.memory.states import largest_tensor
-from estimator.memory.weights import masters_layout
+from estimator.memory.weights import kbit_fp32, masters_layout, quantized_base
 from estimator.parallel.data import (
     DataParallelBytes,
     ReplicaBytes,
@@ -72,21 +72,41 @@ def _replica(
     full = not setup.is_adapter
     embed, head, _, _ = param_groups(spec)
     largest = max(float(largest_tensor(spec)), embed, head) / layout.tp
+    root_bpp, layer_bpp = _weight_bytes_per_param(spec, setup, weights, embed + head)
     return ReplicaBytes(
-        weights=weights * frac,
+        weights=stage.root * root_bpp + (stage.params - stage.root) * layer_bpp,
         adapters=s.weights * frac,
         grads=s.grads * frac,
         masters=s.masters * frac,
         optimizer=s.optimizer * frac,
         step_transient=s.step_transient * frac,
         trainable=trainable * frac,
-        root_weights=weights * stage.root / total,
+        root_weights=stage.root * root_bpp,
         root_trainable=stage.root if full else 0.0,
         head_trainable=(head / layout.tp if stage.last else 0.0) if full else 0.0,
-        unit_weights=weights * stage.layer * layout.wrap_layers / total,
+        head_weights=(head / layout.tp if stage.last else 0.0) * root_bpp,
+        unit_weights=stage.layer * layout.wrap_layers * layer_bpp,
         unit_trainable=trainable * stage.layer * layout.wrap_layers / total,
         largest_module=largest if full else min(largest, trainable * frac),
     )
+
+
+def _weight_bytes_per_param(
+    spec: ModelSpec, setup: TrainingSetup, weights: float, root_params: float
+) -> tuple[float, float]:
+    """(embedding / lm_head, decoder layers) bytes per parameter of the one-device weights.
+    Alike, except over a quantized base (`weights.weight_bytes`): there the quantizer replaces
+    the layers' Linear weights only, and the embedding and lm_head stay in the dense dtype
+    (bitsandbytes via transformers skips the lm_head; torchtune@30b8519e8
+    models/llama3_1/_component_builders.py:247-253 "quantize_base is not applied to final
+    output_proj", nn.Embedding and nn.Linear), which is what FSDP2's root unit gathers whole."""
+    total = float(spec.params_total) or 1.0
+    average = weights / total
+    if not quantized_base(setup) or not spec.geometry_known or root_params >= total:
+        return average, average
+    dense = float(FP32 if kbit_fp32(setup) or setup.precision == "fp32" else BF16)
+    rest = max(weights - root_params * dense, 0.0)
+    return dense, rest / (total - root_params)
 
 
 def _tp_shares(spec: ModelSpec, setup: TrainingSetup, layout: Layout) -> tuple[float, float]:

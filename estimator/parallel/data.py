@@ -40,6 +40,7 @@ offload 2P (stage 2) and 4 x largest + 2P/N (stage 3); with parameter offload 4 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from estimator.dtypes import BF16, FP32
@@ -71,6 +72,7 @@ class ReplicaBytes:
     unit_weights: float  # one FSDP unit's compute weights
     unit_trainable: float  # trainable parameters of one unit (count)
     largest_module: float  # parameters of the largest module (ZeRO-3's fetch unit)
+    head_weights: float = 0.0  # of root_weights, the lm_head's (the rest: the embedding)
 
     @property
     def grad_bytes(self) -> float:
@@ -124,30 +126,35 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
     gb = r.grad_bytes
     layers_unsharded = max(r.weights - r.root_weights, 0.0)
     gathered = 2 * r.unit_weights if layout.reshard_after_forward else layers_unsharded
+    units = _separate_units(r, layout, gb, reduce_bytes)
+    root_weights = r.root_weights - units.weights
     # backward through the layers: the root unsharded, the lm_head's gradient (made first;
     # the embedding's comes last), two units gathered and the current unit's gradients
-    head_grads = r.head_trainable * gb
+    head_grads = (r.head_trainable - units.head_trainable) * gb
     unit_grads = r.unit_trainable * gb
     # after a unit's backward, foreach_reduce's fp32 input and its 1/N output (the unit's own
     # activations are freed by then: the phase rule takes one layer's activations off)
     unit_reduce = r.unit_trainable * reduce_bytes * (1 + 1 / n)
-    root_grads = r.root_trainable * gb
-    root_reduce = r.root_trainable * reduce_bytes * (1 + 1 / n)
+    root_trainable = r.root_trainable - units.trainable
+    root_grads = root_trainable * gb
+    root_reduce = root_trainable * reduce_bytes * (1 + 1 / n)
+    layer_work = gathered + unit_grads
     out = DataParallelBytes(
         weights=shard_params,
         states=r.optimizer / n,
         grads=shard_grads,
-        forward_extra=r.root_weights + gathered,
-        backward_extra=r.root_weights + head_grads + gathered + unit_grads,
+        forward_extra=root_weights + units.kept + gathered,
+        backward_extra=root_weights + units.kept + head_grads + max(layer_work, units.head_work),
         reduce_buffers=unit_reduce,
-        end_extra=r.root_weights + root_grads + root_reduce,
+        end_extra=root_weights + root_grads + root_reduce + units.end_work,
         step_transient=r.step_transient / n,
         terms={
             "fsdp_sharded_params": shard_params,
-            "fsdp_root_unsharded": r.root_weights,
+            "fsdp_root_unsharded": root_weights,
             "fsdp_root_grads_unsharded": root_grads,
             "fsdp_gathered_units": gathered,
             "fsdp_reduce_scatter_buffers": unit_reduce,
+            **({"fsdp_separate_units_unsharded": units.weights} if layout.separate_units else {}),
         },
     )
     if layout.offload == "optimizer":
@@ -160,6 +167,71 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
         out.host = out.weights + out.states + out.grads
         out.weights = out.states = out.grads = 0.0
         out.step_transient = 0.0
+    return out
+
+
+@dataclass(frozen=True)
+class SeparateUnits:
+    """The embedding and / or lm_head wrapped as FSDP2 units of their own (`Layout.
+    separate_units`, torchtune's `custom_sharded_layers`) instead of belonging to the root.
+
+    torchtune@30b8519e8 recipes/full_finetune_distributed.py:416-423 adds `lambda n, m: n in
+    custom_sharded_layers` to the shard conditions; torchtune/training/_distributed.py:612-623
+    (`shard_model`) calls `fully_shard(m, reshard_after_forward=...)` on each matching module
+    bottom-up, then on the whole model (the root), so each named module is a unit with the
+    layers' reshard_after_forward (torchtune v0.6.1 training/_distributed.py: the same loop).
+    Such a unit is all-gathered for its forward and resharded after it, all-gathered again for
+    its backward, and its gradient reduce-scattered and freed by its own post-backward
+    (FSDP2 _fsdp_param_group.py post_backward) instead of the root's at the end of the
+    backward. What a device then holds, by moment:
+    - `weights`: bytes no longer unsharded from the loss through the backward;
+    - `kept`: those of them that stay unsharded from forward to backward anyway
+      (reshard_after_forward False);
+    - `head_work`: the lm_head's backward, the first after the loss: the head gathered again
+      (unless kept), its whole gradient, and the first decoder-layer unit prefetched
+      (backward prefetch, _fsdp_state.py:384) - compared with a layer's gathered units and
+      gradients, the one larger counts;
+    - `end_work`: the embedding's backward, the last: gathered again (unless kept), its
+      gradient and foreach_reduce's input and 1/N output in the reduce dtype.
+    """
+
+    weights: float = 0.0
+    kept: float = 0.0
+    trainable: float = 0.0
+    head_trainable: float = 0.0
+    head_work: float = 0.0
+    end_work: float = 0.0
+
+
+def _separate_units(
+    r: ReplicaBytes, layout: Layout, grad_bytes: float, reduce_bytes: float
+) -> SeparateUnits:
+    if not layout.separate_units:
+        return SeparateUnits()
+    n = shard_degree(layout)
+    raf = layout.reshard_after_forward
+    embed_w, head_w = r.root_weights - r.head_weights, r.head_weights
+    embed_t, head_t = r.root_trainable - r.head_trainable, r.head_trainable
+    out = SeparateUnits()
+    if "lm_head" in layout.separate_units and head_w:
+        gathered = head_w if raf else 0.0
+        out = dataclasses.replace(
+            out,
+            weights=out.weights + head_w,
+            kept=out.kept + (0.0 if raf else head_w),
+            trainable=out.trainable + head_t,
+            head_trainable=head_t,
+            head_work=gathered + head_t * grad_bytes + r.unit_weights,
+        )
+    if "embeddings" in layout.separate_units and embed_w:
+        gathered = embed_w if raf else 0.0
+        out = dataclasses.replace(
+            out,
+            weights=out.weights + embed_w,
+            kept=out.kept + (0.0 if raf else embed_w),
+            trainable=out.trainable + embed_t,
+            end_work=gathered + embed_t * (grad_bytes + reduce_bytes * (1 + 1 / n)),
+        )
     return out
 
 

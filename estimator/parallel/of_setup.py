@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from estimator.errors import EstimatorInputError
-from estimator.parallel.layout import Layout, parse_parallel, parse_wrap, resolve
+from estimator.parallel.layout import Layout, parse_parallel, parse_wrap_units, resolve
 from estimator.setup import TrainingSetup
 
 # GPUs per node when the card is not known here (memory does not see the catalog): the 8-GPU
@@ -25,9 +25,11 @@ def layout_of(setup: TrainingSetup, gpus: int, gpus_per_node: int | None = None)
             "e.g. fsdp or fsdp=8,tp=2",
         )
     layout = resolve(parse_parallel(setup.parallel), gpus, gpus_per_node or DEFAULT_GPUS_PER_NODE)
+    wrap_layers, separate = parse_wrap_units(setup.fsdp_wrap)
     return dataclasses.replace(
         layout,
-        wrap_layers=parse_wrap(setup.fsdp_wrap),
+        wrap_layers=wrap_layers,
+        separate_units=separate,
         reshard_after_forward=setup.reshard_after_forward,
         offload=setup.offload,
     )

@@ -127,7 +127,12 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
         help="multi-GPU layout: dp | fsdp | hsdp | zero1|zero2|zero3 [=N], tp=N[,sp], cp=N, "
         "pp=N, ep=N, combined with commas (fsdp=8,tp=8); degrees multiply to the GPU count",
     )
-    g.add_argument("--fsdp-wrap", default="layer", help="FSDP unit: layer or block-of-N")
+    g.add_argument(
+        "--fsdp-wrap",
+        default="layer",
+        help="FSDP unit: layer or block-of-N, +embeddings / +lm_head as units of their own "
+        "(torchtune custom_sharded_layers: layer+embeddings+lm_head)",
+    )
     g.add_argument(
         "--reshard-after-forward",
         default="true",
