@@ -23,6 +23,13 @@ FSDP2 (torch 2.13 torch/distributed/fsdp/_fully_shard/):
   reduce-scatter input of `reduce_dtype` (fp32 in torchtitan's default, job_config
   mixed_precision_reduce; bf16 in accelerate 1.16 utils/dataclasses.py:2009) and an output of
   1/N of it, then frees the unsharded gradients.
+- under a pipeline (pp > 1) torch's stage turns off resharding after backward and gradient
+  sync for every micro-batch but the last (torch 2.13 pipelining/stage.py:843-847), so after
+  the first micro-batch's backward every unit of the rank stays unsharded and its gradients
+  accumulate unsharded, upcast to `reduce_dtype` (_fsdp_param.py:802-821,
+  _fsdp_param_group.py:603-612); the last backward reduce-scatters every group
+  (stage.py:1169-1186). torchtitan also keeps units unsharded after forward under PP
+  (torchtitan@9dec370 parallelize_llama.py:326-329).
 - offload_policy=CPUOffloadPolicy moves the sharded parameters, gradients and optimizer states
   to the host (the optimizer steps on the CPU).
 
@@ -92,6 +99,9 @@ class DataParallelBytes:
     reduce_buffers: float = 0.0  # a unit's reduce-scatter buffers, once its backward is done
     end_extra: float = 0.0  # at the end of the backward (no activations): the root's reduce
     step_extra: float = 0.0  # buffers of the optimizer step (ZeRO's fp32 gradient partition)
+    accumulated: float = (
+        0.0  # FSDP2 under a pipeline: unsharded gradients kept across micro-batches
+    )
     step_transient: float = 0.0
     persistent: float = 0.0  # buffers alive all step (DDP / ZeRO buckets)
     host: float = 0.0  # offloaded bytes
@@ -157,6 +167,8 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
             **({"fsdp_separate_units_unsharded": units.weights} if layout.separate_units else {}),
         },
     )
+    if layout.pp > 1:
+        _pipelined(out, r, layers_unsharded, reduce_bytes)
     if layout.offload == "optimizer":
         raise EstimatorInputError(
             "setup.offload",
@@ -168,6 +180,22 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
         out.weights = out.states = out.grads = 0.0
         out.step_transient = 0.0
     return out
+
+
+def _pipelined(
+    out: DataParallelBytes, r: ReplicaBytes, layers_unsharded: float, reduce_bytes: float
+) -> None:
+    """FSDP2 inside a pipeline stage (module docstring): every unit unsharded, the gradients
+    accumulated unsharded in `reduce_bytes` (the first micro-batch's in the autograd dtype)."""
+    gb = r.grad_bytes
+    acc = r.trainable * max(reduce_bytes, gb)
+    unit_grads = r.unit_trainable * gb
+    out.accumulated = acc
+    out.forward_extra = r.root_weights + layers_unsharded
+    out.backward_extra = r.root_weights + layers_unsharded + unit_grads
+    out.end_extra = r.root_weights + layers_unsharded + acc + out.reduce_buffers
+    out.terms["fsdp_gathered_units"] = layers_unsharded
+    out.terms["fsdp_pipeline_accumulated_grads"] = acc
 
 
 @dataclass(frozen=True)
@@ -239,6 +267,12 @@ def zero_bytes(r: ReplicaBytes, layout: Layout) -> DataParallelBytes:
     """DeepSpeed ZeRO stage `layout.data` (zero1 | zero2 | zero3)."""
     n = shard_degree(layout)
     stage = int(layout.data[-1])
+    if stage > 1 and layout.pp > 1:
+        raise EstimatorInputError(  # deepspeed/runtime/pipe/engine.py PipelineEngine.__init__
+            "setup.parallel",
+            f"{layout.data} with pp={layout.pp}: DeepSpeed's pipeline engine asserts "
+            "'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism' (use zero1 or fsdp)",
+        )
     gb = r.grad_bytes
     partition = r.trainable * FP32 / n  # fp32 gradient partition, made for the step
     states = (r.masters + r.optimizer) / n
