@@ -282,7 +282,7 @@ def _phases(
     made = zero + (0.0 if keep_grads else dp.grads)
     # a unit's reduce buffers exist once its own activations are freed (one layer's share)
     per_layer = checkpoints / max(layers, 1)
-    layer_work = np.maximum(recompute, dp.reduce_buffers - per_layer)
+    layer_work = np.maximum(recompute + dp.reduce_kept, dp.reduce_buffers - per_layer)
     held = checkpoints
     accumulated = zero
     if dp.accumulated:

@@ -97,6 +97,7 @@ class DataParallelBytes:
     forward_extra: float = 0.0  # unsharded / fetched parameters during forward and loss
     backward_extra: float = 0.0  # the same plus unsharded gradients, through the backward
     reduce_buffers: float = 0.0  # a unit's reduce-scatter buffers, once its backward is done
+    reduce_kept: float = 0.0  # the previous unit's reduce-scatter input, through a backward
     end_extra: float = 0.0  # at the end of the backward (no activations): the root's reduce
     step_extra: float = 0.0  # buffers of the optimizer step (ZeRO's fp32 gradient partition)
     accumulated: float = (
@@ -149,13 +150,20 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
     root_grads = root_trainable * gb
     root_reduce = root_trainable * reduce_bytes * (1 + 1 / n)
     layer_work = gathered + unit_grads
+    # FSDP2 keeps the last reduce-scatter input alive until the next unit's post-backward
+    # (ReduceScatterState, since pytorch/pytorch#129721 moved the copy-in to the default stream,
+    # June 2024; torch 2.13 _fsdp_param_group.py:640-660 and :717-719 with
+    # reduce_scatter_max_input_buffers 1): one unit's gradients in the reduce dtype through
+    # each layer's backward (the lm_head's, when it is a unit of its own, through the first)
+    reduce_kept = max(r.unit_trainable, units.head_trainable) * reduce_bytes
     out = DataParallelBytes(
         weights=shard_params,
         states=r.optimizer / n,
         grads=shard_grads,
-        forward_extra=root_weights + units.kept + gathered,
-        backward_extra=root_weights + units.kept + head_grads + max(layer_work, units.head_work),
+        forward_extra=root_weights + units.kept + max(gathered, units.head_regather),
+        backward_extra=root_weights + units.kept + head_grads + layer_work,
         reduce_buffers=unit_reduce,
+        reduce_kept=reduce_kept,
         end_extra=root_weights + root_grads + root_reduce + units.end_work,
         step_transient=r.step_transient / n,
         terms={
@@ -164,6 +172,7 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
             "fsdp_root_grads_unsharded": root_grads,
             "fsdp_gathered_units": gathered,
             "fsdp_reduce_scatter_buffers": unit_reduce,
+            "fsdp_reduce_scatter_input_kept": reduce_kept,
             **({"fsdp_separate_units_unsharded": units.weights} if layout.separate_units else {}),
         },
     )
@@ -215,10 +224,12 @@ class SeparateUnits:
     - `weights`: bytes no longer unsharded from the loss through the backward;
     - `kept`: those of them that stay unsharded from forward to backward anyway
       (reshard_after_forward False);
-    - `head_work`: the lm_head's backward, the first after the loss: the head gathered again
-      (unless kept), its whole gradient, and the first decoder-layer unit prefetched
-      (backward prefetch, _fsdp_state.py:384) - compared with a layer's gathered units and
-      gradients, the one larger counts;
+    - `head_regather`: the lm_head's backward, inside the loss phase (whose logits term holds
+      the logits' gradient and, under full fine-tuning, the head's weight gradient): the head
+      gathered again (unless kept) and the last decoder-layer unit prefetched (backward
+      prefetch, _fsdp_state.py:384), in place of the two layer units the loss phase counts
+      otherwise, when larger; its reduce-scatter input then stays through the first layer's
+      backward (`reduce_kept`);
     - `end_work`: the embedding's backward, the last: gathered again (unless kept), its
       gradient and foreach_reduce's input and 1/N output in the reduce dtype.
     """
@@ -227,7 +238,7 @@ class SeparateUnits:
     kept: float = 0.0
     trainable: float = 0.0
     head_trainable: float = 0.0
-    head_work: float = 0.0
+    head_regather: float = 0.0
     end_work: float = 0.0
 
 
@@ -249,7 +260,7 @@ def _separate_units(
             kept=out.kept + (0.0 if raf else head_w),
             trainable=out.trainable + head_t,
             head_trainable=head_t,
-            head_work=gathered + head_t * grad_bytes + r.unit_weights,
+            head_regather=gathered + r.unit_weights,
         )
     if "embeddings" in layout.separate_units and embed_w:
         gathered = embed_w if raf else 0.0
