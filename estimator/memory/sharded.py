@@ -386,7 +386,12 @@ def layout_breakdown(
         if profile.get("memory", "count_allocator_slack")
         else 0.0
     )
-    hole = np.asarray(base.loss_hole) / layout.tp if stage.last else 0.0
+    # the loss's hole and the last layer's cached forward (memory/fragmentation.py 1, 3)
+    hole = (
+        (np.asarray(base.loss_hole) + np.asarray(base.forward_cache)) / layout.tp
+        if stage.last
+        else 0.0
+    )
     pool = (
         gather_pool_bytes(setup, profile, replica.root_weights, replica.unit_weights)
         if layout.data == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
