@@ -200,6 +200,7 @@ def _pipelined(
     acc = r.trainable * max(reduce_bytes, gb)
     unit_grads = r.unit_trainable * gb
     out.accumulated = acc
+    out.reduce_kept = 0.0  # no reduce-scatter runs inside a micro-batch's backward
     out.forward_extra = r.root_weights + layers_unsharded
     out.backward_extra = r.root_weights + layers_unsharded + unit_grads
     out.end_extra = r.root_weights + layers_unsharded + acc + out.reduce_buffers
