@@ -124,12 +124,22 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
     gb = r.grad_bytes
     layers_unsharded = max(r.weights - r.root_weights, 0.0)
     gathered = 2 * r.unit_weights if layout.reshard_after_forward else layers_unsharded
+    # at the loss every layer unit has been resharded by its post_forward (torch 2.13
+    # _fsdp_param_group.py:557-564; only the root keeps its parameters, _fsdp_state.py:203-207);
+    # the root's pre_backward then prefetches the last unit to run forward (_backward_prefetch,
+    # _fsdp_param_group.py:828-830) while the loss's backward makes the logits' gradients
+    at_loss = r.unit_weights if layout.reshard_after_forward else layers_unsharded
     # backward through the layers: the root unsharded, the lm_head's gradient (made first;
-    # the embedding's comes last), two units gathered and the current unit's gradients
+    # the embedding's comes last), two units gathered (the current one and the one its
+    # pre_backward prefetches)
     head_grads = r.head_trainable * gb
+    # the current unit's unsharded gradients are made as its own saved tensors are released
+    # (autograd's engine.cpp evaluate_function: fn.release_variables() after each node), the
+    # one-device phase rule's max(activations, gradients) one unit at a time; then
+    # foreach_reduce copies them into its reduce-dtype input (chunk_cat, _fsdp_collectives.py:
+    # 597-617) and allocates the 1/N output: the unit's gradients, input and output are alive
+    # together once the unit's activations are gone (the phase rule takes one layer's off)
     unit_grads = r.unit_trainable * gb
-    # after a unit's backward, foreach_reduce's fp32 input and its 1/N output (the unit's own
-    # activations are freed by then: the phase rule takes one layer's activations off)
     unit_reduce = r.unit_trainable * reduce_bytes * (1 + 1 / n)
     root_grads = r.root_trainable * gb
     root_reduce = r.root_trainable * reduce_bytes * (1 + 1 / n)
@@ -137,9 +147,9 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
         weights=shard_params,
         states=r.optimizer / n,
         grads=shard_grads,
-        forward_extra=r.root_weights + gathered,
-        backward_extra=r.root_weights + head_grads + gathered + unit_grads,
-        reduce_buffers=unit_reduce,
+        forward_extra=r.root_weights + at_loss,
+        backward_extra=r.root_weights + head_grads + gathered,
+        reduce_buffers=unit_grads + unit_reduce,
         end_extra=r.root_weights + root_grads + root_reduce,
         step_transient=r.step_transient / n,
         terms={
@@ -147,6 +157,7 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
             "fsdp_root_unsharded": r.root_weights,
             "fsdp_root_grads_unsharded": root_grads,
             "fsdp_gathered_units": gathered,
+            "fsdp_gathered_at_loss": at_loss,
             "fsdp_reduce_scatter_buffers": unit_reduce,
         },
     )
