@@ -94,7 +94,7 @@ STACK_SETUP_FIELDS: dict[str, tuple[str, ...] | None] = {
     "compile": None,  # bool: torch.compile of the decoder layers
     # multi-GPU layout (issue 12, estimator/parallel/): absent for a single-device run
     "parallel": None,  # str or null: `fsdp=8,tp=8`, `zero3`, `dp`, ...
-    "fsdp_wrap": None,  # str: FSDP unit, `layer` or `block-of-N`
+    "fsdp_wrap": None,  # str: FSDP unit, `layer` or `block-of-N` (+embeddings, +lm_head)
     "reshard_after_forward": None,  # bool: FSDP2 reshard_after_forward
     "offload": ("none", "optimizer", "params"),  # ZeRO / FSDP CPU offload
 }

@@ -11,6 +11,11 @@ Classification at the peak: the tracker keeps a log of allocations and frees per
 training step); `components_at_peak` replays it up to the peak and sorts the storages alive
 then into params / grads / optimizer state / activations (everything else: saved tensors,
 temporaries, logits).
+
+The tracker is a dispatch mode, and while any dispatch mode is active the autograd engine sums a
+tensor's gradient contributions out of place, where a CUDA step adds them in place
+(`probe.grad_sums`); the classification replays the log as CUDA runs those sums when they end
+as a parameter's gradient (a tied embedding's), so the first contribution counts as a gradient.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+
+from probe.grad_sums import cuda_events, first_contributions
 
 __all__ = ["OutputTensorsMode", "StorageTracker", "TrackerOOM", "current_tracker", "GRANULARITY"]
 
@@ -80,10 +87,14 @@ class OutputTensorsMode(TorchDispatchMode):
         for leaf in tree_leaves(out):
             if isinstance(leaf, torch.Tensor):
                 self._track(leaf)
+        self._seen_call(func, args, out)
         return out
 
     def _seen_op(self, func: Any) -> None:
         """Called once per op, after it ran."""
+
+    def _seen_call(self, func: Any, args: tuple[Any, ...], out: Any) -> None:
+        """Called once per op, after its outputs were tracked."""
 
     def _track(self, tensor: torch.Tensor) -> None:
         raise NotImplementedError
@@ -113,6 +124,8 @@ class StorageTracker(OutputTensorsMode):
         self._window_peak_index = 0
         self._window_host_at_peak = 0
         self._step_mark: int | None = None  # event index where the optimizer step began
+        # the backward's sums (probe/grad_sums.py): {sum's uid: first operand's uid}
+        self._sums: dict[int, int] = {}
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -120,6 +133,27 @@ class StorageTracker(OutputTensorsMode):
         name = getattr(func, "__name__", "").split(".")[0]
         if name in ATTENTION_OPS:
             self.kernels.add(ATTENTION_OPS[name])
+
+    def _seen_call(self, func: Any, args: tuple[Any, ...], out: Any) -> None:
+        """Record the sums a backward makes (`probe.grad_sums`): an `add.Tensor` while the
+        autograd engine runs, grad mode off, of two tensors shaped as its output, the first a
+        whole storage of the output's size (what `old_var.add_(var)` could write into)."""
+        if func is not torch.ops.aten.add.Tensor or torch._C._current_graph_task_id() == -1:
+            return
+        if torch.is_grad_enabled() or len(args) < 2 or not isinstance(out, torch.Tensor):
+            return
+        first, second = args[0], args[1]
+        if not all(
+            isinstance(t, torch.Tensor) and t.shape == out.shape and t.dtype == out.dtype
+            for t in (first, second)
+        ):
+            return
+        if first.untyped_storage().nbytes() != out.untyped_storage().nbytes():
+            return
+        uid_out = self._live.get(out.untyped_storage()._cdata, (None, 0))[0]
+        uid_first = self._live.get(first.untyped_storage()._cdata, (None, 0))[0]
+        if uid_out is not None and uid_first is not None and uid_out != uid_first:
+            self._sums[uid_out] = uid_first
 
     def __enter__(self) -> StorageTracker:
         _ACTIVE.append(self)
@@ -200,6 +234,7 @@ class StorageTracker(OutputTensorsMode):
         self._logit_uids &= set(self._baseline)
         self._events = []
         self._step_mark = None
+        self._sums = {}
         self._window_peak = self.current
         self._window_peak_index = 0
         self._window_host_at_peak = self.host_current
@@ -214,12 +249,18 @@ class StorageTracker(OutputTensorsMode):
         """Highest device bytes seen since `begin_window`."""
         return self._window_peak
 
-    def _live_at_window_peak(self) -> dict[int, int]:
+    def _cuda_log(self, grad_uids: set[int]) -> tuple[list[tuple[int, int]], set[int]]:
+        """This window's log with the engine's gradient sums done in place as on CUDA
+        (`probe.grad_sums`), and the first contributions that are gradients from their start."""
+        rename = first_contributions(self._sums, grad_uids)
+        return cuda_events(self._events, rename, grad_uids), set(rename.values())
+
+    def _live_at_window_peak(self, events: list[tuple[int, int]]) -> dict[int, int]:
         live = dict(self._baseline)
-        for uid, delta in self._events[: self._window_peak_index]:
+        for uid, delta in events[: self._window_peak_index]:
             if delta > 0:
                 live[uid] = delta
-            else:
+            elif delta < 0:
                 live.pop(uid, None)
         return live
 
@@ -240,9 +281,11 @@ class StorageTracker(OutputTensorsMode):
         optimizer_state: Iterable[torch.Tensor],
     ) -> dict[str, int]:
         """Bytes alive at this window's peak, by kind. Call while params/grads/states live."""
-        live = self._live_at_window_peak()
         p_uids = self._uids(params)
         g_uids = self._uids(grads) - p_uids
+        events, firsts = self._cuda_log(g_uids)
+        g_uids |= firsts
+        live = self._live_at_window_peak(events)
         o_uids = self._uids(optimizer_state) - p_uids - g_uids
         out = {"params": 0, "grads": 0, "optimizer": 0, "activations": 0}
         for uid, nbytes in live.items():
@@ -273,12 +316,14 @@ class StorageTracker(OutputTensorsMode):
         `optimizer_step` instead of activations. Call while params/grads/states are alive.
         """
         p_uids = self._uids(params)
-        s_uids = (self._uids(grads) | self._uids(optimizer_state)) - p_uids
+        g_uids = self._uids(grads) - p_uids
+        events, firsts = self._cuda_log(g_uids)
+        s_uids = (g_uids | firsts | self._uids(optimizer_state)) - p_uids
         live = dict(self._baseline)
         mark = self._step_mark
         step_uids: set[int] = set()
         if mark is not None:
-            step_uids = {uid for uid, delta in self._events[mark:] if delta > 0}
+            step_uids = {uid for uid, delta in events[mark:] if delta > 0}
 
         def kind(uid: int) -> str:
             if uid in p_uids:
@@ -295,10 +340,10 @@ class StorageTracker(OutputTensorsMode):
         for uid, nbytes in live.items():
             current[kind(uid)] += nbytes
         best = dict(current)
-        for uid, delta in self._events:
+        for uid, delta in events:
             if delta > 0:
                 live[uid] = delta
-            elif live.pop(uid, None) is None:
+            elif delta == 0 or live.pop(uid, None) is None:
                 continue
             k = kind(uid)
             current[k] += delta

@@ -8,8 +8,8 @@
             + max(checkpoints, gradients made) + recompute peak
   step      resident + all gradients + ZeRO's fp32 partition + optimizer temporaries
 resident = sharded parameters + states + persistent buckets (+ gradients under accumulation).
-A pipeline's first stage (embedding, min(pp, m) micro-batches in flight) and last stage
-(lm_head, logits) are both evaluated; the peak is the larger.
+A pipeline's first rank (embedding, the schedule's most micro-batches in flight) and last rank
+(lm_head, logits) are both evaluated; the peak is the larger (estimator/parallel/schedule.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from estimator.dtypes import BF16, compute_bytes
+from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.memory.activations import (
     Context,
     head_input_saved,
@@ -33,7 +33,7 @@ from estimator.memory.logits import loss_parallel_extra_bytes
 from estimator.memory.model import MemoryBreakdown, memory_breakdown
 from estimator.memory.reserved import allocator_slack
 from estimator.memory.states import largest_tensor
-from estimator.memory.weights import masters_layout
+from estimator.memory.weights import kbit_fp32, masters_layout, quantized_base
 from estimator.parallel.data import (
     DataParallelBytes,
     ReplicaBytes,
@@ -42,10 +42,12 @@ from estimator.parallel.data import (
 )
 from estimator.parallel.layout import Layout
 from estimator.parallel.nccl import ASSUMED_CHANNELS, nccl_buffer_bytes
+from estimator.parallel.schedule import boundary_tensors
 from estimator.parallel.split import (
     Stage,
     attention_score_term,
     checkpoint_factor,
+    micro_batches,
     param_groups,
     stages,
     tp_activation_factor,
@@ -72,21 +74,41 @@ def _replica(
     full = not setup.is_adapter
     embed, head, _, _ = param_groups(spec)
     largest = max(float(largest_tensor(spec)), embed, head) / layout.tp
+    root_bpp, layer_bpp = _weight_bytes_per_param(spec, setup, weights, embed + head)
     return ReplicaBytes(
-        weights=weights * frac,
+        weights=stage.root * root_bpp + (stage.params - stage.root) * layer_bpp,
         adapters=s.weights * frac,
         grads=s.grads * frac,
         masters=s.masters * frac,
         optimizer=s.optimizer * frac,
         step_transient=s.step_transient * frac,
         trainable=trainable * frac,
-        root_weights=weights * stage.root / total,
+        root_weights=stage.root * root_bpp,
         root_trainable=stage.root if full else 0.0,
         head_trainable=(head / layout.tp if stage.last else 0.0) if full else 0.0,
-        unit_weights=weights * stage.layer * layout.wrap_layers / total,
+        head_weights=(head / layout.tp if stage.last else 0.0) * root_bpp,
+        unit_weights=stage.layer * layout.wrap_layers * layer_bpp,
         unit_trainable=trainable * stage.layer * layout.wrap_layers / total,
         largest_module=largest if full else min(largest, trainable * frac),
     )
+
+
+def _weight_bytes_per_param(
+    spec: ModelSpec, setup: TrainingSetup, weights: float, root_params: float
+) -> tuple[float, float]:
+    """(embedding / lm_head, decoder layers) bytes per parameter of the one-device weights.
+    Alike, except over a quantized base (`weights.weight_bytes`): there the quantizer replaces
+    the layers' Linear weights only, and the embedding and lm_head stay in the dense dtype
+    (bitsandbytes via transformers skips the lm_head; torchtune@30b8519e8
+    models/llama3_1/_component_builders.py:247-253 "quantize_base is not applied to final
+    output_proj", nn.Embedding and nn.Linear), which is what FSDP2's root unit gathers whole."""
+    total = float(spec.params_total) or 1.0
+    average = weights / total
+    if not quantized_base(setup) or not spec.geometry_known or root_params >= total:
+        return average, average
+    dense = float(FP32 if kbit_fp32(setup) or setup.precision == "fp32" else BF16)
+    rest = max(weights - root_params * dense, 0.0)
+    return dense, rest / (total - root_params)
 
 
 def _tp_shares(spec: ModelSpec, setup: TrainingSetup, layout: Layout) -> tuple[float, float]:
@@ -194,8 +216,24 @@ def _activations(
     r = base.components["recompute_peak"]
     recompute = zero if r is None else np.asarray(r) * tp_transient
     lg = base.components["logits"]
-    logits = zero if (lg is None or not stage.last) else np.asarray(lg) / layout.tp
+    # GPipe's last rank keeps every micro-batch's loss for its backward (parallel/schedule.py)
+    logits = zero if (lg is None or not stage.last) else np.asarray(lg) / layout.tp * stage.losses
     return checkpoints, recompute, logits
+
+
+def _pipeline_buffers(
+    spec: ModelSpec, setup: TrainingSetup, layout: Layout, stage: Stage, tokens: Any
+) -> Any:
+    """Bytes of the stage-boundary tensors a pipeline rank keeps beyond its layers
+    (`schedule.boundary_tensors`): one micro-batch's hidden states each, in the residual
+    stream's dtype, sequence-split by tp under sequence parallelism (the block output is
+    row-parallel with Shard(1) output layouts in torchtitan's plan) and whole without it."""
+    if layout.pp == 1 or not spec.hidden:
+        return tokens * 0.0
+    m = micro_batches(layout, setup.grad_accum)
+    count = boundary_tensors(m, layout.virtual, stage.in_flight, stage.first, stage.last)
+    each = tokens * spec.hidden * stream_bytes(setup, compute_bytes(setup.precision))
+    return each * count / (layout.tp if layout.sp else 1)
 
 
 def _stage_name(stage: Stage) -> str:
@@ -210,8 +248,13 @@ def _phases(
     profile: Profile,
     keep_grads: bool,
     layers: int,
+    in_flight: float = 1.0,
+    pipe: Any = 0.0,
 ) -> dict[str, dict[str, Any]]:
-    """What is alive at each moment, by part (the same moments as `model._phases`)."""
+    """What is alive at each moment, by part (the same moments as `model._phases`). Under a
+    pipeline with FSDP2 the unsharded accumulated gradients exist from the first
+    micro-batch's backward on, when that micro-batch's checkpoints are gone: the backward holds
+    the larger of all checkpoints and (in_flight - 1) micro-batches' plus the gradients."""
     checkpoints, recompute, logits = acts
     zero = checkpoints * 0.0
     states = zero + dp.states + (dp.grads if keep_grads else 0.0)
@@ -229,6 +272,13 @@ def _phases(
     # a unit's reduce buffers exist once its own activations are freed (one layer's share)
     per_layer = checkpoints / max(layers, 1)
     layer_work = np.maximum(recompute, dp.reduce_buffers - per_layer)
+    held = checkpoints
+    accumulated = zero
+    if dp.accumulated:
+        rest = checkpoints * max(in_flight - 1.0, 0.0) / max(in_flight, 1.0)
+        later = rest + dp.accumulated >= checkpoints
+        held = np.where(later, rest, checkpoints)
+        accumulated = np.where(later, zero + dp.accumulated, 0.0)
     return {
         "loss": {
             "weights": zero + dp.weights,
@@ -237,21 +287,25 @@ def _phases(
             "unsharded_params": zero + dp.forward_extra,
             "checkpoints": checkpoints,
             "logits": logits,
+            "pipeline_buffers": zero + pipe,
         },
         "backward": {
             "weights": zero + dp.weights,
             "trainable_states": states,
             "buckets": zero + dp.persistent,
             "unsharded_params_and_grads": zero + dp.backward_extra,
-            "checkpoints": np.where(checkpoints >= made, checkpoints, 0.0),
-            "gradients": np.where(checkpoints >= made, 0.0, made),
+            "checkpoints": np.where(held >= made, held, 0.0),
+            "gradients": np.where(held >= made, 0.0, made),
+            "accumulated_grads": accumulated,
             "recompute_peak_or_reduce": layer_work,
+            "pipeline_buffers": zero + pipe,
         },
         "end_of_backward": {
             "weights": zero + dp.weights,
             "trainable_states": zero + dp.states + dp.grads,
             "buckets": zero + dp.persistent,
             "root_reduce": zero + dp.end_extra,
+            "pipeline_buffers": zero + pipe,
         },
         "step": {
             "weights": zero + dp.weights,
@@ -286,7 +340,8 @@ def layout_breakdown(
     with masters_layout(True):  # layouts keep bf16 copies of fp32 masters (weights.amp_full)
         base = memory_breakdown(spec, local, local_seq, batch, profile, devices=1)
     overhead = np.asarray(base.components["overhead"]) + nccl_buffer_bytes(layout)
-    keep = (setup.grad_accum or 1) > 1
+    # gradients accumulate over micro-batches: grad_accum, or a pipeline's micro-batches
+    keep = (setup.grad_accum or 1) > 1 or layout.pp > 1
     best: tuple[Any, dict[str, Any], DataParallelBytes, Any, Stage, Any, ReplicaBytes] | None = None
     for stage in stages(spec, layout, setup.grad_accum):
         replica = _replica(spec, setup, base, stage, layout)
@@ -298,7 +353,8 @@ def layout_breakdown(
                 acts[1],
                 acts[2] + _tp_loss_extra(spec, setup, profile, tokens, layout),
             )
-        phases = _phases(dp, acts, profile, keep, stage.layers)
+        pipe = _pipeline_buffers(spec, setup, layout, stage, tokens)
+        phases = _phases(dp, acts, profile, keep, stage.layers, stage.in_flight, pipe)
         allocated = _largest(phases)
         host = np.asarray(base.host) * stage.layers / (spec.layers or 1) + dp.host
         components = {
@@ -331,6 +387,15 @@ def layout_breakdown(
         "layout": layout.text,
         "gpus": n,
         "stage": _stage_name(stage),
+        **(
+            {
+                "pp_schedule": layout.schedule,
+                "pp_virtual": layout.virtual,
+                "in_flight": stage.in_flight,
+            }
+            if layout.pp > 1
+            else {}
+        ),
         "nccl_buffer_bytes": nccl_buffer_bytes(layout),
         "nccl_channels_assumed": ASSUMED_CHANNELS,
         **{k: float(v) for k, v in dp.terms.items()},

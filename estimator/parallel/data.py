@@ -23,6 +23,13 @@ FSDP2 (torch 2.13 torch/distributed/fsdp/_fully_shard/):
   reduce-scatter input of `reduce_dtype` (fp32 in torchtitan's default, job_config
   mixed_precision_reduce; bf16 in accelerate 1.16 utils/dataclasses.py:2009) and an output of
   1/N of it, then frees the unsharded gradients.
+- under a pipeline (pp > 1) torch's stage turns off resharding after backward and gradient
+  sync for every micro-batch but the last (torch 2.13 pipelining/stage.py:843-847), so after
+  the first micro-batch's backward every unit of the rank stays unsharded and its gradients
+  accumulate unsharded, upcast to `reduce_dtype` (_fsdp_param.py:802-821,
+  _fsdp_param_group.py:603-612); the last backward reduce-scatters every group
+  (stage.py:1169-1186). torchtitan also keeps units unsharded after forward under PP
+  (torchtitan@9dec370 parallelize_llama.py:326-329).
 - offload_policy=CPUOffloadPolicy moves the sharded parameters, gradients and optimizer states
   to the host (the optimizer steps on the CPU).
 
@@ -40,6 +47,7 @@ offload 2P (stage 2) and 4 x largest + 2P/N (stage 3); with parameter offload 4 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from estimator.dtypes import BF16, FP32
@@ -71,6 +79,7 @@ class ReplicaBytes:
     unit_weights: float  # one FSDP unit's compute weights
     unit_trainable: float  # trainable parameters of one unit (count)
     largest_module: float  # parameters of the largest module (ZeRO-3's fetch unit)
+    head_weights: float = 0.0  # of root_weights, the lm_head's (the rest: the embedding)
 
     @property
     def grad_bytes(self) -> float:
@@ -90,6 +99,9 @@ class DataParallelBytes:
     reduce_buffers: float = 0.0  # a unit's reduce-scatter buffers, once its backward is done
     end_extra: float = 0.0  # at the end of the backward (no activations): the root's reduce
     step_extra: float = 0.0  # buffers of the optimizer step (ZeRO's fp32 gradient partition)
+    accumulated: float = (
+        0.0  # FSDP2 under a pipeline: unsharded gradients kept across micro-batches
+    )
     step_transient: float = 0.0
     persistent: float = 0.0  # buffers alive all step (DDP / ZeRO buckets)
     host: float = 0.0  # offloaded bytes
@@ -124,15 +136,19 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
     gb = r.grad_bytes
     layers_unsharded = max(r.weights - r.root_weights, 0.0)
     gathered = 2 * r.unit_weights if layout.reshard_after_forward else layers_unsharded
+    units = _separate_units(r, layout, gb, reduce_bytes)
+    root_weights = r.root_weights - units.weights
     # at the loss every layer unit has been resharded by its post_forward (torch 2.13
     # _fsdp_param_group.py:557-564; only the root keeps its parameters, _fsdp_state.py:203-207);
     # the root's pre_backward then prefetches the last unit to run forward (_backward_prefetch,
-    # _fsdp_param_group.py:828-830) while the loss's backward makes the logits' gradients
-    at_loss = r.unit_weights if layout.reshard_after_forward else layers_unsharded
+    # _fsdp_param_group.py:828-830; a separate lm_head unit when there is one) while the
+    # loss's backward makes the logits' gradients
+    last = r.head_weights if "lm_head" in layout.separate_units else r.unit_weights
+    at_loss = last if layout.reshard_after_forward else layers_unsharded
     # backward through the layers: the root unsharded, the lm_head's gradient (made first;
     # the embedding's comes last), two units gathered (the current one and the one its
     # pre_backward prefetches)
-    head_grads = r.head_trainable * gb
+    head_grads = (r.head_trainable - units.head_trainable) * gb
     # the current unit's unsharded gradients are made as its own saved tensors are released
     # (autograd's engine.cpp evaluate_function: fn.release_variables() after each node), the
     # one-device phase rule's max(activations, gradients) one unit at a time; then
@@ -141,26 +157,32 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
     # together once the unit's activations are gone (the phase rule takes one layer's off)
     unit_grads = r.unit_trainable * gb
     unit_reduce = r.unit_trainable * reduce_bytes * (1 + 1 / n)
-    root_grads = r.root_trainable * gb
-    root_reduce = r.root_trainable * reduce_bytes * (1 + 1 / n)
+    root_trainable = r.root_trainable - units.trainable
+    root_grads = root_trainable * gb
+    root_reduce = root_trainable * reduce_bytes * (1 + 1 / n)
+    layer_work = gathered
     out = DataParallelBytes(
         weights=shard_params,
         states=r.optimizer / n,
         grads=shard_grads,
-        forward_extra=r.root_weights + at_loss,
-        backward_extra=r.root_weights + head_grads + gathered,
+        forward_extra=root_weights + units.kept + at_loss,
+        backward_extra=root_weights + units.kept + head_grads + max(layer_work, units.head_work),
         reduce_buffers=unit_grads + unit_reduce,
-        end_extra=r.root_weights + root_grads + root_reduce,
+        end_extra=root_weights + root_grads + root_reduce + units.end_work,
         step_transient=r.step_transient / n,
         terms={
             "fsdp_sharded_params": shard_params,
-            "fsdp_root_unsharded": r.root_weights,
+            "fsdp_root_unsharded": root_weights,
             "fsdp_root_grads_unsharded": root_grads,
             "fsdp_gathered_units": gathered,
             "fsdp_gathered_at_loss": at_loss,
             "fsdp_reduce_scatter_buffers": unit_reduce,
+            **({"fsdp_separate_units_unsharded": units.weights} if layout.separate_units else {}),
         },
     )
+    if layout.pp > 1:
+        out.reduce_buffers = unit_reduce  # the gradients stay unsharded (`_pipelined`)
+        _pipelined(out, r, layers_unsharded, reduce_bytes)
     if layout.offload == "optimizer":
         raise EstimatorInputError(
             "setup.offload",
@@ -174,10 +196,97 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
     return out
 
 
+def _pipelined(
+    out: DataParallelBytes, r: ReplicaBytes, layers_unsharded: float, reduce_bytes: float
+) -> None:
+    """FSDP2 inside a pipeline stage (module docstring): every unit unsharded, the gradients
+    accumulated unsharded in `reduce_bytes` (the first micro-batch's in the autograd dtype)."""
+    gb = r.grad_bytes
+    acc = r.trainable * max(reduce_bytes, gb)
+    unit_grads = r.unit_trainable * gb
+    out.accumulated = acc
+    out.forward_extra = r.root_weights + layers_unsharded
+    out.backward_extra = r.root_weights + layers_unsharded + unit_grads
+    out.end_extra = r.root_weights + layers_unsharded + acc + out.reduce_buffers
+    out.terms["fsdp_gathered_units"] = layers_unsharded
+    out.terms["fsdp_pipeline_accumulated_grads"] = acc
+
+
+@dataclass(frozen=True)
+class SeparateUnits:
+    """The embedding and / or lm_head wrapped as FSDP2 units of their own (`Layout.
+    separate_units`, torchtune's `custom_sharded_layers`) instead of belonging to the root.
+
+    torchtune@30b8519e8 recipes/full_finetune_distributed.py:416-423 adds `lambda n, m: n in
+    custom_sharded_layers` to the shard conditions; torchtune/training/_distributed.py:612-623
+    (`shard_model`) calls `fully_shard(m, reshard_after_forward=...)` on each matching module
+    bottom-up, then on the whole model (the root), so each named module is a unit with the
+    layers' reshard_after_forward (torchtune v0.6.1 training/_distributed.py: the same loop).
+    Such a unit is all-gathered for its forward and resharded after it, all-gathered again for
+    its backward, and its gradient reduce-scattered and freed by its own post-backward
+    (FSDP2 _fsdp_param_group.py post_backward) instead of the root's at the end of the
+    backward. What a device then holds, by moment:
+    - `weights`: bytes no longer unsharded from the loss through the backward;
+    - `kept`: those of them that stay unsharded from forward to backward anyway
+      (reshard_after_forward False);
+    - `head_work`: the lm_head's backward, the first after the loss: the head gathered again
+      (unless kept), its whole gradient, and the first decoder-layer unit prefetched
+      (backward prefetch, _fsdp_state.py:384) - compared with a layer's gathered units and
+      gradients, the one larger counts;
+    - `end_work`: the embedding's backward, the last: gathered again (unless kept), its
+      gradient and foreach_reduce's input and 1/N output in the reduce dtype.
+    """
+
+    weights: float = 0.0
+    kept: float = 0.0
+    trainable: float = 0.0
+    head_trainable: float = 0.0
+    head_work: float = 0.0
+    end_work: float = 0.0
+
+
+def _separate_units(
+    r: ReplicaBytes, layout: Layout, grad_bytes: float, reduce_bytes: float
+) -> SeparateUnits:
+    if not layout.separate_units:
+        return SeparateUnits()
+    n = shard_degree(layout)
+    raf = layout.reshard_after_forward
+    embed_w, head_w = r.root_weights - r.head_weights, r.head_weights
+    embed_t, head_t = r.root_trainable - r.head_trainable, r.head_trainable
+    out = SeparateUnits()
+    if "lm_head" in layout.separate_units and head_w:
+        gathered = head_w if raf else 0.0
+        out = dataclasses.replace(
+            out,
+            weights=out.weights + head_w,
+            kept=out.kept + (0.0 if raf else head_w),
+            trainable=out.trainable + head_t,
+            head_trainable=head_t,
+            head_work=gathered + head_t * grad_bytes + r.unit_weights,
+        )
+    if "embeddings" in layout.separate_units and embed_w:
+        gathered = embed_w if raf else 0.0
+        out = dataclasses.replace(
+            out,
+            weights=out.weights + embed_w,
+            kept=out.kept + (0.0 if raf else embed_w),
+            trainable=out.trainable + embed_t,
+            end_work=gathered + embed_t * (grad_bytes + reduce_bytes * (1 + 1 / n)),
+        )
+    return out
+
+
 def zero_bytes(r: ReplicaBytes, layout: Layout) -> DataParallelBytes:
     """DeepSpeed ZeRO stage `layout.data` (zero1 | zero2 | zero3)."""
     n = shard_degree(layout)
     stage = int(layout.data[-1])
+    if stage > 1 and layout.pp > 1:
+        raise EstimatorInputError(  # deepspeed/runtime/pipe/engine.py PipelineEngine.__init__
+            "setup.parallel",
+            f"{layout.data} with pp={layout.pp}: DeepSpeed's pipeline engine asserts "
+            "'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism' (use zero1 or fsdp)",
+        )
     gb = r.grad_bytes
     partition = r.trainable * FP32 / n  # fp32 gradient partition, made for the step
     states = (r.masters + r.optimizer) / n

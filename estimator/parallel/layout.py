@@ -15,7 +15,7 @@ Items
   zero1|zero2|zero3[=N]  DeepSpeed ZeRO stage over N ranks
   tp=N [,sp]          Megatron tensor parallelism (sp: sequence parallelism on top)
   cp=N                context parallelism (ring attention: the sequence split over N ranks)
-  pp=N                pipeline parallelism, 1F1B schedule
+  pp=N                pipeline parallelism (schedule: --pp-schedule, default 1F1B)
   ep=N                expert parallelism (MoE experts split over N of the data-parallel ranks)
 """
 
@@ -35,6 +35,16 @@ FIELD = "setup.parallel"
 
 _ITEM = re.compile(r"^(?P<name>[a-z0-9]+)(?:=(?P<degree>\d+))?$")
 _WRAP = re.compile(r"^(?:layer|block-of-(?P<n>\d+))$")
+# Modules a `+` in `fsdp_wrap` makes FSDP units of their own (torchtune's
+# `custom_sharded_layers`), with the names torchtune's and transformers' Llama give them.
+SEPARATE_UNITS = {
+    "embeddings": "embeddings",
+    "tok_embeddings": "embeddings",
+    "embed_tokens": "embeddings",
+    "lm_head": "lm_head",
+    "output": "lm_head",
+}
+WRAP_FIELD = "setup.fsdp_wrap"
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,10 @@ class Layout:
     wrap_layers: int = 1  # FSDP2 unit: 1 decoder layer (`layer`) or a block of N
     reshard_after_forward: bool = True
     offload: str = "none"  # none | optimizer | params
+    schedule: str = "1f1b"  # pipeline schedule (estimator/parallel/schedule.py)
+    virtual: int = 1  # model chunks (virtual stages) per pipeline rank
+    # FSDP2 units of their own besides the layers: `embeddings`, `lm_head` (else in the root)
+    separate_units: tuple[str, ...] = ()
 
     @property
     def gpus(self) -> int:
@@ -105,13 +119,37 @@ class Layout:
 
 def parse_wrap(text: str) -> int:
     """`layer` -> 1 decoder layer per FSDP unit; `block-of-N` -> N layers per unit."""
-    m = _WRAP.match(text.strip().lower())
+    return parse_wrap_units(text)[0]
+
+
+def parse_wrap_units(text: str) -> tuple[int, tuple[str, ...]]:
+    """`layer` / `block-of-N`, optionally `+embeddings` and / or `+lm_head`: (layers per unit,
+    the modules wrapped as units of their own, sorted). torchtune's `custom_sharded_layers:
+    ['tok_embeddings', 'output']` is `layer+embeddings+lm_head` (its names are accepted too)."""
+    head, *extra = text.strip().lower().replace(" ", "").split("+")
+    m = _WRAP.match(head)
     if m is None:
-        raise EstimatorInputError("setup.fsdp_wrap", f"{text!r}: use layer or block-of-N")
+        raise EstimatorInputError(
+            WRAP_FIELD, f"{text!r}: use layer or block-of-N, optionally +embeddings / +lm_head"
+        )
     n = int(m.group("n") or 1)
     if not 1 <= n <= MAX_DEGREE:
-        raise EstimatorInputError("setup.fsdp_wrap", f"block-of-{n}: N must be 1..{MAX_DEGREE}")
-    return n
+        raise EstimatorInputError(WRAP_FIELD, f"block-of-{n}: N must be 1..{MAX_DEGREE}")
+    units: list[str] = []
+    for name in extra:
+        unit = SEPARATE_UNITS.get(name)
+        if unit is None:
+            known = ", ".join(SEPARATE_UNITS)
+            raise EstimatorInputError(WRAP_FIELD, f"+{name}: not a module to wrap; known: {known}")
+        if unit in units:
+            raise EstimatorInputError(WRAP_FIELD, f"+{name}: {unit} is given twice")
+        units.append(unit)
+    return n, tuple(sorted(units))
+
+
+def wrap_text(n: int, units: tuple[str, ...]) -> str:
+    """Canonical `fsdp_wrap` text of `parse_wrap_units`' result."""
+    return "+".join(["layer" if n == 1 else f"block-of-{n}", *units])
 
 
 def parse_parallel(text: str) -> LayoutText:

@@ -2,7 +2,9 @@
 bubble, and the layout's collectives costed per link (estimator/time/comm.py).
 
 compute = m x FLOPs(one micro-batch of the replica) / (tp x cp x pp) / (peak x efficiency)
-          x (1 + (pp - 1) / m)       1F1B bubble (Narayanan et al. 2021, section 2.2.1)
+          x (1 + bubble)     bubble (pp - 1) / m for 1F1B and GPipe, (pp - 1) / (v m) for
+                             interleaved 1F1B (estimator/parallel/schedule.py; Narayanan et
+                             al. 2021, sections 2.2.1-2.2.2)
 step    = max(compute, memory) + offload + exposed communication
 Communication per step (per device; f = its share of the model, W bf16 weights, G trainable
 gradients):
@@ -16,7 +18,8 @@ gradients):
              recomputed; sequence parallelism swaps each for an all-gather + reduce-scatter of
              the same bus volume (Korthikanti et al. 2022 section 4.2.2); on the critical path
   cp         per layer: K and V passed around the ring in forward, again with dK, dV in backward
-  pp         one activation and one gradient per micro-batch to the next stage
+  pp         one activation and one gradient per micro-batch to the next stage, v times as
+             many under interleaved 1F1B (one per chunk boundary)
   ep         per MoE layer: dispatch and combine all-to-alls in forward and backward
 Collectives other than tp and ep are overlapped with compute by `comm_overlap_fraction`.
 Not modelled: DeepSpeed CPU-Adam time under optimizer offload (only the host transfers).
@@ -30,6 +33,8 @@ from estimator.dtypes import BF16
 from estimator.errors import EstimatorInputError
 from estimator.parallel.data import reduce_bytes
 from estimator.parallel.layout import Layout
+from estimator.parallel.schedule import boundary_sends
+from estimator.parallel.schedule import bubble as pipeline_bubble
 from estimator.parallel.split import micro_batches, stages
 from estimator.scenario import Scenario
 from estimator.time.comm import Collective, Links, cost, strides
@@ -117,7 +122,8 @@ def _model_parallel(sc: Scenario, layout: Layout, m: int) -> list[Collective]:
             layers * m * 3,
         )
     )
-    out.append(Collective("pp stage boundary", "p2p", act, 2, st["pp"], 2 * m * (layout.pp > 1)))
+    sends = boundary_sends(layout.schedule, m, layout.virtual) if layout.pp > 1 else 0
+    out.append(Collective("pp stage boundary", "p2p", act, 2, st["pp"], sends))
     if spec.moe and layout.ep > 1:
         moe_layers = sum(1 for t in spec.mlp_types if t == "moe") / layout.pp
         out.append(
@@ -166,7 +172,7 @@ def layout_step_time(
     peak, peak_name = peak_flops(gpu, setup)
     peak = _rate(peak, peak_name, gpu.id, unknown)
     bw = _rate(gpu.memory_bandwidth_bytes_per_s, "memory_bandwidth_bytes_per_s", gpu.id, unknown)
-    bubble = (layout.pp - 1) / m
+    bubble = pipeline_bubble(layout.schedule, m, layout.pp, layout.virtual)
     compute = flops.total / (peak * efficiency) * (1 + bubble) if peak else None
     sharded = "none" if layout.data == "dp" else "fsdp"
     mem = (
@@ -198,6 +204,7 @@ def layout_step_time(
     notes.append(
         f"{layout.text}: {c.volume:.3g} bytes per device per step over its links, "
         f"{c.inter_node_seconds:.3g} s bound by the inter-node link; bubble {bubble:.0%}"
+        + (f" ({layout.schedule}, {m} micro-batches)" if layout.pp > 1 else "")
     )
     if layout.offload != "none":
         notes.append("optimizer offload: host transfers counted, CPU optimizer time is not")

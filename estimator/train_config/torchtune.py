@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from estimator.errors import EstimatorInputError
+from estimator.parallel.layout import SEPARATE_UNITS
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import set_layout, set_offload
 from estimator.train_config.vocab import COMPONENT_OPTIMIZERS, model_ref
@@ -239,6 +240,26 @@ def _fsdp(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         set_layout(m, "fsdp" if keep else "zero2", "fsdp", key, reshard=keep)
     if offload:
         set_offload(m, "params", "fsdp_cpu_offload")  # CPUOffloadPolicy: params, grads, states
+    _custom_sharded_layers(m, data)
+
+
+def _custom_sharded_layers(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    """`custom_sharded_layers: ['tok_embeddings', 'output']` (the 70B/405B full configs): each
+    named module becomes an FSDP2 unit of its own (full_finetune_distributed.py@30b8519e8
+    :416-417 adds `lambda n, m: n in custom_sharded_layers` to the shard conditions), which is
+    `fsdp_wrap` `layer+embeddings+lm_head`; other names are ignored, said so."""
+    names = m.get(data, "custom_sharded_layers")
+    if not names:
+        return
+    items = names if isinstance(names, list) else [names]
+    units = sorted({SEPARATE_UNITS[str(n)] for n in items if str(n) in SEPARATE_UNITS})
+    for other in (str(n) for n in items if str(n) not in SEPARATE_UNITS):
+        m.ignore(
+            f"custom_sharded_layers:{other}",
+            "only the embedding and the output layer are modelled as FSDP units of their own",
+        )
+    if units:
+        m.set("fsdp_wrap", "+".join(["layer", *units]), "custom_sharded_layers")
 
 
 def _checkpointing(m: TrainConfigMapping, data: dict[str, Any]) -> None:

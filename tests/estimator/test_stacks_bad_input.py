@@ -39,6 +39,16 @@ CLI_CASES = [
     ("kbit prepare with a value", ["--kbit-prepare=sure"], "--kbit-prepare"),
     ("paged with a value", ["--paged=on"], "--paged"),
     ("compile with a value", ["--compile=fast"], "--compile"),
+    (
+        "fsdp wrap of an unknown module",
+        ["--method", "full", "--parallel", "fsdp", "--gpu", "8xh100", "--fsdp-wrap", "layer+norm"],
+        "fsdp_wrap",
+    ),
+    (
+        "fsdp wrap given twice",
+        ["--parallel", "fsdp", "--gpu", "8xh100", "--fsdp-wrap", "layer+output+lm_head"],
+        "fsdp_wrap",
+    ),
 ]
 
 
@@ -76,6 +86,7 @@ REST_CASES = [
     ({"lora_alpha": -1}, "lora_alpha"),
     ({"compile": "inductor"}, "compile"),
     ({"optimizer_impl": "in-backward", "grad_accum": 2}, "optimizer_impl"),
+    ({"fsdp_wrap": "layer+norm", "parallel": "fsdp", "num_gpus": 8}, "fsdp_wrap"),
 ]
 
 

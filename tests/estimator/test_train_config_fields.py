@@ -557,6 +557,16 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
         "model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\nfsdp_cpu_offload: true\n",
         {"setup.sharding": "fsdp", "setup.parallel": "fsdp", "setup.offload": "params"},
     ),
+    (
+        "torchtune",
+        "fsdp",
+        "model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\nfsdp_cpu_offload: true\n"
+        "custom_sharded_layers: ['tok_embeddings', 'output']\n",
+        {
+            "setup.fsdp_wrap": "layer+embeddings+lm_head",
+            "origin.fsdp_wrap": "custom_sharded_layers",
+        },
+    ),
     # -- TRL / HF TrainingArguments (YAML and JSON) ----------------------------------------------
     (
         "trl",

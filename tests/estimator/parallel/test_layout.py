@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from estimator.architectures import spec_from_config
 from estimator.errors import EstimatorInputError
 from estimator.parallel import check_model, parse_parallel, parse_wrap, resolve
+from estimator.parallel.layout import parse_wrap_units
 from estimator.presets import preset_config
 from estimator.setup import TrainingSetup
 
@@ -71,3 +72,15 @@ def test_fsdp_wrap_is_layer_or_block_of_n() -> None:
     assert parse_wrap("layer") == 1 and parse_wrap("block-of-4") == 4
     with pytest.raises(EstimatorInputError):
         parse_wrap("module")
+
+
+def test_fsdp_wrap_names_modules_wrapped_as_units_of_their_own() -> None:
+    assert parse_wrap_units("layer") == (1, ())
+    # torchtune's custom_sharded_layers names, in any order, map to the canonical ones
+    assert parse_wrap_units("layer+output+tok_embeddings") == (1, ("embeddings", "lm_head"))
+    assert parse_wrap_units("block-of-2+lm_head") == (2, ("lm_head",))
+    with pytest.raises(EstimatorInputError, match="not a module to wrap") as info:
+        parse_wrap_units("layer+norm")
+    assert info.value.field == "setup.fsdp_wrap"
+    with pytest.raises(EstimatorInputError, match="given twice"):
+        parse_wrap_units("layer+output+lm_head")

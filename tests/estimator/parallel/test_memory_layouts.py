@@ -71,6 +71,70 @@ def test_bigger_fsdp_units_gather_more() -> None:
     )
 
 
+def test_embedding_and_head_as_units_of_their_own_leave_the_root() -> None:
+    """torchtune's custom_sharded_layers ['tok_embeddings', 'output'] (70B_full.yaml): each is
+    an FSDP2 unit resharded after forward, so neither stays unsharded through the backward;
+    the root keeps nothing of them, and the lm_head's gradient is freed after its backward."""
+    embed, head, _, _ = param_groups(LLAMA70B)
+    root = _mem(LLAMA70B, 8, method="full", parallel="fsdp", precision="bf16", stack="torchtune")
+    both = _mem(
+        LLAMA70B,
+        8,
+        method="full",
+        parallel="fsdp",
+        precision="bf16",
+        stack="torchtune",
+        fsdp_wrap="layer+embeddings+lm_head",
+    )
+    assert root.parallel["fsdp_root_unsharded"] == pytest.approx((embed + head) * 2)
+    assert both.parallel["fsdp_root_unsharded"] == pytest.approx(0.0, abs=1.0)
+    assert both.parallel["fsdp_separate_units_unsharded"] == pytest.approx((embed + head) * 2)
+    assert both.parallel["fsdp_root_grads_unsharded"] == pytest.approx(0.0, abs=1.0)
+    # the loss phase loses the whole root, and the unit the root's pre-backward prefetches is
+    # the lm_head's instead of the last layer's (the last unit to run forward); the backward
+    # at least the embedding (the lm_head is gathered again, with its gradient, for its own)
+    assert both.parallel["fsdp_gathered_at_loss"] == pytest.approx(head * 2)
+    assert root.parallel["fsdp_gathered_at_loss"] == pytest.approx(
+        root.parallel["fsdp_gathered_units"] / 2
+    )
+    loss = sum(root.phases["loss"].values()) - sum(both.phases["loss"].values())
+    prefetched = root.parallel["fsdp_gathered_at_loss"] - both.parallel["fsdp_gathered_at_loss"]
+    assert float(loss[0]) == pytest.approx((embed + head) * 2 + prefetched, rel=1e-6)
+    assert _peak(both) < _peak(root) - embed * 2 * 0.99
+    # the lm_head alone: the embedding stays in the root
+    head_only = _mem(
+        LLAMA70B, 8, method="full", parallel="fsdp", precision="bf16", fsdp_wrap="layer+lm_head"
+    )
+    assert head_only.parallel["fsdp_root_unsharded"] == pytest.approx(embed * 2)
+
+
+def test_separate_units_without_reshard_stay_gathered_like_the_root() -> None:
+    kept = _mem(
+        LLAMA8B,
+        8,
+        method="full",
+        parallel="fsdp",
+        reshard_after_forward=False,
+        fsdp_wrap="layer+embeddings+lm_head",
+    )
+    root = _mem(LLAMA8B, 8, method="full", parallel="fsdp", reshard_after_forward=False)
+    loss_kept = float(sum(kept.phases["loss"].values())[0])
+    assert loss_kept == pytest.approx(float(sum(root.phases["loss"].values())[0]), rel=1e-9)
+
+
+def test_fsdp2_root_unit_over_a_quantized_base_is_gathered_in_bf16() -> None:
+    """QLoRA: the quantizer replaces the layers' Linear weights only; the embedding and the
+    lm_head the root unit gathers whole stay bf16 (2 bytes/param), not the NF4-averaged
+    bytes; the layers' units carry the rest, so the one-device total is unchanged."""
+    embed, head, _, _ = param_groups(LLAMA70B)
+    mem = _mem(LLAMA70B, 8, method="qlora", parallel="fsdp", stack="torchtune")
+    assert mem.parallel["fsdp_root_unsharded"] == pytest.approx((embed + head) * 2)
+    # two gathered NF4 layer units: about 0.52 bytes/param (4 bits + scales), far from 2
+    layer = (LLAMA70B.params_total - embed - head) / LLAMA70B.layers
+    per_param = mem.parallel["fsdp_gathered_units"] / (2 * layer)
+    assert 0.5 < per_param < 0.56
+
+
 def test_zero3_matches_deepspeeds_own_estimator_for_model_states() -> None:
     """estimate_zero3_model_states_mem_needs: 4 x largest layer + 18 P / N (no offload); ours
     adds the prefetch bucket and the reduce bucket on top, nothing is missing."""
@@ -167,14 +231,24 @@ def test_context_parallelism_splits_the_sequence() -> None:
 
 
 def test_pipeline_first_stage_holds_pp_micro_batches_of_its_layers() -> None:
+    from estimator.parallel.of_setup import layout_of
+    from estimator.parallel.split import stages
+
+    setup = TrainingSetup(num_gpus=4, method="full", precision="bf16", parallel="pp=4")
+    layout = layout_of(setup, 4)
+    assert layout is not None
+    first, last = stages(LLAMA8B, layout, None)
+    assert (first.layers, first.in_flight) == (8, 4)  # 8 of 32 layers, 4 micro-batches
+    assert (last.layers, last.in_flight) == (8, 1)
     one = _mem(LLAMA8B, 1, method="full", precision="bf16", checkpointing="gpu")
     pp = _mem(LLAMA8B, 4, method="full", precision="bf16", parallel="pp=4", checkpointing="gpu")
-    assert pp.parallel["stage"] == "first"
-    # 8 of 32 layers, 4 micro-batches in flight: as many checkpoints as one card's
+    # the last rank peaks: the loss of a later micro-batch runs with the gradients the earlier
+    # ones accumulated (torch pipelining keeps them across micro-batches)
+    assert pp.parallel["stage"] == "last"
     assert float(pp.components["checkpoints"][0]) == pytest.approx(
-        float(one.components["checkpoints"][0]), rel=0.01
+        float(one.components["checkpoints"][0]) / 4, rel=0.01
     )
-    assert float(pp.components["logits"][0]) == 0.0  # the loss is on the last stage
+    assert float(pp.components["logits"][0]) > 0.0  # the loss is on the last stage
 
 
 def test_more_fsdp_ranks_never_use_more_memory_per_device() -> None:

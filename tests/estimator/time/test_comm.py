@@ -82,3 +82,24 @@ def test_a_pipeline_pays_its_bubble() -> None:
     flops_share = st.flops.total / (st.peak_flops * st.efficiency)
     # m = pp = 4 micro-batches: bubble (p - 1) / m = 75 %
     assert st.compute_seconds == pytest.approx(flops_share * 1.75)
+
+
+def test_interleaving_shrinks_the_bubble_and_multiplies_the_stage_sends() -> None:
+    def step(schedule: str, virtual: int | None = None):
+        setup = TrainingSetup(
+            method="full",
+            parallel="pp=4",
+            num_gpus=4,
+            grad_accum=8,
+            pp_schedule=schedule,
+            pp_virtual=virtual,
+        )
+        card = gpu_catalog.get_gpu("h100")
+        return step_time(Scenario(LLAMA8B, setup, DEFAULT, 4096, 1, gpu=card, count=4))
+
+    plain, gpipe, inter = step("1f1b"), step("gpipe"), step("interleaved-1f1b", 4)
+    share = plain.flops.total / (plain.peak_flops * plain.efficiency)
+    assert plain.compute_seconds == pytest.approx(share * (1 + 3 / 8))
+    assert gpipe.compute_seconds == pytest.approx(plain.compute_seconds)  # same (p-1)/m
+    assert inter.compute_seconds == pytest.approx(share * (1 + 3 / 32))  # (p-1)/(v m)
+    assert inter.comm_transfer_seconds > plain.comm_transfer_seconds  # 4x the sends
