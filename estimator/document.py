@@ -8,10 +8,12 @@ recommendation documents are built on the same parts.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from estimator.errors import EstimatorInputError
 from estimator.gpu_options import GpuOption, check_devices, parse_gpu_options
+from estimator.memo import Memo, setup_key
 from estimator.model_source import resolve_model
 from estimator.presets import PRESET_SOURCES, preset_config, preset_ids
 from estimator.profile import Profile, load_profile
@@ -31,6 +33,15 @@ if TYPE_CHECKING:
     from estimator.time.calibration import Calibration
 
 SCHEMA = "trainfit.estimate/1"
+# each GPU option's rates per (spec, profile, GPU) and (setup, option, cards, prices,
+# efficiency): seq-independent, so shared by every row and every request that asks again
+_RATES: Memo[OptionRates] = Memo(1024)
+
+
+def _kept_rates(sc: Scenario, efficiency: float | None, source: str | None) -> OptionRates:
+    """`option_rates` on a copy of the setup and prices: the memo keeps them past the call."""
+    kept = sc.at(setup=sc.setup.model_copy(deep=True), prices=dict(sc.prices))
+    return option_rates(kept, efficiency, source)
 
 
 def _tokens_for(spec: ModelSpec, request: EstimateRequest, seq: int) -> float | None:
@@ -74,45 +85,55 @@ def add_time_and_cost(
         )
     prices = normalise_prices(request.prices) if request.prices else {}
     option_prices = {k: gpu_price(o.gpu, prices) for k, o in options.items()}
-    rates: dict[tuple[str, str, str], OptionRates] = {}  # per (setup, option): not per row
+    price_key = tuple(sorted(request.prices.items())) if request.prices else ()
+    # the rates of each GPU option per setup: once per (setup, option), not per row, and
+    # memoised across requests (they do not depend on the length: `option_rates`)
+    rates: dict[tuple[str, str], dict[str, OptionRates]] = {}
+    tokens_at: dict[int, float | None] = {}
     for row in rows:
         key = (row["checkpointing"], row["loss"])
         setup = setups[key]
-        if row["seq_len"] < 1 or row["batch"] < 1:
+        seq, batch = row["seq_len"], row["batch"]
+        if seq < 1 or batch < 1:
             raise EstimatorInputError("seq_len", "sequence length and batch must be positive")
-        flops = step_flops_totals(spec, setup, row["seq_len"], row["batch"])  # once per row
+        flops = step_flops_totals(spec, setup, seq, batch)  # once per row
         row["flops_per_step"] = flops.total
-        tokens = _tokens_for(spec, request, row["seq_len"])
-        for option, fit in row["fit"].items():
-            r = rates.get((*key, option))
-            if r is None:
+        if seq not in tokens_at:
+            tokens_at[seq] = _tokens_for(spec, request, seq)
+        tokens = tokens_at[seq]
+        host = row["host_bytes"] or 0
+        by_option = rates.get(key)
+        if by_option is None:
+            by_option = rates[key] = {}
+            skey = setup_key(setup)
+            for option, fit in row["fit"].items():
                 efficiency = source = None
                 if cal is not None:
                     efficiency = cal.efficiency_on(fit["gpu"], profile)
                     source = f"calibrated: {cal.tokens_per_second:.4g} tokens/s on {cal.gpu_option}"
+                o, devices = options[option], fit["devices"]
                 sc = Scenario(
                     spec,
                     setup,
                     profile,
-                    row["seq_len"],
-                    row["batch"],
-                    gpu=options[option].gpu,
-                    count=fit["devices"],
+                    seq,
+                    batch,
+                    gpu=o.gpu,
+                    count=devices,
                     option=option,
                     prices=request.prices,
                 )
-                r = rates[(*key, option)] = option_rates(sc, efficiency, source)
+                by_option[option] = _RATES.get(
+                    (spec, profile, o.gpu),
+                    (skey, option, devices, price_key, efficiency, source),
+                    partial(_kept_rates, sc, efficiency, source),
+                )
+        for option, fit in row["fit"].items():
             fit["time"], fit["cost"] = cell_time_and_cost(
-                r,
-                flops,
-                row["seq_len"],
-                row["batch"],
-                tokens,
-                row["host_bytes"] or 0,
-                option_prices[option],
+                by_option[option], flops, seq, batch, tokens, host, option_prices[option]
             )
             if cal is not None:
-                fit["time"]["measured"] = cal.is_measured(option, row["seq_len"], row["batch"])
+                fit["time"]["measured"] = cal.is_measured(option, seq, batch)
     return cal
 
 
@@ -150,9 +171,12 @@ def estimate(
         if r["seq_len"] == longest
         and (r["checkpointing"], r["loss"]) == (base.checkpointing, base.loss)
     )
-    training = training_summary(
+    training = training_summary(  # it reads each option's time, cost and fits alone
         Scenario(spec, base, profile, longest, base.batch),
-        {o: {**f, "fits": f["verdict"] == "fits"} for o, f in base_row["fit"].items()},
+        {
+            o: {"time": f["time"], "cost": f["cost"], "fits": f["verdict"] == "fits"}
+            for o, f in base_row["fit"].items()
+        },
         _tokens_for(spec, request, longest),
         verdicts={o: f["verdict"] for o, f in base_row["fit"].items()},
     )

@@ -55,9 +55,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--lora-rank", type=int, default=16)
     s.add_argument("--lora-alpha", type=float, default=None)
     s.add_argument("--lora-targets", default="all-linear", help="a,b,c or all-linear")
-    s.add_argument("--adapter-dtype", choices=_choices("adapter_dtype"), default="fp32")
+    s.add_argument(
+        "--adapter-dtype",
+        choices=_choices("adapter_dtype"),
+        default=None,
+        help="default fp32 (peft); torchtune: the model's dtype",
+    )
     s.add_argument("--optimizer", choices=_choices("optimizer"), default="adamw")
-    s.add_argument("--precision", choices=_choices("precision"), default="mixed")
+    s.add_argument(
+        "--precision",
+        choices=_choices("precision"),
+        default=None,
+        help="default mixed; torchtune: bf16 (its recipes' dtype, no AMP)",
+    )
     s.add_argument("--checkpointing", choices=_choices("checkpointing"), default="gpu")
     s.add_argument("--loss", choices=_choices("loss"), default="full")
     s.add_argument("--loss-chunk", type=int, default=4096)
@@ -68,8 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--stack",
         choices=STACKS,
         default="probe",
-        help="hf: transformers Trainer + peft (+ bitsandbytes); probe: the probe's own loop; "
-        "unsloth/torchtune/torchtitan/deepspeed: reported as not runnable here",
+        help="hf: transformers Trainer + peft (+ bitsandbytes); torchtune: torchtune's "
+        "single-device LoRA / full recipes (needs the torchtune extra); probe: the probe's own "
+        "loop; unsloth/torchtitan/deepspeed: reported as not runnable here",
     )
     k.add_argument(
         "--autocast",

@@ -4,7 +4,9 @@
   fp32 masters, no autocast, foreach AdamW, dropout 0, no gradient accumulation.
 - `hf`: transformers `Trainer` + peft (+ bitsandbytes for QLoRA / 8-bit AdamW), see
   probe.hf_stack. Runs on the CPU, under fake tensors and on CUDA.
-- `unsloth`, `torchtune`, `torchtitan`, `deepspeed`: not runnable by this probe; `check_stack`
+- `torchtune`: torchtune's own single-device recipes (LoRA and full), see probe.torchtune_stack.
+  Runs on the CPU and on CUDA; fake tensors are refused with the reason.
+- `unsloth`, `torchtitan`, `deepspeed`: not runnable by this probe; `check_stack`
   says why (exit 2 on the command line) instead of substituting another stack's numbers.
 
 `check_stack` raises `ProbeInputError` naming the field for a setup the chosen stack cannot run,
@@ -26,13 +28,6 @@ NOT_RUNNABLE: dict[str, str] = {
     "unsloth": "Unsloth needs a GPU: `import unsloth` raises 'Unsloth cannot find any torch "
     "accelerator? You need a GPU.' (unsloth_zoo/device_type.py) and its kernels are triton, so "
     "it cannot run on the CPU or under fake tensors",
-    "torchtune": "torchtune 0.6.1 (its last release) imports torchao.dtypes.nf4tensor, which "
-    "current torchao (0.18) no longer has. Tried again (issue 11): with torchao 0.11 and "
-    "datasets, multiprocess, dill, xxhash, omegaconf, antlr4, sentencepiece, tiktoken and "
-    "blobfile installed beside torch 2.13 (--no-deps) its model builders and training "
-    "utilities import on the CPU, but its recipes (`tune run lora_finetune_single_device`) "
-    "need a tokenizer model file, checkpoint files and a dataset on disk, which this probe does "
-    "not make. Not installed here",
     "torchtitan": "installing torchtitan 0.3.0 with its dependencies would downgrade "
     "huggingface_hub (2.4 -> 1.33) and fsspec under the transformers 5 that trainfit uses. "
     "Tried again without them (issue 11, --no-deps beside torch 2.13): `torchtitan.train` "
@@ -128,3 +123,7 @@ def check_stack(setup: dict[str, Any], device: str) -> None:
         _check_probe_stack(setup)
     elif stack == "hf":
         _check_hf_stack(setup, device)
+    elif stack == "torchtune":
+        from probe.torchtune_stack import check_torchtune_setup
+
+        check_torchtune_setup(setup, device)

@@ -24,6 +24,7 @@ from estimator.memory.activations import (
     stream_bytes,
 )
 from estimator.memory.fragmentation import (
+    forward_cache_bytes,
     gather_pool_bytes,
     loss_hole_bytes,
     reserved_with_fragmentation,
@@ -72,6 +73,7 @@ class MemoryBreakdown:
     allocated: Any = None
     reserved: Any = None
     loss_hole: Any = 0.0  # bytes the eager full loss leaves cached (memory/fragmentation.py)
+    forward_cache: Any = 0.0  # the last layer's forward, cached at the loss (fragmentation.py)
     parallel: dict[str, Any] | None = None  # the --parallel layout's terms (memory/sharded.py)
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # moment -> part -> bytes
 
@@ -192,6 +194,7 @@ def memory_breakdown(
     checkpoints: Any
     recompute: Any
     ctx: Context | None = None
+    fwd_cache: Any = tokens * 0.0
     if not spec.geometry_known:
         recompute = None
         missing["recompute_peak"] = "needs the layer geometry (heads, MLP); give a config.json"
@@ -219,9 +222,13 @@ def memory_breakdown(
         elif setup.checkpointing == "selective":
             checkpoints = tokens * selective_saved(ctx, spec) * layers
             recompute = _recompute_peak(spec, profile, acts, tokens, seq, cb)
+            fwd_cache = forward_cache_bytes(
+                setup, profile, _layer_saved(acts, tokens, seq), tokens * selective_saved(ctx, spec)
+            )
         else:
             checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
             recompute = _recompute_peak(spec, profile, acts, tokens, seq, cb)
+            fwd_cache = forward_cache_bytes(setup, profile, _layer_saved(acts, tokens, seq), 0.0)
         checkpoints = checkpoints / layer_split + mask_bytes(spec, setup, seq, tokens, ctx)
         host = host / layer_split
 
@@ -273,7 +280,7 @@ def memory_breakdown(
         else 0.0
     )
     loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
-    reserved = reserved_with_fragmentation(allocated, loss_phase, hole, pool, slack)
+    reserved = reserved_with_fragmentation(allocated, loss_phase, hole + fwd_cache, pool, slack)
     peak = reserved + overhead
     return MemoryBreakdown(
         components,
@@ -287,6 +294,7 @@ def memory_breakdown(
         reserved=reserved,
         phases=phases,
         loss_hole=hole,
+        forward_cache=fwd_cache,
     )
 
 
@@ -377,6 +385,16 @@ def _with_forward_casts(
     count, forward, worst = per_logit
     head = BF16 * (spec.hidden or 0) * (spec.vocab or 0)
     return logits - count * worst + np.maximum(count * forward + casts, count * worst + head)
+
+
+def _layer_saved(acts: list[Any], tokens: Any, seq: Any) -> Any:
+    """The worst layer kind's saved activations (what its recompute keeps for the backward)."""
+    worst = tokens * 0.0
+    for a, _ in acts:
+        worst = np.maximum(
+            worst, a.per_token * tokens + a.per_token_seq * tokens * seq + a.per_layer
+        )
+    return worst
 
 
 def _recompute_peak(

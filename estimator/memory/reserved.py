@@ -12,20 +12,16 @@ sequence, are left out).
 With `expandable_segments:True` (Unsloth, torchtitan set it) segments grow page by page
 (2 MiB) and the rounding is paid once per segment, not per tensor: one kLargeBuffer is kept.
 Fragmentation between phases is estimator/memory/fragmentation.py's: the eager full loss's
-logits hole and FSDP2's all-gather stream pool, worked out from the allocator's rules on the
-stack's allocation sequence; fragmentation among activations is not modelled. The `probe` stack
-reports no slack (the estimator before stacks).
+logits hole, FSDP2's all-gather stream pool and the last checkpointed layer's forward cached at
+the loss, worked out from the allocator's rules on the stack's allocation sequence. The `probe`
+stack reports no slack (the estimator before stacks).
 
 Checked against a simulation of the allocator's rules (not fitted to it): fake traces of
-transformers' Trainer step (27 B seed case, Llama-3.1-8B LoRA and full, TinyLlama) replayed
-through probe/allocator.py (bench/allocator_slack.py; table and reading in
-bench/results/allocator_slack_2026-12-03.md). With expandable segments off, this rounding plus
-fragmentation.py's loss hole is within -9.2..+3.3 % (seed case -3.1 %) of the least device
-memory the replayed step runs in; the shortfall is blocks cached from the last checkpointed
-layer's forward (3.7 GiB on the seed case), not modelled. With expandable segments on, the
-replays run in allocated + 0.1-0.6 GiB (free pages are unmapped before an OOM): one
-kLargeBuffer is counted here, and fragmentation.py's loss hole, which the unmapping gives back,
-makes the figure conservative there.
+transformers' Trainer step replayed through probe/allocator.py (bench/allocator_slack.py;
+bench/results/allocator_slack_2026-12-03.md). With expandable segments on, the replays run in
+allocated + 0.1-0.6 GiB (free pages are unmapped before an OOM): one kLargeBuffer is counted
+here, and fragmentation.py's terms, which the unmapping gives back, describe
+max_memory_reserved on a card with room, not the least memory the step needs.
 """
 
 from __future__ import annotations

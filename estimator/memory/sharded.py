@@ -42,6 +42,7 @@ from estimator.parallel.data import (
 )
 from estimator.parallel.layout import Layout
 from estimator.parallel.nccl import ASSUMED_CHANNELS, nccl_buffer_bytes
+from estimator.parallel.ring import ring_backward_extra_per_token
 from estimator.parallel.schedule import boundary_tensors
 from estimator.parallel.split import (
     Stage,
@@ -201,10 +202,16 @@ def _tp_loss_extra(
 
 
 def _activations(
-    spec: ModelSpec, setup: TrainingSetup, base: MemoryBreakdown, stage: Stage, layout: Layout
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    base: MemoryBreakdown,
+    stage: Stage,
+    layout: Layout,
+    tokens: Any,
 ) -> tuple[Any, Any, Any]:
     """(checkpoints, recompute peak, logits) on one device of the stage; the logits without
-    a tp rank's loss extra (`_tp_loss_extra`, added by the caller)."""
+    a tp rank's loss extra (`_tp_loss_extra`, added by the caller). Under cp the recompute
+    peak carries ring attention's backward buffers (estimator/parallel/ring.py)."""
     zero = np.asarray(base.components["overhead"]) * 0.0
     layers = spec.layers or 1
     share = stage.layers / layers * stage.in_flight
@@ -215,6 +222,10 @@ def _activations(
     checkpoints = c * share * kept
     r = base.components["recompute_peak"]
     recompute = zero if r is None else np.asarray(r) * tp_transient
+    if layout.cp > 1 and setup.attention != "eager":  # ring attention's backward buffers
+        ctx = Context.build(spec, setup, compute_bytes(setup.precision))
+        cb = ctx.attn_bytes or ctx.compute_bytes
+        recompute = recompute + tokens * ring_backward_extra_per_token(spec, layout, cb)
     lg = base.components["logits"]
     # GPipe's last rank keeps every micro-batch's loss for its backward (parallel/schedule.py)
     logits = zero if (lg is None or not stage.last) else np.asarray(lg) / layout.tp * stage.losses
@@ -271,7 +282,13 @@ def _phases(
     made = zero + (0.0 if keep_grads else dp.grads)
     # a unit's reduce buffers exist once its own activations are freed (one layer's share)
     per_layer = checkpoints / max(layers, 1)
-    layer_work = np.maximum(recompute, dp.reduce_buffers - per_layer)
+    # the previous unit's kept reduce-scatter input outlives that unit's activations (one
+    # layer's share); a separate lm_head's is kept through the first layer, all of them alive.
+    # FSDP2's current unit makes its unsharded gradients as its saved activations are released:
+    # what exceeds one layer's share (`data.fsdp_bytes`)
+    kept = np.maximum(dp.reduce_kept_first, dp.reduce_kept - per_layer)
+    grads = np.maximum(dp.unit_grads - per_layer, 0.0)
+    layer_work = np.maximum(recompute + kept + grads, dp.reduce_buffers - per_layer)
     held = checkpoints
     accumulated = zero
     if dp.accumulated:
@@ -346,7 +363,7 @@ def layout_breakdown(
     for stage in stages(spec, layout, setup.grad_accum):
         replica = _replica(spec, setup, base, stage, layout)
         dp = data_parallel_bytes(replica, layout, reduce_bytes(setup))
-        acts = _activations(spec, setup, base, stage, layout)
+        acts = _activations(spec, setup, base, stage, layout, tokens)
         if stage.last:
             acts = (
                 acts[0],
@@ -375,7 +392,12 @@ def layout_breakdown(
         if profile.get("memory", "count_allocator_slack")
         else 0.0
     )
-    hole = np.asarray(base.loss_hole) / layout.tp if stage.last else 0.0
+    # the loss's hole and the last layer's cached forward (memory/fragmentation.py 1, 3)
+    hole = (
+        (np.asarray(base.loss_hole) + np.asarray(base.forward_cache)) / layout.tp
+        if stage.last
+        else 0.0
+    )
     pool = (
         gather_pool_bytes(setup, profile, replica.root_weights, replica.unit_weights)
         if layout.data == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too

@@ -97,6 +97,9 @@ class DataParallelBytes:
     forward_extra: float = 0.0  # unsharded / fetched parameters during forward and loss
     backward_extra: float = 0.0  # the same plus unsharded gradients, through the backward
     reduce_buffers: float = 0.0  # a unit's reduce-scatter buffers, once its backward is done
+    reduce_kept: float = 0.0  # the previous unit's reduce-scatter input, through a backward
+    reduce_kept_first: float = 0.0  # one kept through the first layer's backward (separate head)
+    unit_grads: float = 0.0  # FSDP2: the current unit's unsharded gradients, in its backward
     end_extra: float = 0.0  # at the end of the backward (no activations): the root's reduce
     step_extra: float = 0.0  # buffers of the optimizer step (ZeRO's fp32 gradient partition)
     accumulated: float = (
@@ -141,17 +144,16 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
     # at the loss every layer unit has been resharded by its post_forward (torch 2.13
     # _fsdp_param_group.py:557-564; only the root keeps its parameters, _fsdp_state.py:203-207);
     # the root's pre_backward then prefetches the last unit to run forward (_backward_prefetch,
-    # _fsdp_param_group.py:828-830; a separate lm_head unit when there is one) while the
-    # loss's backward makes the logits' gradients
-    last = r.head_weights if "lm_head" in layout.separate_units else r.unit_weights
-    at_loss = last if layout.reshard_after_forward else layers_unsharded
+    # _fsdp_param_group.py:828-830) while the loss's backward makes the logits' gradients: one
+    # layer unit (a separate lm_head: `head_regather`)
+    at_loss = r.unit_weights if layout.reshard_after_forward else layers_unsharded
     # backward through the layers: the root unsharded, the lm_head's gradient (made first;
     # the embedding's comes last), two units gathered (the current one and the one its
     # pre_backward prefetches)
     head_grads = (r.head_trainable - units.head_trainable) * gb
     # the current unit's unsharded gradients are made as its own saved tensors are released
-    # (autograd's engine.cpp evaluate_function: fn.release_variables() after each node), the
-    # one-device phase rule's max(activations, gradients) one unit at a time; then
+    # (autograd's engine.cpp evaluate_function: fn.release_variables() after each node): the
+    # phase rule counts what exceeds one layer's saved activations (`unit_grads`); then
     # foreach_reduce copies them into its reduce-dtype input (chunk_cat, _fsdp_collectives.py:
     # 597-617) and allocates the 1/N output: the unit's gradients, input and output are alive
     # together once the unit's activations are gone (the phase rule takes one layer's off)
@@ -161,13 +163,24 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
     root_grads = root_trainable * gb
     root_reduce = root_trainable * reduce_bytes * (1 + 1 / n)
     layer_work = gathered
+    # FSDP2 keeps the last reduce-scatter input alive until the next unit's post-backward
+    # (ReduceScatterState, since pytorch/pytorch#129721 moved the copy-in to the default stream,
+    # June 2024; torch 2.13 _fsdp_param_group.py:640-660 and :717-719 with
+    # reduce_scatter_max_input_buffers 1): one unit's gradients in the reduce dtype through
+    # each later layer's backward, whose own activations are gone by then (the phase rule takes
+    # one layer's off); the lm_head's, when it is a unit of its own, through the first layer's
+    reduce_kept = r.unit_trainable * reduce_bytes
+    reduce_kept_first = units.head_trainable * reduce_bytes
     out = DataParallelBytes(
         weights=shard_params,
         states=r.optimizer / n,
         grads=shard_grads,
-        forward_extra=root_weights + units.kept + at_loss,
-        backward_extra=root_weights + units.kept + head_grads + max(layer_work, units.head_work),
+        forward_extra=root_weights + units.kept + max(at_loss, units.head_regather),
+        backward_extra=root_weights + units.kept + head_grads + layer_work,
         reduce_buffers=unit_grads + unit_reduce,
+        reduce_kept=reduce_kept,
+        reduce_kept_first=reduce_kept_first,
+        unit_grads=unit_grads,
         end_extra=root_weights + root_grads + root_reduce + units.end_work,
         step_transient=r.step_transient / n,
         terms={
@@ -175,13 +188,15 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
             "fsdp_root_unsharded": root_weights,
             "fsdp_root_grads_unsharded": root_grads,
             "fsdp_gathered_units": gathered,
-            "fsdp_gathered_at_loss": at_loss,
+            "fsdp_gathered_at_loss": max(at_loss, units.head_regather),
             "fsdp_reduce_scatter_buffers": unit_reduce,
+            "fsdp_reduce_scatter_input_kept": max(reduce_kept, reduce_kept_first),
             **({"fsdp_separate_units_unsharded": units.weights} if layout.separate_units else {}),
         },
     )
     if layout.pp > 1:
         out.reduce_buffers = unit_reduce  # the gradients stay unsharded (`_pipelined`)
+        out.unit_grads = 0.0  # counted in `_pipelined`'s backward_extra
         _pipelined(out, r, layers_unsharded, reduce_bytes)
     if layout.offload == "optimizer":
         raise EstimatorInputError(
@@ -205,6 +220,7 @@ def _pipelined(
     acc = r.trainable * max(reduce_bytes, gb)
     unit_grads = r.unit_trainable * gb
     out.accumulated = acc
+    out.reduce_kept = out.reduce_kept_first = 0.0  # no reduce-scatter in a micro-batch's backward
     out.forward_extra = r.root_weights + layers_unsharded
     out.backward_extra = r.root_weights + layers_unsharded + unit_grads
     out.end_extra = r.root_weights + layers_unsharded + acc + out.reduce_buffers
@@ -229,10 +245,12 @@ class SeparateUnits:
     - `weights`: bytes no longer unsharded from the loss through the backward;
     - `kept`: those of them that stay unsharded from forward to backward anyway
       (reshard_after_forward False);
-    - `head_work`: the lm_head's backward, the first after the loss: the head gathered again
-      (unless kept), its whole gradient, and the first decoder-layer unit prefetched
-      (backward prefetch, _fsdp_state.py:384) - compared with a layer's gathered units and
-      gradients, the one larger counts;
+    - `head_regather`: the lm_head's backward, inside the loss phase (whose logits term holds
+      the logits' gradient and, under full fine-tuning, the head's weight gradient): the head
+      gathered again (unless kept) and the last decoder-layer unit prefetched (backward
+      prefetch, _fsdp_state.py:384), in place of the two layer units the loss phase counts
+      otherwise, when larger; its reduce-scatter input then stays through the first layer's
+      backward (`reduce_kept`);
     - `end_work`: the embedding's backward, the last: gathered again (unless kept), its
       gradient and foreach_reduce's input and 1/N output in the reduce dtype.
     """
@@ -241,7 +259,7 @@ class SeparateUnits:
     kept: float = 0.0
     trainable: float = 0.0
     head_trainable: float = 0.0
-    head_work: float = 0.0
+    head_regather: float = 0.0
     end_work: float = 0.0
 
 
@@ -263,7 +281,7 @@ def _separate_units(
             kept=out.kept + (0.0 if raf else head_w),
             trainable=out.trainable + head_t,
             head_trainable=head_t,
-            head_work=gathered + head_t * grad_bytes + r.unit_weights,
+            head_regather=gathered + r.unit_weights,
         )
     if "embeddings" in layout.separate_units and embed_w:
         gathered = embed_w if raf else 0.0

@@ -133,3 +133,27 @@ def test_zero2_and_zero3_refuse_a_pipeline() -> None:
     with pytest.raises(EstimatorInputError, match="incompatible with pipeline"):
         _mem(8, parallel="zero3,pp=2")
     _mem(8, parallel="zero1,pp=2")  # fine
+
+
+def test_ring_attention_backward_buffers_grow_with_the_ring() -> None:
+    from estimator.parallel import parse_parallel, resolve
+    from estimator.parallel.ring import ring_backward_extra_per_token
+
+    def per_token(text: str, gpus: int) -> float:
+        return ring_backward_extra_per_token(LLAMA8B, resolve(parse_parallel(text), gpus), 2)
+
+    assert per_token("fsdp", 8) == 0.0
+    q, kv = 4096, 1024  # llama-3.1-8b: 32 x 128 query, 8 x 128 key/value
+    two, eight = per_token("cp=2", 2), per_token("cp=8", 8)
+    assert two == pytest.approx(4 * (q + 2 * kv) + 2 * 2 * kv * 3 + 16 * kv)
+    assert eight - two == pytest.approx(2 * 2 * kv * 6)  # the all-gathered K/V: 1 + cp chunks
+    with_tp = ring_backward_extra_per_token(LLAMA8B, resolve(parse_parallel("tp=2,cp=2"), 4), 2)
+    assert with_tp == pytest.approx(two / 2)
+    one = _mem(2, parallel="cp=2,dp=1")
+    plain = TrainingSetup(num_gpus=1, method="full", precision="bf16", checkpointing="gpu")
+    single = memory_breakdown(LLAMA8B, plain, [2048], 1, DEFAULT, devices=1)
+    # the cp rank's backward transient = one device's at s/cp plus the ring buffers
+    extra = float(one.components["recompute_peak"][0]) - float(
+        single.components["recompute_peak"][0]
+    )
+    assert extra == pytest.approx(2048 * two, rel=0.01)
