@@ -296,7 +296,17 @@ def _phases(
     per_layer = checkpoints / max(layers, 1)
     counted = np.maximum(held, made)
     after_unit = np.maximum(held - per_layer, made) + dp.reduce_buffers
-    layer_work = np.maximum(recompute + dp.reduce_kept, after_unit - counted)
+    # FSDP2 during a unit's backward: its unsharded gradients are made as its own saved
+    # tensors are released (`data.fsdp_bytes`), so they count beyond the layer's share; the
+    # previous unit's kept reduce-scatter input outlives that unit's activations (a second
+    # layer's share), a separate lm_head's is kept through the first layer's backward
+    during = zero
+    if dp.unit_grads or dp.reduce_kept or dp.reduce_kept_first:
+        own = np.maximum(per_layer, dp.unit_grads)
+        first = np.maximum(held - per_layer, made) + own + dp.reduce_kept_first
+        later = np.maximum(held - 2 * per_layer, made) + own + dp.reduce_kept
+        during = np.maximum(np.maximum(first, later) - counted, 0.0)
+    layer_work = np.maximum(recompute + during, after_unit - counted)
     return {
         "loss": {
             "weights": zero + dp.weights,
