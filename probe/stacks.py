@@ -5,7 +5,7 @@
 - `hf`: transformers `Trainer` + peft (+ bitsandbytes for QLoRA / 8-bit AdamW), see
   probe.hf_stack. Runs on the CPU, under fake tensors and on CUDA.
 - `torchtune`: torchtune's own single-device recipes (LoRA and full), see probe.torchtune_stack.
-  Runs on the CPU and on CUDA; fake tensors are refused with the reason.
+  Runs on the CPU, under fake tensors (a fake checkpointer) and on CUDA.
 - `unsloth`, `torchtitan`, `deepspeed`: not runnable by this probe; `check_stack`
   says why (exit 2 on the command line) instead of substituting another stack's numbers.
 
