@@ -292,3 +292,12 @@ def test_a_duplicated_key_is_named_with_its_path():
     with pytest.raises(MemtestSchemaError) as info:
         load_memtest(text)
     assert info.value.field == "results[1].seq_len"
+
+
+def test_pipeline_schedule_fields_are_checked():
+    doc = _doc()
+    doc["setup"]["pp_schedule"] = "zero-bubble"
+    _raises(doc, "setup.pp_schedule")
+    doc = _doc()
+    doc["setup"]["pp_virtual"] = 0
+    _raises(doc, "setup.pp_virtual")
