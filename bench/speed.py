@@ -17,7 +17,8 @@ process unless `--clock wall`):
 - `cli_help`, `cli_estimate`: wall seconds of `python -m trainfit --help` and of
   `trainfit estimate --model llama-3.1-8b --gpu h100-80gb` in a fresh interpreter;
 - `rest_*`: in-process (fastapi TestClient) milliseconds of `/healthz` and `/v1/estimate` at 1
-  and 100 cells.
+  and 100 cells, the same body again and again (a service that keeps its answers serves it
+  from memory) and a new body every call (`_fresh`: computed, validated and encoded).
 Works on older trees too (figures a tree cannot produce are printed as `n/a`), so the same
 script measures before and after (`PYTHONPATH=<old tree> python bench/speed.py`).
 """
@@ -242,6 +243,17 @@ def bench_rest(quick: bool, repeats: int) -> None:
             hundred = _per_call(lambda: client.post("/v1/estimate", json=body), calls // 3, repeats)
             _print("rest_estimate_100", hundred * 1e3, "ms", "POST /v1/estimate, 10 x 10 cells")
             _print("rest_ratio_100", hundred / health, "x /healthz", "goal <= 2")
+            # a body never sent before every call: no answer kept by the service can help
+            shift = iter(range(1, 10**9))
+
+            def fresh() -> Any:
+                k = next(shift)
+                lengths = [2048 * i + k for i in range(1, 11)]
+                return client.post("/v1/estimate", json={**body, "seq_lens": lengths})
+
+            cold = _per_call(fresh, calls // 3, repeats)
+            _print("rest_estimate_100_fresh", cold * 1e3, "ms", "the same, a new body each call")
+            _print("rest_ratio_100_fresh", cold / health, "x /healthz", "goal <= 2")
 
 
 BENCHES = {

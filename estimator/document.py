@@ -8,6 +8,7 @@ recommendation documents are built on the same parts.
 
 from __future__ import annotations
 
+import copy
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +66,7 @@ def add_time_and_cost(
     setups: dict[tuple[str, str], TrainingSetup],
     profile: Profile,
     options: dict[str, GpuOption],
+    tokens_at: dict[int, float | None] | None = None,
 ) -> Calibration | None:
     """FLOPs once per row (they do not depend on the GPU); the rates of each GPU option once
     per setup (`option_rates`); `time` and `cost` per row and option (`cell_time_and_cost`,
@@ -89,7 +91,7 @@ def add_time_and_cost(
     # the rates of each GPU option per setup: once per (setup, option), not per row, and
     # memoised across requests (they do not depend on the length: `option_rates`)
     rates: dict[tuple[str, str], dict[str, OptionRates]] = {}
-    tokens_at: dict[int, float | None] = {}
+    tokens_at = {} if tokens_at is None else tokens_at  # the run's tokens per length, filled
     for row in rows:
         key = (row["checkpointing"], row["loss"])
         setup = setups[key]
@@ -162,7 +164,10 @@ def estimate(
         rows += setup_rows
     assert mem is not None
     rows.sort(key=lambda r: r["seq_len"])
-    cal = add_time_and_cost(spec, request, rows, by_key, profile, {o.option: o for o in options})
+    tokens_at: dict[int, float | None] = {}
+    cal = add_time_and_cost(
+        spec, request, rows, by_key, profile, {o.option: o for o in options}, tokens_at
+    )
     longest = max(request.seq_lens)
     base = setups[0]
     base_row = next(
@@ -177,7 +182,7 @@ def estimate(
             o: {"time": f["time"], "cost": f["cost"], "fits": f["verdict"] == "fits"}
             for o, f in base_row["fit"].items()
         },
-        _tokens_for(spec, request, longest),
+        tokens_at[longest],  # `_tokens_for` at the longest length, as the rows had it
         verdicts={o: f["verdict"] for o, f in base_row["fit"].items()},
     )
     extra: dict[str, Any] = {"training": training}
@@ -190,7 +195,7 @@ def estimate(
     report = request.train_config_report
     if report is not None:
         extra["train_config"] = report
-    setup_out = request.setup.model_dump()
+    setup_out = _setup_echo(request.setup)
     if report is not None:
         setup_out["ignored"] = report["ignored"]
     return {
@@ -211,8 +216,43 @@ def estimate(
         },
         "rows": rows,
         **extra,
-        "assumptions": profile.as_dict(),
+        "assumptions": _assumptions(profile),
     }
+
+
+def _setup_echo(setup: TrainingSetup) -> dict[str, Any]:
+    """`setup.model_dump()`, dumped once per setup value: a fresh dict whose lists and dicts
+    are fresh copies."""
+    dump, mutable = _SETUP_DUMPS.get((), setup_key(setup), lambda: _dump_of(setup))
+    out = dict(dump)
+    for k in mutable:
+        out[k] = copy.deepcopy(dump[k])
+    return out
+
+
+def _dump_of(setup: TrainingSetup) -> tuple[dict[str, Any], tuple[str, ...]]:
+    dump = setup.model_dump()
+    return dump, tuple(k for k, v in dump.items() if isinstance(v, list | dict))
+
+
+_SETUP_DUMPS: Memo[tuple[dict[str, Any], tuple[str, ...]]] = Memo()
+
+
+def _assumptions(profile: Profile) -> dict[str, dict[str, dict[str, Any]]]:
+    """`profile.as_dict()` (a fresh document part) from the profile's sorted entries, which are
+    sorted once per profile."""
+    entries = _SORTED_ENTRIES.get(
+        (profile,),
+        None,
+        lambda: [(s, sorted(items.items())) for s, items in profile.entries.items()],
+    )
+    return {
+        section: {k: {"value": a.value, "source": a.source} for k, a in items}
+        for section, items in entries
+    }
+
+
+_SORTED_ENTRIES: Memo[list[tuple[str, list[tuple[str, Any]]]]] = Memo()
 
 
 def estimate_document(

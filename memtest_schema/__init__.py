@@ -64,7 +64,8 @@ SETUP_CHOICES: dict[str, tuple[str, ...] | None] = {
     "adapter_dtype": ("fp32", "bf16"),
     "optimizer": ("adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"),
     "precision": ("mixed", "bf16", "fp32"),
-    "checkpointing": ("none", "gpu", "offload"),
+    # selective: torchtitan's per-op SelectiveAC (--stack torchtitan only)
+    "checkpointing": ("none", "gpu", "offload", "selective"),
     "loss": ("full", "chunked", "liger"),
     "loss_chunk": None,
     "batch": None,

@@ -6,7 +6,9 @@
   probe.hf_stack. Runs on the CPU, under fake tensors and on CUDA.
 - `torchtune`: torchtune's own single-device recipes (LoRA and full), see probe.torchtune_stack.
   Runs on the CPU and on CUDA; fake tensors are refused with the reason.
-- `unsloth`, `torchtitan`, `deepspeed`: not runnable by this probe; `check_stack`
+- `torchtitan`: torchtitan's own Trainer (FSDP2 under gloo, CPU), see probe.torchtitan_stack;
+  the CLI hands the run to it.
+- `unsloth`, `deepspeed`: not runnable by this probe; `check_stack`
   says why (exit 2 on the command line) instead of substituting another stack's numbers.
 
 `check_stack` raises `ProbeInputError` naming the field for a setup the chosen stack cannot run,
@@ -28,12 +30,6 @@ NOT_RUNNABLE: dict[str, str] = {
     "unsloth": "Unsloth needs a GPU: `import unsloth` raises 'Unsloth cannot find any torch "
     "accelerator? You need a GPU.' (unsloth_zoo/device_type.py) and its kernels are triton, so "
     "it cannot run on the CPU or under fake tensors",
-    "torchtitan": "installing torchtitan 0.3.0 with its dependencies would downgrade "
-    "huggingface_hub (2.4 -> 1.33) and fsspec under the transformers 5 that trainfit uses. "
-    "Tried again without them (issue 11, --no-deps beside torch 2.13): `torchtitan.train` "
-    "next needs tyro, spmd_types, torchdata and tensorboard before it imports, and its FSDP2 "
-    "train step needs its own TOML job config, tokenizer assets and a dataset on disk, which "
-    "this probe does not make. Not installed here",
     "deepspeed": "DeepSpeed's ZeRO engine needs a CUDA (or other accelerator) backend and its "
     "compiled ops; not run by this probe",
 }
@@ -119,6 +115,15 @@ def check_stack(setup: dict[str, Any], device: str) -> None:
     stack = setup["stack"]
     if stack in NOT_RUNNABLE:
         raise ProbeInputError("setup.stack", f"{stack} is not runnable here: {NOT_RUNNABLE[stack]}")
+    if setup["checkpointing"] == "selective" and stack != "torchtitan":
+        raise ProbeInputError(
+            "setup.checkpointing",
+            "selective (per-op) checkpointing is torchtitan's: --stack torchtitan",
+        )
+    if stack == "torchtitan":
+        from probe.torchtitan_stack import check_torchtitan_setup
+
+        check_torchtitan_setup(setup, device)
     if stack == "probe":
         _check_probe_stack(setup)
     elif stack == "hf":

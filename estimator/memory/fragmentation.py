@@ -42,15 +42,29 @@ probe/allocator.py, not fitted to them.
    reserved >= loss-phase allocated + the logits hole (1) + one layer's activations as the
    recompute keeps them (the largest layer kind; under selective checkpointing the part the
    policy does not keep, which is freed; with no checkpointing the saved tensors stay
-   allocated and nothing is counted). This is an upper bound of what stays cached (the layer's
-   forward frees some tensors before others are made, and the live checkpoints take some of
-   the cached bytes); the replays sit at 93-97 % of it with expandable segments off
-   (cached at the first logits request / one layer's activations: TinyLlama LoRA 8k 0.705 /
-   0.729 GiB, TinyLlama full 4k 0.325 / 0.348, Llama-3.1-8B LoRA 4k 0.767 / 0.829). With
-   expandable segments on, a freed block at the end of the mapped range merges with the
-   unmapped tail (`find_expandable_block` + `map_block`), so the loss can take the last freed
-   blocks and the replays sit lower (40-60 %); the bound is kept (a max_memory_reserved
-   estimate that may be high, never low, from this term).
+   allocated and nothing is counted). This bounds the layer's share (its forward frees some
+   tensors before others are made, and the live checkpoints take some of the cached bytes).
+   Replays (bench/allocator_rule.py, bench/results/allocator_rule_2026-12-03.md; expandable
+   segments off): reserved - allocated at the first step's logits is 93-101 % of this term on
+   the TinyLlama, Llama-3.1-8B and small QLoRA checkpointed cases and 63 % on the 27 B hybrid
+   (3.71 of 5.85 GiB: its worst layer kind, a Gated DeltaNet layer, is not its last layer);
+   every cached block smaller than the logits, at the later step, 70-117 %. With expandable
+   segments on, a freed block at the end of the mapped range merges with the unmapped tail
+   (`find_expandable_block` + `map_block`), so the loss can take the last freed blocks and
+   the replays hold less; the bound is kept (max_memory_reserved on a card with room).
+4. The previous step's gradients (`grad_cache_bytes`). Every stack frees the gradients after
+   the optimizer step (transformers 5.24.0 trainer.py:1954 `model.zero_grad()`, torch 2.13
+   nn/modules/module.py:2948 and optim/optimizer.py:1024 `set_to_none=True` by default;
+   torchtitan and torchtune call `zero_grad()` likewise), so from the second step on their
+   blocks, one per trained tensor, are cached when the forward starts. The forward carves its
+   kept activations (checkpoints, or every saved tensor without checkpointing) and its layer
+   blocks out of them; a gradient block smaller than the logits (tokens x vocab in the
+   logits' dtype, the loss's smallest tensor) cannot serve any loss tensor. So at the loss
+   reserved >= loss-phase allocated + the logits hole + max(3, those small gradient blocks -
+   the kept activations). Adapters' gradients are small: their sum counts. Worked out for one
+   device (`sharding` none): sharded gradients are flat or DTensor shards whose blocks this
+   rule does not follow, and the term is not counted there (nor in estimator/memory/
+   sharded.py's layouts).
 """
 
 from __future__ import annotations
@@ -106,6 +120,26 @@ def forward_cache_bytes(
     if not counts_fragmentation(setup, profile) or setup.checkpointing == "none":
         return zero
     return np.maximum(zero + layer_bytes - kept_bytes, 0.0)
+
+
+def grad_cache_bytes(
+    setup: TrainingSetup,
+    profile: Profile,
+    grads: list[tuple[float, int]],
+    loss_first: Any,
+    kept: Any,
+) -> Any:
+    """Bytes of the previous step's gradient blocks still cached at the loss (module note, 4):
+    the gradient tensors (`grads`: (bytes, count) pairs) smaller than the loss's first tensor
+    (`loss_first` = tokens x vocab x the logits' dtype) less the activations the forward keeps
+    (`kept`), which are carved from them."""
+    first = np.asarray(loss_first, dtype=np.float64)
+    if not counts_fragmentation(setup, profile) or not grads:
+        return first * 0.0
+    small = first * 0.0
+    for size, count in grads:
+        small = small + np.where(size < first, size * count, 0.0)
+    return np.maximum(small - kept, 0.0)
 
 
 def reserved_with_fragmentation(

@@ -32,6 +32,7 @@ import numpy as np
 
 from estimator.dtypes import BF16, FP32
 from estimator.memo import Memo, setup_key
+from estimator.memory.states import StateBytes
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 from estimator.stacks import load_stack
@@ -106,3 +107,37 @@ def _tensor_slack(spec: ModelSpec, setup: TrainingSetup, devices: int) -> float:
             sizes += [(elements * b, lin.count) for b in _state_tensors(setup)]
     sizes += [(g.params * weight_dtype / shard, 1) for g in spec.others if g.name == "embed_tokens"]
     return sum(float(segment_waste(b)) * c for b, c in sizes)
+
+
+def grad_tensor_sizes(
+    spec: ModelSpec, setup: TrainingSetup, states: StateBytes
+) -> list[tuple[float, int]]:
+    """(bytes, count) of the gradient tensors: full fine-tuning has one per trained matrix,
+    expert bank and embedding (the other small parameters summed into one entry, all far below
+    any loss tensor), at the gradients' bytes per value; adapters one entry, all their
+    rank-r gradients. Memoised per (spec, setup). Used by fragmentation.py (4)."""
+    return _GRADS.get((spec,), setup_key(setup), lambda: _grad_sizes(spec, setup, states))
+
+
+_GRADS: Memo[list[tuple[float, int]]] = Memo()
+
+
+def _grad_sizes(
+    spec: ModelSpec, setup: TrainingSetup, states: StateBytes
+) -> list[tuple[float, int]]:
+    if not states.grads or not states.trainable_params:
+        return []
+    if setup.is_adapter or not spec.geometry_known:
+        return [(float(states.grads), 1)]
+    per = states.grads / states.trainable_params
+    sizes: dict[float, int] = {}
+    for lin in spec.linears:
+        size = float(lin.in_features * lin.out_features * lin.experts * per)
+        sizes[size] = sizes.get(size, 0) + lin.count
+    for g in spec.others:
+        if g.name == "embed_tokens":
+            sizes[float(g.params * per)] = sizes.get(float(g.params * per), 0) + 1
+    rest = sum(g.params for g in spec.others if g.name != "embed_tokens")
+    if rest:
+        sizes[float(rest * per)] = sizes.get(float(rest * per), 0) + 1
+    return list(sizes.items())

@@ -291,9 +291,6 @@ def _phases(
         }
         return {"all": parts}
     made = zero + (0.0 if keep_grads else dp.grads)
-    # a unit's reduce buffers exist once its own activations are freed (one layer's share)
-    per_layer = checkpoints / max(layers, 1)
-    layer_work = np.maximum(recompute + dp.reduce_kept, dp.reduce_buffers - per_layer)
     held = checkpoints
     accumulated = zero
     if dp.accumulated:
@@ -301,6 +298,26 @@ def _phases(
         later = rest + dp.accumulated >= checkpoints
         held = np.where(later, rest, checkpoints)
         accumulated = np.where(later, zero + dp.accumulated, 0.0)
+    # Two moments of a unit's backward, the larger counts: while the layer recomputes and runs
+    # its backward (the previous unit's reduce-scatter input kept), and after it, when its
+    # reduce buffers exist and its own activations (one layer's share) are freed. Both are
+    # written against the larger of the checkpoints and the gradients made, so each grows with
+    # the sequence (subtracting the layer's share from the recompute term alone did not when
+    # the gradients were the larger: found by test_fsdp2_units_monotone_in_sequence_and_ranks).
+    per_layer = checkpoints / max(layers, 1)
+    counted = np.maximum(held, made)
+    after_unit = np.maximum(held - per_layer, made) + dp.reduce_buffers
+    # FSDP2 during a unit's backward: its unsharded gradients are made as its own saved
+    # tensors are released (`data.fsdp_bytes`), so they count beyond the layer's share; the
+    # previous unit's kept reduce-scatter input outlives that unit's activations (a second
+    # layer's share), a separate lm_head's is kept through the first layer's backward
+    during = zero
+    if dp.unit_grads or dp.reduce_kept or dp.reduce_kept_first:
+        own = np.maximum(per_layer, dp.unit_grads)
+        first = np.maximum(held - per_layer, made) + own + dp.reduce_kept_first
+        later = np.maximum(held - 2 * per_layer, made) + own + dp.reduce_kept
+        during = np.maximum(np.maximum(first, later) - counted, 0.0)
+    layer_work = np.maximum(recompute + during, after_unit - counted)
     return {
         "loss": {
             "weights": zero + dp.weights,

@@ -98,6 +98,8 @@ class DataParallelBytes:
     backward_extra: float = 0.0  # the same plus unsharded gradients, through the backward
     reduce_buffers: float = 0.0  # a unit's reduce-scatter buffers, once its backward is done
     reduce_kept: float = 0.0  # the previous unit's reduce-scatter input, through a backward
+    reduce_kept_first: float = 0.0  # one kept through the first layer's backward (separate head)
+    unit_grads: float = 0.0  # FSDP2: the current unit's unsharded gradients, in its backward
     end_extra: float = 0.0  # at the end of the backward (no activations): the root's reduce
     step_extra: float = 0.0  # buffers of the optimizer step (ZeRO's fp32 gradient partition)
     accumulated: float = (
@@ -139,31 +141,46 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
     gathered = 2 * r.unit_weights if layout.reshard_after_forward else layers_unsharded
     units = _separate_units(r, layout, gb, reduce_bytes)
     root_weights = r.root_weights - units.weights
+    # at the loss every layer unit has been resharded by its post_forward (torch 2.13
+    # _fsdp_param_group.py:557-564; only the root keeps its parameters, _fsdp_state.py:203-207);
+    # the root's pre_backward then prefetches the last unit to run forward (_backward_prefetch,
+    # _fsdp_param_group.py:828-830) while the loss's backward makes the logits' gradients: one
+    # layer unit (a separate lm_head: `head_regather`)
+    at_loss = r.unit_weights if layout.reshard_after_forward else layers_unsharded
     # backward through the layers: the root unsharded, the lm_head's gradient (made first;
-    # the embedding's comes last), two units gathered and the current unit's gradients
+    # the embedding's comes last), two units gathered (the current one and the one its
+    # pre_backward prefetches)
     head_grads = (r.head_trainable - units.head_trainable) * gb
+    # the current unit's unsharded gradients are made as its own saved tensors are released
+    # (autograd's engine.cpp evaluate_function: fn.release_variables() after each node): the
+    # phase rule counts what exceeds one layer's saved activations (`unit_grads`); then
+    # foreach_reduce copies them into its reduce-dtype input (chunk_cat, _fsdp_collectives.py:
+    # 597-617) and allocates the 1/N output: the unit's gradients, input and output are alive
+    # together once the unit's activations are gone (the phase rule takes one layer's off)
     unit_grads = r.unit_trainable * gb
-    # after a unit's backward, foreach_reduce's fp32 input and its 1/N output (the unit's own
-    # activations are freed by then: the phase rule takes one layer's activations off)
     unit_reduce = r.unit_trainable * reduce_bytes * (1 + 1 / n)
     root_trainable = r.root_trainable - units.trainable
     root_grads = root_trainable * gb
     root_reduce = root_trainable * reduce_bytes * (1 + 1 / n)
-    layer_work = gathered + unit_grads
+    layer_work = gathered
     # FSDP2 keeps the last reduce-scatter input alive until the next unit's post-backward
     # (ReduceScatterState, since pytorch/pytorch#129721 moved the copy-in to the default stream,
     # June 2024; torch 2.13 _fsdp_param_group.py:640-660 and :717-719 with
     # reduce_scatter_max_input_buffers 1): one unit's gradients in the reduce dtype through
-    # each layer's backward (the lm_head's, when it is a unit of its own, through the first)
-    reduce_kept = max(r.unit_trainable, units.head_trainable) * reduce_bytes
+    # each later layer's backward, whose own activations are gone by then (the phase rule takes
+    # one layer's off); the lm_head's, when it is a unit of its own, through the first layer's
+    reduce_kept = r.unit_trainable * reduce_bytes
+    reduce_kept_first = units.head_trainable * reduce_bytes
     out = DataParallelBytes(
         weights=shard_params,
         states=r.optimizer / n,
         grads=shard_grads,
-        forward_extra=root_weights + units.kept + max(gathered, units.head_regather),
+        forward_extra=root_weights + units.kept + max(at_loss, units.head_regather),
         backward_extra=root_weights + units.kept + head_grads + layer_work,
-        reduce_buffers=unit_reduce,
+        reduce_buffers=unit_grads + unit_reduce,
         reduce_kept=reduce_kept,
+        reduce_kept_first=reduce_kept_first,
+        unit_grads=unit_grads,
         end_extra=root_weights + root_grads + root_reduce + units.end_work,
         step_transient=r.step_transient / n,
         terms={
@@ -171,12 +188,15 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
             "fsdp_root_unsharded": root_weights,
             "fsdp_root_grads_unsharded": root_grads,
             "fsdp_gathered_units": gathered,
+            "fsdp_gathered_at_loss": max(at_loss, units.head_regather),
             "fsdp_reduce_scatter_buffers": unit_reduce,
-            "fsdp_reduce_scatter_input_kept": reduce_kept,
+            "fsdp_reduce_scatter_input_kept": max(reduce_kept, reduce_kept_first),
             **({"fsdp_separate_units_unsharded": units.weights} if layout.separate_units else {}),
         },
     )
     if layout.pp > 1:
+        out.reduce_buffers = unit_reduce  # the gradients stay unsharded (`_pipelined`)
+        out.unit_grads = 0.0  # counted in `_pipelined`'s backward_extra
         _pipelined(out, r, layers_unsharded, reduce_bytes)
     if layout.offload == "optimizer":
         raise EstimatorInputError(
@@ -200,7 +220,7 @@ def _pipelined(
     acc = r.trainable * max(reduce_bytes, gb)
     unit_grads = r.unit_trainable * gb
     out.accumulated = acc
-    out.reduce_kept = 0.0  # no reduce-scatter runs inside a micro-batch's backward
+    out.reduce_kept = out.reduce_kept_first = 0.0  # no reduce-scatter in a micro-batch's backward
     out.forward_extra = r.root_weights + layers_unsharded
     out.backward_extra = r.root_weights + layers_unsharded + unit_grads
     out.end_extra = r.root_weights + layers_unsharded + acc + out.reduce_buffers

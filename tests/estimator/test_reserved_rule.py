@@ -74,3 +74,38 @@ def test_no_checkpointing_probe_stack_and_seed_profile_cache_nothing() -> None:
         LLAMA8B, TrainingSetup(stack="hf", method="lora"), [2048], 1, load_profile("seed-000")
     )
     assert float(np.asarray(seed.forward_cache).max()) == 0.0
+
+
+def test_freed_gradients_stay_cached_less_what_the_forward_keeps() -> None:
+    """fragmentation.py (4): three 40 MiB gradients freed by zero_grad, two 12 MiB checkpoints
+    carved from their blocks, then a 100 MiB logits tensor: the gradient segments stay, the
+    logits get their own, and 3 x 40 - 2 x 12 MiB are cached and unused."""
+    events = [alloc(f"g{i}", 40 * MiB) for i in range(3)]
+    events += [free(f"g{i}") for i in range(3)]
+    events += [alloc("c0", 12 * MiB), alloc("c1", 12 * MiB), alloc("logits", 100 * MiB)]
+    r = replay(events, AllocatorConfig())
+    assert r.final_reserved == 3 * 40 * MiB + 100 * MiB
+    assert r.final_reserved - r.final_allocated == 3 * 40 * MiB - 2 * 12 * MiB
+
+
+def test_full_fine_tuning_counts_the_last_steps_gradient_blocks() -> None:
+    setup = TrainingSetup(stack="hf", method="full", precision="bf16", checkpointing="gpu")
+    mem = memory_breakdown(LLAMA8B, setup, [2048], 1, DEFAULT)
+    logits = 2048 * 128256 * 2
+    grads = sum(
+        lin.in_features * lin.out_features * lin.experts * 2 * lin.count
+        for lin in LLAMA8B.linears
+        if lin.in_features * lin.out_features * lin.experts * 2 < logits
+    )
+    grads += sum(g.params * 2 for g in LLAMA8B.others if g.name != "embed_tokens")
+    kept = float(mem.components["checkpoints"][0])
+    assert float(mem.grad_cache[0]) == pytest.approx(grads - kept)
+    loss_phase = float(sum(mem.phases["loss"].values())[0])
+    assert float(mem.reserved[0]) >= loss_phase + float(mem.loss_hole[0] + mem.grad_cache[0])
+    # LoRA's gradients are far smaller than its checkpoints: nothing; FSDP: not counted
+    lora = TrainingSetup(stack="hf", method="lora", checkpointing="gpu")
+    assert float(memory_breakdown(LLAMA8B, lora, [2048], 1, DEFAULT).grad_cache[0]) == 0.0
+    fsdp = setup.model_copy(update={"sharding": "fsdp", "num_gpus": 8})
+    assert (
+        float(np.asarray(memory_breakdown(LLAMA8B, fsdp, [2048], 1, DEFAULT).grad_cache).max()) == 0
+    )

@@ -90,13 +90,14 @@ def test_embedding_and_head_as_units_of_their_own_leave_the_root() -> None:
     assert both.parallel["fsdp_root_unsharded"] == pytest.approx(0.0, abs=1.0)
     assert both.parallel["fsdp_separate_units_unsharded"] == pytest.approx((embed + head) * 2)
     assert both.parallel["fsdp_root_grads_unsharded"] == pytest.approx(0.0, abs=1.0)
-    # the loss phase loses the whole root; the backward at least the root and the head's grads
-    loss = sum(root.phases["loss"].values()) - sum(both.phases["loss"].values())
+    # the loss phase loses the whole root; the unit the root's pre-backward prefetches is the
+    # lm_head's (the last to run forward), regathered with the last layer prefetched for its
+    # own backward, in place of the one layer unit
     layer = (LLAMA70B.params_total - embed - head) / LLAMA70B.layers
-    # the lm_head gathered again for its backward with the last layer prefetched, in place of
-    # the two layer units, inside the loss phase
-    regathered = max(2 * layer, head + layer) * 2
-    assert float(loss[0]) == pytest.approx((embed + head) * 2 + 2 * layer * 2 - regathered)
+    assert root.parallel["fsdp_gathered_at_loss"] == pytest.approx(layer * 2)
+    assert both.parallel["fsdp_gathered_at_loss"] == pytest.approx((head + layer) * 2)
+    loss = sum(root.phases["loss"].values()) - sum(both.phases["loss"].values())
+    assert float(loss[0]) == pytest.approx((embed + head) * 2 + layer * 2 - (head + layer) * 2)
     assert _peak(both) < _peak(root) - head * 2 * 0.99
     # the lm_head alone: the embedding stays in the root
     head_only = _mem(
@@ -107,14 +108,19 @@ def test_embedding_and_head_as_units_of_their_own_leave_the_root() -> None:
 
 def test_fsdp2_keeps_the_last_reduce_scatter_input_through_the_next_layers_backward() -> None:
     """ReduceScatterState: one unit's gradients in the reduce dtype (fp32 under torchtitan's
-    MixedPrecisionPolicy) stay allocated while the next layer recomputes and runs backward."""
+    MixedPrecisionPolicy) stay allocated while the next layer recomputes and runs backward,
+    beside that layer's own bf16 gradients; each beyond the one layer's checkpoint that its
+    unit's backward has released."""
     embed, head, _, _ = param_groups(LLAMA8B)
     layer = (LLAMA8B.params_total - embed - head) / LLAMA8B.layers
     mem = _mem(LLAMA8B, 8, method="full", parallel="fsdp", stack="torchtitan")
     assert mem.parallel["fsdp_reduce_scatter_input_kept"] == pytest.approx(layer * 4, rel=1e-6)
     work = float(mem.phases["backward"]["recompute_peak_or_reduce"][0])
     recompute = float(mem.components["recompute_peak"][0])
-    assert work == pytest.approx(recompute + layer * 4, rel=1e-6)
+    per_layer = float(mem.components["checkpoints"][0]) / LLAMA8B.layers
+    assert 0 < per_layer < layer * 2  # activation checkpointing: the layer's input only
+    expected = recompute + (layer * 4 - per_layer) + (layer * 2 - per_layer)
+    assert work == pytest.approx(expected, rel=1e-6)
     # with the lm_head a unit of its own, its (larger) input is the one kept first
     sep = _mem(
         LLAMA8B, 8, method="full", parallel="fsdp", stack="torchtitan", fsdp_wrap="layer+lm_head"
