@@ -152,7 +152,10 @@ def test_nf4_layers_are_gathered_in_their_storage_dtype_under_fsdp() -> None:
     assert hf_mem.parallel is not None
     assert hf_mem.parallel["fsdp_root_unsharded"] == pytest.approx((embed + head) * 2)
     assert hf_mem.parallel["fsdp_gathered_units"] == pytest.approx(2 * per_layer_nf4, rel=1e-3)
-    assert probe - hf == pytest.approx(2 * (per_layer_bf16 - per_layer_nf4), rel=1e-3)
+    # the layer units alive at the weights' peak moment (one at the loss, FSDP2's backward
+    # prefetch; two in the backward) are what differs: bf16 under probe, nf4 under hf
+    units = (probe - hf) / (per_layer_bf16 - per_layer_nf4)
+    assert units == pytest.approx(round(units), rel=1e-3) and round(units) in (1, 2)
 
 
 def test_gemma2_runs_eager_attention_under_transformers() -> None:
