@@ -99,7 +99,7 @@ STACK_SETUP_FIELDS: dict[str, tuple[str, ...] | None] = {
     "reshard_after_forward": None,  # bool: FSDP2 reshard_after_forward
     "offload": ("none", "optimizer", "params"),  # ZeRO / FSDP CPU offload
     "pp_schedule": ("1f1b", "interleaved-1f1b", "gpipe"),  # pipeline schedule under pp=N
-    "pp_virtual": None,  # int >= 1 or null: interleaved-1f1b model chunks per rank
+    "pp_virtual": None,  # int >= 1 or null: interleaved model chunks per rank
 }
 
 MAX_RESULTS = 1000
@@ -395,7 +395,7 @@ def _check_stack_setup(setup: dict[str, Any], path: str) -> None:
             _int(item, field, minimum=1, maximum=MAX_STEPS)
         elif key == "pp_virtual":
             if item is not None:
-                _int(item, field, minimum=1, maximum=MAX_STEPS)
+                _int(item, field, minimum=1, maximum=MAX_RANKS)
         elif key == "lora_dropout":
             _float(item, field)
             if item >= 1:

@@ -135,6 +135,9 @@ def test_setup_fields_are_the_estimators_training_setup_fields():
         ("lora_dropout", -0.1),
         ("grad_accum", 0),
         ("double_quant", 1),
+        ("pp_schedule", "zigzag"),
+        ("pp_virtual", 0),
+        ("pp_virtual", "2"),
     ],
 )
 def test_bad_stack_setup_fields_are_rejected_naming_the_field(key, value):
@@ -292,12 +295,3 @@ def test_a_duplicated_key_is_named_with_its_path():
     with pytest.raises(MemtestSchemaError) as info:
         load_memtest(text)
     assert info.value.field == "results[1].seq_len"
-
-
-def test_pipeline_schedule_fields_are_checked():
-    doc = _doc()
-    doc["setup"]["pp_schedule"] = "zero-bubble"
-    _raises(doc, "setup.pp_schedule")
-    doc = _doc()
-    doc["setup"]["pp_virtual"] = 0
-    _raises(doc, "setup.pp_virtual")
