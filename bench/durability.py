@@ -78,6 +78,7 @@ __all__ = [
 CLIENT_TIMEOUT_S = 60.0
 SERVER_ENV = {"TRAINFIT_DB_SLOT_WAIT_S": "5", "TRAINFIT_SQLITE_BUSY_TIMEOUT_MS": "5000"}
 REQUEST = {"model": {"preset": "qwen3.5-27b"}, "seq_lens": [4096], "gpus": ["h200"]}
+MIN_KILLS_CAP_S = 60.0  # how long past the deadline the killer may go on to reach min_kills
 RETRY_FOR_S = 60.0  # an unanswered write is retried (same body, same key) this long after the end
 
 
@@ -318,6 +319,7 @@ class Bench:
         self.acks = Acks()
         self.keys: set[str] = set()  # every Idempotency-Key sent
         self.hashes: dict[str, str] = {}  # quote id -> content_hash when acknowledged
+        self.killing = True  # the load runs past its deadline until the killer is done
 
     def _status(self, response: httpx.Response) -> None:
         key = str(response.status_code)
@@ -348,7 +350,7 @@ class Bench:
 
     async def client(self, http: httpx.AsyncClient, cid: int, deadline: float) -> None:
         n = 0
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline or self.killing:
             n += 1
             pick = random.random()
             if pick < 0.4:
@@ -419,24 +421,32 @@ class Bench:
         tally.number, tally.killed, tally.restart_s = number, kind, restart_s
         self.outcome.rounds.append(tally)
 
-    async def killer(self, deadline: float, kill_every: float) -> None:
+    async def killer(self, deadline: float, kill_every: float, min_kills: int) -> None:
+        """Kills every ~`kill_every` s until the deadline, and past it until `min_kills` rounds
+        are done (a loaded machine restarts slowly: the count, not the clock, is the contract),
+        never past MIN_KILLS_CAP_S after the deadline."""
         kinds = ["app", "database"] if self.cluster is not None else ["app+checkpoint"]
         number = 0
-        while True:
-            await asyncio.sleep(kill_every * random.uniform(0.8, 1.2))
-            if time.monotonic() + 0.5 > deadline:
-                return
-            number += 1
-            await self.kill_and_verify(number, kinds[(number - 1) % len(kinds)])
+        try:
+            while True:
+                await asyncio.sleep(kill_every * random.uniform(0.8, 1.2))
+                now = time.monotonic()
+                enough = number >= min_kills or now > deadline + MIN_KILLS_CAP_S
+                if now + 0.5 > deadline and enough:
+                    return
+                number += 1
+                await self.kill_and_verify(number, kinds[(number - 1) % len(kinds)])
+        finally:
+            self.killing = False
 
-    async def drive(self, seconds: float, kill_every: float) -> None:
+    async def drive(self, seconds: float, kill_every: float, min_kills: int = 0) -> None:
         deadline = time.monotonic() + seconds
         limits = httpx.Limits(max_connections=self.outcome.clients, max_keepalive_connections=0)
         async with httpx.AsyncClient(
             base_url=self.server.url, timeout=CLIENT_TIMEOUT_S, limits=limits
         ) as http:
             await asyncio.gather(
-                self.killer(deadline, kill_every),
+                self.killer(deadline, kill_every, min_kills),
                 *(self.client(http, i, deadline) for i in range(self.outcome.clients)),
             )
 
@@ -458,6 +468,7 @@ def run(
     clients: int = 100,
     seconds: float = 30.0,
     kill_every: float = 3.0,
+    min_kills: int = 0,
     log_dir: Path | None = None,
 ) -> Outcome:
     """One kill test on `database` ("sqlite" or "postgresql"); returns the tallies."""
@@ -476,7 +487,7 @@ def run(
         bench = Bench(
             database, database_url, server, outcome, cluster=cluster, checkpointer=checkpointer
         )
-        asyncio.run(bench.drive(seconds, kill_every))
+        asyncio.run(bench.drive(seconds, kill_every, min_kills))
         server.kill(signal.SIGKILL)  # the last word is a kill, too
         if cluster is not None:
             cluster.kill()
@@ -523,6 +534,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--kill-every", type=float, default=3.0)
+    parser.add_argument(
+        "--min-kills", type=int, default=0, help="go on past --seconds until this many kills"
+    )
     parser.add_argument("--quick", action="store_true", help="16 clients, 10 s, kill every 2 s")
     parser.add_argument("--json", type=Path, help="write the tallies here")
     args = parser.parse_args(argv)
@@ -532,7 +546,11 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for database in databases:
         outcome = run(
-            database, clients=args.clients, seconds=args.seconds, kill_every=args.kill_every
+            database,
+            clients=args.clients,
+            seconds=args.seconds,
+            kill_every=args.kill_every,
+            min_kills=args.min_kills,
         )
         _print(outcome)
         results.append(outcome)

@@ -17,7 +17,8 @@ process unless `--clock wall`):
 - `cli_help`, `cli_estimate`: wall seconds of `python -m trainfit --help` and of
   `trainfit estimate --model llama-3.1-8b --gpu h100-80gb` in a fresh interpreter;
 - `rest_*`: in-process (fastapi TestClient) milliseconds of `/healthz` and `/v1/estimate` at 1
-  and 100 cells.
+  and 100 cells, the same body again and again (a service that keeps its answers serves it
+  from memory) and a new body every call (`_fresh`: computed, validated and encoded).
 Works on older trees too (figures a tree cannot produce are printed as `n/a`), so the same
 script measures before and after (`PYTHONPATH=<old tree> python bench/speed.py`).
 """
@@ -242,6 +243,17 @@ def bench_rest(quick: bool, repeats: int) -> None:
             hundred = _per_call(lambda: client.post("/v1/estimate", json=body), calls // 3, repeats)
             _print("rest_estimate_100", hundred * 1e3, "ms", "POST /v1/estimate, 10 x 10 cells")
             _print("rest_ratio_100", hundred / health, "x /healthz", "goal <= 2")
+            # a body never sent before every call: no answer kept by the service can help
+            shift = iter(range(1, 10**9))
+
+            def fresh() -> Any:
+                k = next(shift)
+                lengths = [2048 * i + k for i in range(1, 11)]
+                return client.post("/v1/estimate", json={**body, "seq_lens": lengths})
+
+            cold = _per_call(fresh, calls // 3, repeats)
+            _print("rest_estimate_100_fresh", cold * 1e3, "ms", "the same, a new body each call")
+            _print("rest_ratio_100_fresh", cold / health, "x /healthz", "goal <= 2")
 
 
 BENCHES = {
@@ -253,13 +265,72 @@ BENCHES = {
 }
 
 
+GOALS = {  # figure -> the goal of issue 17 it measures (a figure <= the bound meets it)
+    "estimate_one": ("<=", 50.0),
+    "estimate_one_new_len": ("<=", 50.0),
+    "cells1000": ("<=", 5.0),
+    "sweep_full": (">=", 1.0),
+    "cli_help": ("<=", 0.08),
+    "cli_estimate": ("<=", 0.15),
+    "rest_ratio_100": ("<=", 2.0),
+    "rest_ratio_100_fresh": ("<=", 2.0),
+}
+
+
+def _run_tree(tree: str, args: argparse.Namespace) -> dict[str, tuple[float, str]]:
+    """This script's figures on another tree (`PYTHONPATH=tree`), in a fresh process."""
+    env = {**os.environ, "PYTHONPATH": tree}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--only", args.only]
+    cmd += ["--clock", args.clock, "--repeats", str(args.repeats or 3)]
+    cmd += ["--quick"] if args.quick else []
+    out = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, check=True)
+    figures = {}
+    for line in out.stdout.splitlines():
+        name, _, rest = line.partition(": ")
+        value, _, unit = rest.partition(" ")
+        if value != "n/a":
+            figures[name] = (float(value.replace(",", "")), unit.split(" (")[0])
+    return figures
+
+
+def compare_trees(before: str, after: str, args: argparse.Namespace) -> int:
+    """Each figure on both trees, alternated `--rounds` times (a shared, noisy machine: the
+    two trees see the same load), median per tree; `before -> after` and the goal."""
+    import statistics
+
+    runs: dict[str, dict[str, list[float]]] = {before: {}, after: {}}
+    units: dict[str, str] = {}
+    for r in range(args.rounds):
+        for tree in (before, after) if r % 2 == 0 else (after, before):
+            for name, (value, unit) in _run_tree(tree, args).items():
+                runs[tree].setdefault(name, []).append(value)
+                units[name] = unit
+    print(f"before = {before}, after = {after}; medians of {args.rounds} alternated runs")
+    for name, unit in units.items():
+        old, new = (statistics.median(runs[t].get(name) or [float("nan")]) for t in (before, after))
+        goal = ""
+        if name in GOALS:
+            op, bound = GOALS[name]
+            met = new <= bound if op == "<=" else new >= bound
+            goal = f"  goal {op} {bound:g}: {'met' if met else 'not met'}"
+        print(f"{name}: {old:,.4g} -> {new:,.4g} {unit} (x{old / new:.3g}){goal}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(BENCHES), help="comma-separated figures")
     parser.add_argument("--quick", action="store_true", help="few repeats (for tests)")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu", help="in-process clock")
+    parser.add_argument(
+        "--before", help="another tree (e.g. a `git worktree` of main): print before -> after"
+    )
+    parser.add_argument("--rounds", type=int, default=4, help="with --before: alternations")
     args = parser.parse_args(argv)
+    if args.before:
+        here = str(Path(__file__).resolve().parents[1])
+        return compare_trees(str(Path(args.before).resolve()), here, args)
     global clock
     clock = CLOCKS[args.clock]
     repeats = args.repeats or (1 if args.quick else 5)

@@ -8,10 +8,13 @@ recommendation documents are built on the same parts.
 
 from __future__ import annotations
 
+import copy
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from estimator.errors import EstimatorInputError
 from estimator.gpu_options import GpuOption, check_devices, parse_gpu_options
+from estimator.memo import Memo, setup_key
 from estimator.model_source import resolve_model
 from estimator.presets import PRESET_SOURCES, preset_config, preset_ids
 from estimator.profile import Profile, load_profile
@@ -31,6 +34,34 @@ if TYPE_CHECKING:
     from estimator.time.calibration import Calibration
 
 SCHEMA = "trainfit.estimate/1"
+# each GPU option's rates per (spec, profile, GPU) and (setup, option, cards, prices,
+# efficiency): seq-independent, so shared by every row and every request that asks again
+_RATES: Memo[OptionRates] = Memo(1024)
+
+
+def _kept_rates(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    profile: Profile,
+    at: tuple[int, int, Any, int, str, dict[str, float]],
+    efficiency: float | None,
+    source: str | None,
+) -> OptionRates:
+    """`option_rates` of one option (`at`: seq, batch, GPU, cards, option text, prices) on
+    copies of the setup and prices: the memo keeps them past the call."""
+    seq, batch, gpu, devices, option, prices = at
+    sc = Scenario(
+        spec,
+        setup.model_copy(deep=True),
+        profile,
+        seq,
+        batch,
+        gpu=gpu,
+        count=devices,
+        option=option,
+        prices=dict(prices),
+    )
+    return option_rates(sc, efficiency, source)
 
 
 def _tokens_for(spec: ModelSpec, request: EstimateRequest, seq: int) -> float | None:
@@ -54,6 +85,7 @@ def add_time_and_cost(
     setups: dict[tuple[str, str], TrainingSetup],
     profile: Profile,
     options: dict[str, GpuOption],
+    tokens_at: dict[int, float | None] | None = None,
 ) -> Calibration | None:
     """FLOPs once per row (they do not depend on the GPU); the rates of each GPU option once
     per setup (`option_rates`); `time` and `cost` per row and option (`cell_time_and_cost`,
@@ -74,45 +106,45 @@ def add_time_and_cost(
         )
     prices = normalise_prices(request.prices) if request.prices else {}
     option_prices = {k: gpu_price(o.gpu, prices) for k, o in options.items()}
-    rates: dict[tuple[str, str, str], OptionRates] = {}  # per (setup, option): not per row
+    price_key = tuple(sorted(request.prices.items())) if request.prices else ()
+    # the rates of each GPU option per setup: once per (setup, option), not per row, and
+    # memoised across requests (they do not depend on the length: `option_rates`)
+    rates: dict[tuple[str, str], dict[str, OptionRates]] = {}
+    tokens_at = {} if tokens_at is None else tokens_at  # the run's tokens per length, filled
     for row in rows:
         key = (row["checkpointing"], row["loss"])
         setup = setups[key]
-        if row["seq_len"] < 1 or row["batch"] < 1:
+        seq, batch = row["seq_len"], row["batch"]
+        if seq < 1 or batch < 1:
             raise EstimatorInputError("seq_len", "sequence length and batch must be positive")
-        flops = step_flops_totals(spec, setup, row["seq_len"], row["batch"])  # once per row
+        flops = step_flops_totals(spec, setup, seq, batch)  # once per row
         row["flops_per_step"] = flops.total
-        tokens = _tokens_for(spec, request, row["seq_len"])
-        for option, fit in row["fit"].items():
-            r = rates.get((*key, option))
-            if r is None:
+        if seq not in tokens_at:
+            tokens_at[seq] = _tokens_for(spec, request, seq)
+        tokens = tokens_at[seq]
+        host = row["host_bytes"] or 0
+        by_option = rates.get(key)
+        if by_option is None:
+            by_option = rates[key] = {}
+            skey = setup_key(setup)
+            for option, fit in row["fit"].items():
                 efficiency = source = None
                 if cal is not None:
                     efficiency = cal.efficiency_on(fit["gpu"], profile)
                     source = f"calibrated: {cal.tokens_per_second:.4g} tokens/s on {cal.gpu_option}"
-                sc = Scenario(
-                    spec,
-                    setup,
-                    profile,
-                    row["seq_len"],
-                    row["batch"],
-                    gpu=options[option].gpu,
-                    count=fit["devices"],
-                    option=option,
-                    prices=request.prices,
+                o, devices = options[option], fit["devices"]
+                at = (seq, batch, o.gpu, devices, option, request.prices)
+                by_option[option] = _RATES.get(
+                    (spec, profile, o.gpu),
+                    (skey, option, devices, price_key, efficiency, source),
+                    partial(_kept_rates, spec, setup, profile, at, efficiency, source),
                 )
-                r = rates[(*key, option)] = option_rates(sc, efficiency, source)
+        for option, fit in row["fit"].items():
             fit["time"], fit["cost"] = cell_time_and_cost(
-                r,
-                flops,
-                row["seq_len"],
-                row["batch"],
-                tokens,
-                row["host_bytes"] or 0,
-                option_prices[option],
+                by_option[option], flops, seq, batch, tokens, host, option_prices[option]
             )
             if cal is not None:
-                fit["time"]["measured"] = cal.is_measured(option, row["seq_len"], row["batch"])
+                fit["time"]["measured"] = cal.is_measured(option, seq, batch)
     return cal
 
 
@@ -141,7 +173,10 @@ def estimate(
         rows += setup_rows
     assert mem is not None
     rows.sort(key=lambda r: r["seq_len"])
-    cal = add_time_and_cost(spec, request, rows, by_key, profile, {o.option: o for o in options})
+    tokens_at: dict[int, float | None] = {}
+    cal = add_time_and_cost(
+        spec, request, rows, by_key, profile, {o.option: o for o in options}, tokens_at
+    )
     longest = max(request.seq_lens)
     base = setups[0]
     base_row = next(
@@ -150,10 +185,13 @@ def estimate(
         if r["seq_len"] == longest
         and (r["checkpointing"], r["loss"]) == (base.checkpointing, base.loss)
     )
-    training = training_summary(
+    training = training_summary(  # it reads each option's time, cost and fits alone
         Scenario(spec, base, profile, longest, base.batch),
-        {o: {**f, "fits": f["verdict"] == "fits"} for o, f in base_row["fit"].items()},
-        _tokens_for(spec, request, longest),
+        {
+            o: {"time": f["time"], "cost": f["cost"], "fits": f["verdict"] == "fits"}
+            for o, f in base_row["fit"].items()
+        },
+        tokens_at[longest],  # `_tokens_for` at the longest length, as the rows had it
         verdicts={o: f["verdict"] for o, f in base_row["fit"].items()},
     )
     extra: dict[str, Any] = {"training": training}
@@ -166,7 +204,7 @@ def estimate(
     report = request.train_config_report
     if report is not None:
         extra["train_config"] = report
-    setup_out = request.setup.model_dump()
+    setup_out = _setup_echo(request.setup)
     if report is not None:
         setup_out["ignored"] = report["ignored"]
     return {
@@ -187,8 +225,43 @@ def estimate(
         },
         "rows": rows,
         **extra,
-        "assumptions": profile.as_dict(),
+        "assumptions": _assumptions(profile),
     }
+
+
+def _setup_echo(setup: TrainingSetup) -> dict[str, Any]:
+    """`setup.model_dump()`, dumped once per setup value: a fresh dict whose lists and dicts
+    are fresh copies."""
+    dump, mutable = _SETUP_DUMPS.get((), setup_key(setup), lambda: _dump_of(setup))
+    out = dict(dump)
+    for k in mutable:
+        out[k] = copy.deepcopy(dump[k])
+    return out
+
+
+def _dump_of(setup: TrainingSetup) -> tuple[dict[str, Any], tuple[str, ...]]:
+    dump = setup.model_dump()
+    return dump, tuple(k for k, v in dump.items() if isinstance(v, list | dict))
+
+
+_SETUP_DUMPS: Memo[tuple[dict[str, Any], tuple[str, ...]]] = Memo()
+
+
+def _assumptions(profile: Profile) -> dict[str, dict[str, dict[str, Any]]]:
+    """`profile.as_dict()` (a fresh document part) from the profile's sorted entries, which are
+    sorted once per profile."""
+    entries = _SORTED_ENTRIES.get(
+        (profile,),
+        None,
+        lambda: [(s, sorted(items.items())) for s, items in profile.entries.items()],
+    )
+    return {
+        section: {k: {"value": a.value, "source": a.source} for k, a in items}
+        for section, items in entries
+    }
+
+
+_SORTED_ENTRIES: Memo[list[tuple[str, list[tuple[str, Any]]]]] = Memo()
 
 
 def estimate_document(

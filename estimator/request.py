@@ -111,7 +111,8 @@ class _WithTrainConfig(BaseModel):
 
     @property
     def train_config_report(self) -> dict[str, Any] | None:
-        return self._train_config_report
+        private = self.__pydantic_private__  # a slot: pydantic's __getattr__ is ~2 us
+        return None if private is None else private.get("_train_config_report")
 
 
 class EstimateRequest(_WithTrainConfig):

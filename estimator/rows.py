@@ -30,7 +30,7 @@ def _ints(values: Any, shape: tuple[int, ...]) -> list[int]:
 
 class _Columns:
     """One memory breakdown's figures per row, rounded up to whole bytes (`_ints`) once for all
-    rows, as plain Python values."""
+    rows, as plain Python values; each row's phases and its peak phase computed once."""
 
     def __init__(self, mem: MemoryBreakdown, rows: int) -> None:
         shape = (rows,)
@@ -43,21 +43,22 @@ class _Columns:
         self.allocated = _ints(mem.allocated, shape)
         self.reserved = _ints(mem.reserved, shape)
         self.host = _ints(mem.host, shape)
-        parts = {
-            name: None if mem.components[name] is None else _ints(mem.components[name], shape)
+        comps = mem.components
+        parts = [
+            (name, None if comps[name] is None else _ints(comps[name], shape))
             for name in COMPONENTS
-        }
+        ]
         self.components = [
-            {name: None if v is None else v[i] for name, v in parts.items()} for i in range(rows)
+            {name: None if v is None else v[i] for name, v in parts} for i in range(rows)
         ]
-        moments = {
-            moment: {name: _ints(v, shape) for name, v in parts_.items()}
+        moments = [
+            (moment, [(name, _ints(v, shape)) for name, v in parts_.items()])
             for moment, parts_ in mem.phases.items()
-        }
-        self.phases = [
-            {moment: {name: v[i] for name, v in p.items()} for moment, p in moments.items()}
-            for i in range(rows)
         ]
+        self.phases = [
+            {moment: {name: v[i] for name, v in p} for moment, p in moments} for i in range(rows)
+        ]
+        self.peak_phase = [_peak_phase(p) for p in self.phases]
 
     def phases_at(self, i: int) -> dict[str, dict[str, int]]:
         """Each moment of the step (memory/model.py `_phases`) by part, bytes without the
@@ -66,7 +67,13 @@ class _Columns:
 
 
 def _peak_phase(phases: dict[str, dict[str, int]]) -> str | None:
-    return max(phases, key=lambda m: sum(phases[m].values())) if phases else None
+    """The first moment with the largest sum (max's rule on ties)."""
+    best, top = None, None
+    for moment, parts in phases.items():
+        total = sum(parts.values())
+        if top is None or total > top:
+            best, top = moment, total
+    return best
 
 
 def model_summary(
@@ -130,26 +137,26 @@ def estimate_rows(
     size = len(seq_lens)
     columns = {id(m): _Columns(m, size) for m in by_devices.values()}
     base = columns[id(mem)]
-    verdicts = {
-        opt.option: [
-            verdict_code(peak, opt.gpu.capacity_bytes, usable_fraction)
-            for peak in columns[id(per_option[opt.option])].peak
-        ]
-        for opt in options
-    }
+    # what each option's fit entry takes from the option alone, once (not per row)
+    per = []
+    for opt in options:
+        m = per_option[opt.option]
+        col = columns[id(m)]
+        cap = opt.gpu.capacity_bytes
+        codes = [verdict_code(peak, cap, usable_fraction) for peak in col.peak]
+        per.append(
+            (opt.option, opt.gpu.id, m, col, cap, int(cap * usable_fraction), codes, m is not mem)
+        )
+    batch, checkpointing, loss = setup.batch, setup.checkpointing, setup.loss
+    lower_bound = mem.peak_is_lower_bound
     rows = []
     for i, seq in enumerate(seq_lens):
-        phases = base.phases_at(i)
         fit = {}
-        for opt in options:
-            m = per_option[opt.option]
-            col = columns[id(m)]
-            cap = opt.gpu.capacity_bytes
-            usable = int(cap * usable_fraction)
+        for option, gpu_id, m, col, cap, usable, codes, own in per:
             peak_bytes = col.peak_bytes[i]
-            fit[opt.option] = {
-                "verdict": VERDICTS[verdicts[opt.option][i]],
-                "gpu": opt.gpu.id,
+            entry = fit[option] = {
+                "verdict": VERDICTS[codes[i]],
+                "gpu": gpu_id,
                 "devices": m.devices,
                 "sharding": m.sharding,
                 "capacity_bytes": cap,
@@ -160,26 +167,26 @@ def estimate_rows(
                 "margin_bytes": usable - peak_bytes,
                 "peak_is_lower_bound": m.peak_is_lower_bound,
             }
-            if m is not mem:
-                fit[opt.option]["components"] = dict(col.components[i])
-                phases_here = col.phases_at(i)
-                fit[opt.option]["phases"] = phases_here
-                fit[opt.option]["peak_phase"] = _peak_phase(phases_here)
+            if own:
+                entry["components"] = dict(col.components[i])
+                entry["phases"] = col.phases_at(i)
+                entry["peak_phase"] = col.peak_phase[i]
+        seq = int(seq)
         rows.append(
             {
-                "seq_len": int(seq),
-                "batch": setup.batch,
-                "tokens": int(seq) * setup.batch,
-                "checkpointing": setup.checkpointing,
-                "loss": setup.loss,
-                "components": dict(base.components[i]),
-                "phases": phases,
-                "peak_phase": _peak_phase(phases),
+                "seq_len": seq,
+                "batch": batch,
+                "tokens": seq * batch,
+                "checkpointing": checkpointing,
+                "loss": loss,
+                "components": base.components[i],  # built for this row alone (_Columns)
+                "phases": base.phases[i],
+                "peak_phase": base.peak_phase[i],
                 "host_bytes": base.host[i],
                 "peak_bytes": base.peak_bytes[i],
                 "allocated_bytes": base.allocated[i],
                 "reserved_bytes": base.reserved[i],
-                "peak_is_lower_bound": mem.peak_is_lower_bound,
+                "peak_is_lower_bound": lower_bound,
                 "not_computable": dict(mem.not_computable),
                 "devices": mem.devices,
                 "sharding": mem.sharding,

@@ -15,6 +15,7 @@ from estimator.setup_choices import (
     Offload,
     Optimizer,
     OptimizerImpl,
+    PPSchedule,
     Precision,
     Sharding,
     StackName,
@@ -74,6 +75,8 @@ class TrainingSetup(BaseModel):
     fsdp_wrap: str = Field("layer", max_length=60)
     reshard_after_forward: bool = True
     offload: Offload = "none"  # ZeRO optimizer offload, FSDP / ZeRO-3 parameter offload
+    pp_schedule: PPSchedule = "1f1b"  # pipeline schedule under pp=N
+    pp_virtual: int | None = Field(None, ge=1, le=1024)  # interleaved: model chunks per rank
 
     @field_validator("parallel")
     @classmethod
@@ -158,6 +161,7 @@ def _check_combinations(s: TrainingSetup) -> None:
             "gradient, so it needs grad_accum 1 (torchtune recipes/configs/llama3_1/"
             "8B_full_single_device.yaml:66)"
         )
+    _check_pipeline(s)
     if s.paged and s.optimizer not in ("adamw", "adamw-8bit", "lion"):
         raise ValueError(
             f"paged: bitsandbytes has paged adamw, adamw-8bit and lion only, not {s.optimizer}"
@@ -167,4 +171,22 @@ def _check_combinations(s: TrainingSetup) -> None:
         raise ValueError(
             f"checkpointing: selective (per-op) checkpointing is torchtitan's; stack {s_name} "
             "checkpoints whole layers (use --stack torchtitan)"
+        )
+
+
+def _check_pipeline(s: TrainingSetup) -> None:
+    """A schedule other than the default needs pipeline stages; virtual stages need the
+    interleaved schedule (torch pipelining: only the looped schedules take several stages per
+    rank, schedules.py PipelineScheduleMulti)."""
+    if s.pp_virtual is not None and s.pp_schedule != "interleaved-1f1b":
+        raise ValueError(
+            f"pp_virtual: virtual stages per rank need pp_schedule interleaved-1f1b, "
+            f"not {s.pp_schedule}"
+        )
+    if s.pp_schedule == "1f1b" or s.parallel == "auto":
+        return
+    if s.parallel is None or parse_parallel(s.parallel).pp == 1:
+        raise ValueError(
+            f"pp_schedule: {s.pp_schedule} schedules pipeline stages; give parallel with pp=N "
+            "(N > 1), e.g. fsdp,pp=4"
         )

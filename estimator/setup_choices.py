@@ -19,4 +19,5 @@ Base = Literal["bf16", "int8", "nf4"]
 Sharding = Literal["none", "fsdp", "zero1", "zero2", "zero3", "device_map"]
 Attention = Literal["sdpa", "flash", "eager"]
 Offload = Literal["none", "optimizer", "params"]
+PPSchedule = Literal["1f1b", "interleaved-1f1b", "gpipe"]  # estimator/parallel/schedule.py
 AdapterDtype = Literal["fp32", "bf16"]

@@ -55,9 +55,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--lora-rank", type=int, default=16)
     s.add_argument("--lora-alpha", type=float, default=None)
     s.add_argument("--lora-targets", default="all-linear", help="a,b,c or all-linear")
-    s.add_argument("--adapter-dtype", choices=_choices("adapter_dtype"), default="fp32")
+    s.add_argument(
+        "--adapter-dtype",
+        choices=_choices("adapter_dtype"),
+        default=None,
+        help="default fp32 (peft); torchtune: the model's dtype",
+    )
     s.add_argument("--optimizer", choices=_choices("optimizer"), default="adamw")
-    s.add_argument("--precision", choices=_choices("precision"), default="mixed")
+    s.add_argument(
+        "--precision",
+        choices=_choices("precision"),
+        default=None,
+        help="default mixed; torchtune: bf16 (its recipes' dtype, no AMP)",
+    )
     s.add_argument("--checkpointing", choices=_choices("checkpointing"), default="gpu")
     s.add_argument("--loss", choices=_choices("loss"), default="full")
     s.add_argument("--loss-chunk", type=int, default=4096)
@@ -68,8 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--stack",
         choices=STACKS,
         default="probe",
-        help="hf: transformers Trainer + peft (+ bitsandbytes); probe: the probe's own loop; "
-        "unsloth/torchtune/torchtitan/deepspeed: reported as not runnable here",
+        help="hf: transformers Trainer + peft (+ bitsandbytes); torchtune: torchtune's "
+        "single-device LoRA / full recipes (needs the torchtune extra); torchtitan: its Trainer "
+        "(FSDP2, gloo, --device cpu; under torchrun for N ranks; needs the torchtitan extra); "
+        "probe: the probe's own loop; unsloth/deepspeed: reported as not runnable here",
     )
     k.add_argument(
         "--autocast",
@@ -152,6 +164,36 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _run_torchtitan(args: argparse.Namespace, raw: list[str], config: dict[str, Any]) -> int:
+    """`--stack torchtitan` (probe/torchtitan_stack.py); rank 0 writes the memtest."""
+    from probe.runner import default_out_name
+    from probe.stacks import check_stack
+    from probe.torchtitan_stack import run_torchtitan, torchtitan_setup
+
+    setup = torchtitan_setup(_setup_from_args(args))
+    check_stack(setup, args.device)
+    doc, _ = run_torchtitan(
+        config,
+        setup,
+        args.sweep,
+        steps=args.steps,
+        device=args.device,
+        name=args.name or Path(args.config).stem,
+        command="trainfit-probe " + shlex.join(raw),
+    )
+    if int(os.environ.get("RANK", "0")) != 0:
+        return EXIT_OK
+    out = Path(args.out) if args.out else Path(default_out_name(doc))
+    try:
+        _write(out, doc)
+    except OSError as exc:
+        print(f"trainfit-probe: error: out: cannot write {out}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(_summary(doc))
+    print(f"wrote {out}")
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `trainfit-probe` and `python -m probe`."""
     raw = sys.argv[1:] if argv is None else list(argv)
@@ -175,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
             print("trainfit-probe: error: torch is not installed", file=sys.stderr)
             return EXIT_BAD_INPUT
         from probe.runner import default_out_name, run_probe
+
+        if args.stack == "torchtitan":  # torchtitan's own Trainer runs the steps
+            return _run_torchtitan(args, raw, config)
 
         def write_partial(partial: dict[str, Any]) -> None:
             target = Path(args.out) if args.out else Path(default_out_name(partial))

@@ -81,7 +81,8 @@ def normalize_setup(setup: dict[str, Any] | None) -> dict[str, Any]:
     unknown = sorted(set(given) - set(DEFAULT_SETUP) - set(STACK_DEFAULTS))
     if unknown:
         raise ProbeInputError(f"setup.{unknown[0]}", "unknown setup field")
-    out = {**DEFAULT_SETUP, **STACK_DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
+    defaults = {**DEFAULT_SETUP, **STACK_DEFAULTS, **_stack_setup_defaults(given)}
+    out = {**defaults, **{k: v for k, v in given.items() if v is not None}}
     for key, choices in SETUP_CHOICES.items():
         if choices is not None and out[key] not in choices:
             raise ProbeInputError(
@@ -113,6 +114,16 @@ def normalize_setup(setup: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def _stack_setup_defaults(given: dict[str, Any]) -> dict[str, Any]:
+    """Setup defaults that depend on the stack. torchtune trains in `dtype` with no AMP and no
+    masters, its LoRA adapters in the model's dtype (recipes/lora_finetune_single_device.py
+    validate_expected_param_dtype): precision bf16, adapter_dtype = the model's dtype."""
+    if given.get("stack") != "torchtune":
+        return {}
+    precision = given.get("precision") or "bf16"
+    return {"precision": precision, "adapter_dtype": "fp32" if precision == "fp32" else "bf16"}
+
+
 def _bool_field(value: object, field: str) -> bool:
     if not isinstance(value, bool):
         raise ProbeInputError(field, f"expected true or false, got {value!r}")
@@ -134,8 +145,8 @@ def _normalize_stack_fields(out: dict[str, Any]) -> None:
         raise ProbeInputError("setup.lora_dropout", f"expected a number in [0, 1), got {dropout!r}")
     out["lora_dropout"] = float(dropout)
     hf = out["stack"] != "probe"
-    if out["autocast"] is None:
-        out["autocast"] = hf and out["precision"] != "fp32"
+    if out["autocast"] is None:  # torchtune's recipes have no autocast
+        out["autocast"] = out["stack"] not in ("probe", "torchtune") and out["precision"] != "fp32"
     out["autocast"] = _bool_field(out["autocast"], "setup.autocast")
     if out["optimizer_impl"] is None:
         out["optimizer_impl"] = "fused" if hf and out["optimizer"] == "adamw" else "foreach"

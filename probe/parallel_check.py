@@ -10,11 +10,20 @@ the embedding row-wise and the lm_head column-wise with a vocab-parallel loss). 
 throughout, torch AdamW, full loss, no checkpointing: the estimator's `--stack probe
 --precision fp32` setup.
 
-Peaks come from the CPU allocator itself: torch.profiler with `profile_memory=True` records
-every allocation and free of c10's CPU allocator (storage resizes included, so FSDP2's freeing
-of all-gathered parameters is seen, and DDP's C++ buckets too); the running sum from before the
-model is built, maximised over the training steps, is the rank's peak. Buffers gloo keeps
-outside c10 are not counted (as NCCL's are outside torch's CUDA allocator).
+Peaks come from the CPU allocator itself: a counting wrapper in front of c10's CPU allocator
+(probe/cpu_memory.py) adds every block when it is made and takes it off when it is freed, on
+any thread (gloo's workers included) and through storage resizes (FSDP2's freeing of
+all-gathered parameters); the bytes alive above what was alive before the model was built,
+maximised over the training steps, are the rank's peak. Buffers gloo keeps outside c10 are not
+counted (as NCCL's are outside torch's CUDA allocator).
+
+gloo on the CPU, unlike NCCL on a GPU, makes c10 temporaries of its own, which the peaks include
+and the estimate (a GPU estimate) does not: `_allgather_base` gathers into a flat output of the
+whole size and copies it out, `_reduce_scatter_base` clones its whole input and all-reduces the
+clone (ProcessGroupGloo.cpp reduce_scatter_tensor_coalesced: `inputTensors[i].clone()`), and the
+clone lives until gloo's worker drops the work, a moment that depends on thread timing. Under
+FSDP2 at 4 processes one or two ranks of a launch then hold a layer's reduce-scatter clone while
+the next all-gather's flat output exists (notes/i12r.md: +0.85 MB, -1.5 % against the estimate).
 """
 
 from __future__ import annotations
@@ -31,9 +40,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from probe.cpu_memory import CpuAllocatorCounter
 from probe.distributed import decoder_layers, shard_fsdp2
 
-__all__ = ["main", "SETUP"]
+__all__ = ["main", "run_layout", "SETUP"]
 
 # the estimator's `--stack probe --method full --precision fp32 --checkpointing none --loss full`
 SETUP: dict[str, Any] = {
@@ -52,8 +62,6 @@ SETUP: dict[str, Any] = {
     "autocast": False,
     "lora_dropout": 0.0,
 }
-
-MARKER_BYTES = 123_457  # an allocation no training op makes: marks the first step's start
 
 
 def _wrap(model: nn.Module, layout: str, world: int) -> nn.Module:
@@ -99,6 +107,26 @@ def _wrap(model: nn.Module, layout: str, world: int) -> nn.Module:
     raise SystemExit(f"--layout: {layout!r} is not dp, fsdp or tp")
 
 
+def _optimizer(params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    """SETUP's AdamW with `foreach`, torch's default on CUDA, plain tensors and DTensors alike
+    (torch 2.13 optim/optimizer.py:178-185 picks foreach when every parameter's device has
+    foreach kernels, utils/_foreach_utils.py:8-10: cuda, xpu, mtia; distributed/tensor/
+    __init__.py:74-75 adds DTensor to the supported types). On the CPU torch would default to
+    the for-loop path, whose temporaries are one tensor's instead of the group's
+    `exp_avg_sq.sqrt()` (optim/adam.py:760-762) that the estimate counts. The tp plan leaves
+    the RMSNorm weights plain tensors, and one foreach call cannot mix them with DTensors
+    (DTensor's dispatch refuses), so they step in a second parameter group: the group-sized
+    buffer is then the DTensors' (all but 2.3k of 3.4M parameters here)."""
+    from torch.distributed.tensor import DTensor
+
+    from probe.optim import LR
+
+    dtensors = [p for p in params if isinstance(p, DTensor)]
+    plain = [p for p in params if not isinstance(p, DTensor)]
+    groups = [{"params": g} for g in (dtensors, plain) if g]
+    return torch.optim.AdamW(groups, lr=LR, foreach=True)
+
+
 def _loss(model: nn.Module, layout: str, ids: torch.Tensor) -> torch.Tensor:
     from probe.loss import full_loss
 
@@ -123,117 +151,53 @@ def _loss_context(layout: str) -> Any:
     return loss_parallel()
 
 
-def _chrome_events(prof: Any) -> list[dict[str, Any]]:
-    """The profile's events as its chrome trace writes them (memory events carry `Addr`)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "trace.json")
-        prof.export_chrome_trace(path)
-        with open(path, encoding="utf-8") as f:
-            events: list[dict[str, Any]] = json.load(f)["traceEvents"]
-    return events
-
-
-def memory_events(trace_events: list[dict[str, Any]]) -> list[tuple[int, int]]:
-    """(bytes, running total) of each CPU allocation and free, in order, from a chrome trace.
-
-    The profiler records a free only on a thread it profiles, and gloo's worker thread frees
-    some collective outputs (the bytes would stay in the total for good). An allocation at an
-    address still live in the running map proves that the earlier block there was freed before
-    it, so that block is taken out then: each total is an upper bound that no longer grows
-    with every step (notes/i12b.md measured 0.26-0.8 MB a step before)."""
-    rows = [
-        (float(e["ts"]), int(e["args"]["Ev Idx"]), int(e["args"]["Bytes"]), int(e["args"]["Addr"]))
-        for e in trace_events
-        if e.get("name") == "[memory]" and int(e.get("args", {}).get("Device Type", -1)) == 0
-    ]
-    rows.sort()
-    live: dict[int, int] = {}
-    total = 0
-    out: list[tuple[int, int]] = []
-    for _, _, nbytes, addr in rows:
-        if nbytes > 0:
-            total -= live.pop(addr, 0)  # freed on an unprofiled thread, reused now
-            live[addr] = nbytes
-            total += nbytes
-        elif addr in live:
-            total -= live.pop(addr)
-        else:
-            total += nbytes  # a block allocated before the profiler started
-        out.append((nbytes, total))
-    return out
-
-
-def _peak(events: list[tuple[int, int]]) -> int:
-    """The largest running total from the window's start (the first marker) on."""
-    start = next(i for i, (nbytes, _) in enumerate(events) if nbytes == MARKER_BYTES)
-    return max(total for _, total in events[start:])
-
-
-def _mark(phase: int) -> None:
-    """A tiny allocation of a size no op makes: where forward, backward and step end."""
-    marker = torch.empty(MARKER_BYTES + phase, dtype=torch.uint8)
-    del marker
-
-
-def _trace(events: list[tuple[int, int]]) -> dict[str, int]:
-    """The running total at the window's start and the largest in each phase of the steps
-    (forward + loss, backward, optimizer step)."""
-    names = {MARKER_BYTES + 1: "forward", MARKER_BYTES + 2: "backward", MARKER_BYTES + 3: "step"}
-    start = next(i for i, (nbytes, _) in enumerate(events) if nbytes == MARKER_BYTES)
-    before = events[start][1]
-    phase_peak = 0
-    out: dict[str, int] = {}
-    for nbytes, total in events[start:]:
-        phase_peak = max(phase_peak, total)
-        if nbytes in names:
-            out[names[nbytes]] = max(out.get(names[nbytes], 0), phase_peak)
-            phase_peak = 0
-    return {"at_window_start": before, "at_end": events[-1][1], **out}
-
-
-def run_layout(config: dict[str, Any], layout: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One layout's training steps under the profiler; every rank's peak (collective)."""
-    from torch.profiler import ProfilerActivity, profile
-
+def run_layout(
+    config: dict[str, Any], layout: str, args: argparse.Namespace, counter: CpuAllocatorCounter
+) -> dict[str, Any]:
+    """One layout's training steps; every rank's peak and its phases (collective)."""
     from probe.model import build_model
-    from probe.optim import make_training_optimizer
 
     torch.manual_seed(0)
     rank, world = dist.get_rank(), dist.get_world_size()
     gc.collect()
     dist.barrier()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        built = build_model(config, SETUP | {"batch": args.batch}, "cpu")
-        model = _wrap(built.model, layout, world)
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = make_training_optimizer(SETUP, params, "cpu")
-        vocab = int(config["vocab_size"])
+    base = counter.current()  # what earlier layouts and the process group left alive
+    built = build_model(config, SETUP | {"batch": args.batch}, "cpu")
+    model = _wrap(built.model, layout, world)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = _optimizer(params)
+    vocab = int(config["vocab_size"])
+    gc.collect()
+    dist.barrier()
+    trace: dict[str, int] = {}
+
+    def phase(name: str) -> None:
+        trace[name] = max(trace.get(name, 0), counter.reset_peak() - base)
+
+    for step in range(args.steps):
+        ids = torch.randint(0, vocab, (args.batch, args.seq))
+        if step == 0:
+            trace["at_window_start"] = counter.current() - base
+            counter.reset_peak()  # the window starts here
+        with _loss_context(layout):
+            loss = _loss(model, layout, ids)
+            phase("forward")
+            loss.backward()
+        del loss, ids
+        gc.collect()  # reference cycles freed now, not at a random later moment
+        phase("backward")
+        optimizer.step()
+        phase("step")
+        optimizer.zero_grad(set_to_none=True)
         gc.collect()
-        dist.barrier()
-        for step in range(args.steps):
-            ids = torch.randint(0, vocab, (args.batch, args.seq))
-            if step == 0:
-                _mark(0)  # the window starts here
-            with _loss_context(layout):
-                loss = _loss(model, layout, ids)
-                _mark(1)
-                loss.backward()
-            del loss, ids
-            gc.collect()  # reference cycles freed now, not at a random later moment
-            _mark(2)
-            optimizer.step()
-            _mark(3)
-            optimizer.zero_grad(set_to_none=True)
-            gc.collect()
-        dist.barrier()
-    events = memory_events(_chrome_events(prof))
-    peak = _peak(events)
+    dist.barrier()
+    phase("after_steps")
+    trace["at_end"] = counter.current() - base
+    peak = max(v for k, v in trace.items() if k not in ("at_window_start", "at_end"))
     # DDP's reducer must go before its process group (its destructor waits on gloo)
     del model, optimizer, params, built
     gc.collect()
-    mine = {"rank": rank, "peak_bytes": peak, "trace": _trace(events)}
+    mine = {"rank": rank, "peak_bytes": peak, "base_bytes": base, "trace": trace}
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, mine)
     return {"layout": layout, "world_size": world, "seq_len": args.seq, "ranks": gathered}
@@ -242,9 +206,11 @@ def run_layout(config: dict[str, Any], layout: str, args: argparse.Namespace) ->
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     with open(args.config, encoding="utf-8") as f:
         config = json.load(f)
+    counter = CpuAllocatorCounter()
+    counter.install()  # before the process group: every c10 CPU block from here on
     dist.init_process_group(backend="gloo")
     try:
-        return [run_layout(config, layout, args) for layout in args.layout.split(",")]
+        return [run_layout(config, layout, args, counter) for layout in args.layout.split(",")]
     finally:
         dist.destroy_process_group()
 

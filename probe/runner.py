@@ -46,6 +46,7 @@ from probe.results import cuda_free_bytes, device_memory, record_measurement
 from probe.results import is_oom as _is_oom
 from probe.results import new_result as _result
 from probe.stacks import check_stack
+from probe.torchtune_stack import TorchtuneSession
 from probe.tracker import StorageTracker
 
 __all__ = ["run_probe", "default_out_name"]
@@ -303,8 +304,10 @@ def _stack_environment(stack: str, device: str, notes: list[str]) -> dict[str, A
     """`environment.stack/libraries/ran/substituted` (the hf stack adds to ran/substituted
     while it builds and trains); `notes` is shared with the memtest's notes."""
     from probe.hf_stack import HF_LIBRARIES
+    from probe.torchtune_stack import TORCHTUNE_LIBRARIES
 
-    libraries = {name: package_version(name) for name in HF_LIBRARIES}
+    names = TORCHTUNE_LIBRARIES if stack == "torchtune" else HF_LIBRARIES
+    libraries = {name: package_version(name) for name in names}
     ran: list[str] = []
     substituted: list[str] = []
     if stack == "probe":
@@ -447,20 +450,28 @@ def run_probe(
         try:
             # built outside the fake mode and the tracker: on meta for `fake` (peft cannot wrap
             # fake tensors), on the device otherwise; the tracker adopts the weights below
-            if setup["stack"] == "hf":
+            if setup["stack"] == "torchtune":
+                # the recipe builds, loads and trains its own model, one recipe per length
+                tt_session = _build_with(
+                    TorchtuneSession, config, setup, device, vocab, memory_cap, stack_env
+                )
+                built, tracker = tt_session.built, tt_session.tracker
+            elif setup["stack"] == "hf":
                 built = _build_with(build_hf_model, config, setup, device, stack_env)
             else:
                 built = _build(config, setup, device)
                 notes.extend(built.notes)
             step_modes: list[Any] = []
-            if device == "fake":
+            if setup["stack"] == "torchtune":
+                pass  # its session enters the tracker inside the recipe's steps
+            elif device == "fake":
                 from torch._subclasses.fake_tensor import FakeTensorMode
 
                 step_modes.append(stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True)))
-            if device in ("cpu", "fake"):
+            if device in ("cpu", "fake") and setup["stack"] != "torchtune":
                 tracker = stack.enter_context(StorageTracker(cap=memory_cap, vocab=vocab))
                 step_modes.append(tracker)
-            if device == "fake":
+            if device == "fake" and setup["stack"] != "torchtune":
                 built.model.to_empty(device="cpu")
                 _retie(built.model)  # to_empty gives tied weights separate storages
                 if setup["stack"] == "probe":
@@ -470,10 +481,12 @@ def run_probe(
                     )
             if dist.world_size > 1:
                 dist.shard(built)
-            if tracker is not None:
+            if tracker is not None and setup["stack"] != "torchtune":
                 tracker.adopt(list(built.model.parameters()) + list(built.model.buffers()))
-            session: _Session | HFSession
-            if setup["stack"] == "hf":
+            session: _Session | HFSession | TorchtuneSession
+            if setup["stack"] == "torchtune":
+                session = tt_session
+            elif setup["stack"] == "hf":
                 modes = step_modes or None  # the tracker (and fake mode): inside steps only
                 session = HFSession(built, setup, device, vocab, tracker, stack_env, modes)
             else:

@@ -4,7 +4,11 @@
   fp32 masters, no autocast, foreach AdamW, dropout 0, no gradient accumulation.
 - `hf`: transformers `Trainer` + peft (+ bitsandbytes for QLoRA / 8-bit AdamW), see
   probe.hf_stack. Runs on the CPU, under fake tensors and on CUDA.
-- `unsloth`, `torchtune`, `torchtitan`, `deepspeed`: not runnable by this probe; `check_stack`
+- `torchtune`: torchtune's own single-device recipes (LoRA and full), see probe.torchtune_stack.
+  Runs on the CPU and on CUDA; fake tensors are refused with the reason.
+- `torchtitan`: torchtitan's own Trainer (FSDP2 under gloo, CPU), see probe.torchtitan_stack;
+  the CLI hands the run to it.
+- `unsloth`, `deepspeed`: not runnable by this probe; `check_stack`
   says why (exit 2 on the command line) instead of substituting another stack's numbers.
 
 `check_stack` raises `ProbeInputError` naming the field for a setup the chosen stack cannot run,
@@ -26,19 +30,6 @@ NOT_RUNNABLE: dict[str, str] = {
     "unsloth": "Unsloth needs a GPU: `import unsloth` raises 'Unsloth cannot find any torch "
     "accelerator? You need a GPU.' (unsloth_zoo/device_type.py) and its kernels are triton, so "
     "it cannot run on the CPU or under fake tensors",
-    "torchtune": "torchtune 0.6.1 (its last release) imports torchao.dtypes.nf4tensor, which "
-    "current torchao (0.18) no longer has. Tried again (issue 11): with torchao 0.11 and "
-    "datasets, multiprocess, dill, xxhash, omegaconf, antlr4, sentencepiece, tiktoken and "
-    "blobfile installed beside torch 2.13 (--no-deps) its model builders and training "
-    "utilities import on the CPU, but its recipes (`tune run lora_finetune_single_device`) "
-    "need a tokenizer model file, checkpoint files and a dataset on disk, which this probe does "
-    "not make. Not installed here",
-    "torchtitan": "installing torchtitan 0.3.0 with its dependencies would downgrade "
-    "huggingface_hub (2.4 -> 1.33) and fsspec under the transformers 5 that trainfit uses. "
-    "Tried again without them (issue 11, --no-deps beside torch 2.13): `torchtitan.train` "
-    "next needs tyro, spmd_types, torchdata and tensorboard before it imports, and its FSDP2 "
-    "train step needs its own TOML job config, tokenizer assets and a dataset on disk, which "
-    "this probe does not make. Not installed here",
     "deepspeed": "DeepSpeed's ZeRO engine needs a CUDA (or other accelerator) backend and its "
     "compiled ops; not run by this probe",
 }
@@ -124,7 +115,20 @@ def check_stack(setup: dict[str, Any], device: str) -> None:
     stack = setup["stack"]
     if stack in NOT_RUNNABLE:
         raise ProbeInputError("setup.stack", f"{stack} is not runnable here: {NOT_RUNNABLE[stack]}")
+    if setup["checkpointing"] == "selective" and stack != "torchtitan":
+        raise ProbeInputError(
+            "setup.checkpointing",
+            "selective (per-op) checkpointing is torchtitan's: --stack torchtitan",
+        )
+    if stack == "torchtitan":
+        from probe.torchtitan_stack import check_torchtitan_setup
+
+        check_torchtitan_setup(setup, device)
     if stack == "probe":
         _check_probe_stack(setup)
     elif stack == "hf":
         _check_hf_stack(setup, device)
+    elif stack == "torchtune":
+        from probe.torchtune_stack import check_torchtune_setup
+
+        check_torchtune_setup(setup, device)

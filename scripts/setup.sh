@@ -12,6 +12,8 @@ if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+
   .venv/bin/python -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
 fi
 .venv/bin/python -m pip install -q -e ".[service,probe,dev,inputs]" 2>&1 | grep -v "^WARNING: Location" || true
+# the probe's torchtune stack, so its tests run (about 50 s; leaves torch as it is, checked below)
+.venv/bin/python -m pip install -q -e ".[torchtune]" 2>&1 | grep -v "^WARNING: Location" || true
 version=$(.venv/bin/python -m pip show torch | awk '/^Version:/{print $2}')
 case "$version" in
   2.13.0*) ;;

@@ -29,6 +29,9 @@ MAX_LINK_CHARS = 16_000  # a permalink longer than this is not offered (browsers
 LIST_FIELDS = ("checkpointing", "loss", "gpus")
 
 
+PIPELINE_FIELDS = ("pp_schedule", "pp_virtual")
+
+
 @dataclass
 class FormValues:
     """What the user typed (and uploaded, as text), to re-render the form after an error and to
@@ -55,6 +58,8 @@ class FormValues:
     gpus: list[str] = field(default_factory=list)
     gpus_extra: str = ""
     parallel: str = ""  # multi-GPU layout (estimator/parallel/), e.g. fsdp or fsdp=8,tp=2
+    pp_schedule: str = "1f1b"  # pipeline schedule under pp=N (estimator/parallel/schedule.py)
+    pp_virtual: str = ""  # interleaved-1f1b: model chunks per rank
     usable_fraction: str = "0.92"
     profile: str = "default"
     tokens: str = ""
@@ -262,6 +267,11 @@ def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]
     calibration = _calibration(values, errors)
     rank = _number(errors, "lora_rank", values.lora_rank or "16", "16", integer=True)
     batch = _number(errors, "batch", values.batch or "1", "1", integer=True)
+    pipeline: dict[str, Any] = {}
+    if values.pp_schedule and values.pp_schedule != "1f1b":
+        pipeline["pp_schedule"] = values.pp_schedule
+    if values.pp_virtual:
+        pipeline["pp_virtual"] = _number(errors, "pp_virtual", values.pp_virtual, "2", integer=True)
     extra = [g.strip() for g in values.gpus_extra.replace(";", ",").split(",") if g.strip()]
     gpus = list(dict.fromkeys([*values.gpus, *extra]))
     if not gpus:
@@ -282,6 +292,7 @@ def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]
                     setup["loss"] = loss
                 if values.parallel:
                     setup["parallel"] = values.parallel
+                setup.update(pipeline)
             else:
                 setup = {
                     "stack": values.stack or "hf",
@@ -294,6 +305,7 @@ def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]
                 }
                 if values.parallel:
                     setup["parallel"] = values.parallel
+                setup.update(pipeline)
                 if values.method in ("lora", "qlora"):
                     setup["lora_rank"] = rank
                     setup["lora_targets"] = targets or ["all-linear"]
@@ -328,6 +340,9 @@ def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]
                 for err in exc.errors(include_url=False):
                     message = clean_message(str(err["msg"]))
                     field_name = form_field(err["loc"])
+                    named = message.split(":", 1)[0]
+                    if field_name == "method" and named in PIPELINE_FIELDS:
+                        field_name = named  # a setup-wide check whose message names the field
                     if err["type"] == "train_config":  # "{field}: {message}" of the mapping
                         field_name = "train_config_text"
                     found = FormError(field_name, message)

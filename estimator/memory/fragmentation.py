@@ -6,8 +6,10 @@ torch's CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp, torch 2.13) ser
 from the best-fitting cached free block of the *same stream* (`get_free_block`:
 `(*it)->stream != p.stream()` returns false), splits it, merges a freed block only with free
 neighbours of the same segment, and never moves a live block; what it cannot serve it maps or
-cudaMallocs anew. Two consequences are worked out here; both hold with and without
-`expandable_segments` (segments are per stream either way).
+cudaMallocs anew. Three consequences are worked out here; they hold with and without
+`expandable_segments` (segments are per stream either way; see 3 for what expandable segments
+change). Each is checked against replays of fake-traced Trainer steps through
+probe/allocator.py, not fitted to them.
 
 1. The eager full loss (`loss_hole_bytes`). A stack that upcasts the model's output for the
    loss runs: logits (compute dtype) -> their fp32 copy -> fp32 log-softmax (saved); the fp32
@@ -26,6 +28,43 @@ cudaMallocs anew. Two consequences are worked out here; both hold with and witho
    blocks are cached for that stream only, so the default stream's peak cannot use them:
    reserved += the root unit's buffer + one layer unit's (the root all-gathers first and
    layer 0 follows while it is held).
+3. The last decoder layer's forward (`forward_cache_bytes`). A checkpointed layer's forward
+   creates the tensors its backward's recompute will save (the same ops run; non-reentrant
+   checkpointing drops them, torch/utils/checkpoint.py `_checkpoint_hook`), and they die when
+   the layer returns: the blocks go back to the pool, cached (`free_block`; nothing is
+   returned to the driver before an OOM or `empty_cache`). The next layer's forward is served
+   from those blocks, so one layer's worth stays cached through the forward and is still
+   cached when the loss starts. Every block of it is a slice of a layer tensor (tokens x a
+   layer width), smaller than the loss's tokens x vocab tensors, which therefore cannot use it
+   (`get_free_block` needs one free block of at least the request's size; free blocks merge
+   only with free neighbours of the same segment, `try_merge_blocks`, and the layer's cached
+   blocks sit between the live checkpoints carved from them). So at the loss
+   reserved >= loss-phase allocated + the logits hole (1) + one layer's activations as the
+   recompute keeps them (the largest layer kind; under selective checkpointing the part the
+   policy does not keep, which is freed; with no checkpointing the saved tensors stay
+   allocated and nothing is counted). This bounds the layer's share (its forward frees some
+   tensors before others are made, and the live checkpoints take some of the cached bytes).
+   Replays (bench/allocator_rule.py, bench/results/allocator_rule_2026-12-03.md; expandable
+   segments off): reserved - allocated at the first step's logits is 93-101 % of this term on
+   the TinyLlama, Llama-3.1-8B and small QLoRA checkpointed cases and 63 % on the 27 B hybrid
+   (3.71 of 5.85 GiB: its worst layer kind, a Gated DeltaNet layer, is not its last layer);
+   every cached block smaller than the logits, at the later step, 70-117 %. With expandable
+   segments on, a freed block at the end of the mapped range merges with the unmapped tail
+   (`find_expandable_block` + `map_block`), so the loss can take the last freed blocks and
+   the replays hold less; the bound is kept (max_memory_reserved on a card with room).
+4. The previous step's gradients (`grad_cache_bytes`). Every stack frees the gradients after
+   the optimizer step (transformers 5.24.0 trainer.py:1954 `model.zero_grad()`, torch 2.13
+   nn/modules/module.py:2948 and optim/optimizer.py:1024 `set_to_none=True` by default;
+   torchtitan and torchtune call `zero_grad()` likewise), so from the second step on their
+   blocks, one per trained tensor, are cached when the forward starts. The forward carves its
+   kept activations (checkpoints, or every saved tensor without checkpointing) and its layer
+   blocks out of them; a gradient block smaller than the logits (tokens x vocab in the
+   logits' dtype, the loss's smallest tensor) cannot serve any loss tensor. So at the loss
+   reserved >= loss-phase allocated + the logits hole + max(3, those small gradient blocks -
+   the kept activations). Adapters' gradients are small: their sum counts. Worked out for one
+   device (`sharding` none): sharded gradients are flat or DTensor shards whose blocks this
+   rule does not follow, and the term is not counted there (nor in estimator/memory/
+   sharded.py's layouts).
 """
 
 from __future__ import annotations
@@ -71,8 +110,41 @@ def gather_pool_bytes(setup: TrainingSetup, profile: Profile, root: float, unit:
     return root + unit
 
 
+def forward_cache_bytes(
+    setup: TrainingSetup, profile: Profile, layer_bytes: Any, kept_bytes: Any
+) -> Any:
+    """Bytes the last decoder layer's forward leaves cached at the loss (module note, 3):
+    `layer_bytes` = one layer's activations as the recompute keeps them (worst layer kind),
+    `kept_bytes` = the part the checkpointing policy keeps allocated (selective)."""
+    zero = np.asarray(layer_bytes, dtype=np.float64) * 0.0
+    if not counts_fragmentation(setup, profile) or setup.checkpointing == "none":
+        return zero
+    return np.maximum(zero + layer_bytes - kept_bytes, 0.0)
+
+
+def grad_cache_bytes(
+    setup: TrainingSetup,
+    profile: Profile,
+    grads: list[tuple[float, int]],
+    loss_first: Any,
+    kept: Any,
+) -> Any:
+    """Bytes of the previous step's gradient blocks still cached at the loss (module note, 4):
+    the gradient tensors (`grads`: (bytes, count) pairs) smaller than the loss's first tensor
+    (`loss_first` = tokens x vocab x the logits' dtype) less the activations the forward keeps
+    (`kept`), which are carved from them."""
+    first = np.asarray(loss_first, dtype=np.float64)
+    if not counts_fragmentation(setup, profile) or not grads:
+        return first * 0.0
+    small = first * 0.0
+    for size, count in grads:
+        small = small + np.where(size < first, size * count, 0.0)
+    return np.maximum(small - kept, 0.0)
+
+
 def reserved_with_fragmentation(
     allocated: Any, loss_phase: Any, hole: Any, pool: float, slack: Any
 ) -> Any:
-    """max(allocated, loss phase + hole) + the all-gather pool + the rounding slack."""
+    """max(allocated, loss phase + hole) + the all-gather pool + the rounding slack; `hole` is
+    every byte cached and unusable at the loss (logits hole + the last layer's forward)."""
     return np.maximum(allocated, loss_phase + hole) + pool + slack

@@ -24,7 +24,9 @@ from estimator.memory.activations import (
     stream_bytes,
 )
 from estimator.memory.fragmentation import (
+    forward_cache_bytes,
     gather_pool_bytes,
+    grad_cache_bytes,
     loss_hole_bytes,
     reserved_with_fragmentation,
 )
@@ -33,7 +35,7 @@ from estimator.memory.logits import (
     loss_bytes_per_logit,
     loss_forward_bytes_per_logit,
 )
-from estimator.memory.reserved import allocator_slack
+from estimator.memory.reserved import allocator_slack, grad_tensor_sizes
 from estimator.memory.states import StateBytes, trainable_state_bytes
 from estimator.memory.weights import (
     amp_full,
@@ -72,6 +74,8 @@ class MemoryBreakdown:
     allocated: Any = None
     reserved: Any = None
     loss_hole: Any = 0.0  # bytes the eager full loss leaves cached (memory/fragmentation.py)
+    forward_cache: Any = 0.0  # the last layer's forward, cached at the loss (fragmentation.py 3)
+    grad_cache: Any = 0.0  # the last step's gradient blocks, cached at the loss (fragmentation 4)
     parallel: dict[str, Any] | None = None  # the --parallel layout's terms (memory/sharded.py)
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # moment -> part -> bytes
 
@@ -192,6 +196,8 @@ def memory_breakdown(
     checkpoints: Any
     recompute: Any
     ctx: Context | None = None
+    fwd_cache: Any = tokens * 0.0
+    grads_cached: Any = tokens * 0.0
     if not spec.geometry_known:
         recompute = None
         missing["recompute_peak"] = "needs the layer geometry (heads, MLP); give a config.json"
@@ -219,9 +225,13 @@ def memory_breakdown(
         elif setup.checkpointing == "selective":
             checkpoints = tokens * selective_saved(ctx, spec) * layers
             recompute = _recompute_peak(spec, profile, acts, tokens, seq, cb)
+            fwd_cache = forward_cache_bytes(
+                setup, profile, _layer_saved(acts, tokens, seq), tokens * selective_saved(ctx, spec)
+            )
         else:
             checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
             recompute = _recompute_peak(spec, profile, acts, tokens, seq, cb)
+            fwd_cache = forward_cache_bytes(setup, profile, _layer_saved(acts, tokens, seq), 0.0)
         checkpoints = checkpoints / layer_split + mask_bytes(spec, setup, seq, tokens, ctx)
         host = host / layer_split
 
@@ -230,6 +240,11 @@ def memory_breakdown(
         logit_dtype = BF16 if setup.autocast and setup.precision != "fp32" else stream
         logits = logits_bytes(tokens, seq, (vocab, h), setup, profile, (logit_dtype, stream))
         hole = loss_hole_bytes(setup, profile, tokens * vocab * logit_dtype, logit_dtype)
+        if checkpoints is not None and sharding == "none":  # last step's grads (fragmentation 4)
+            grads_cached = grad_cache_bytes(
+                setup, profile, grad_tensor_sizes(spec, setup, states),
+                tokens * vocab * logit_dtype, checkpoints,
+            )  # fmt: skip
         logits = logits + _head_grad_bytes(spec, setup)
         # the probe stack and a profile's hand rule for the loss (seed 000) predate this term
         hand_rule = profile.get("memory", "logits_bytes_per_logit")
@@ -273,7 +288,8 @@ def memory_breakdown(
         else 0.0
     )
     loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
-    reserved = reserved_with_fragmentation(allocated, loss_phase, hole, pool, slack)
+    cached = hole + np.maximum(fwd_cache, grads_cached)  # at the loss (fragmentation.py 1, 3, 4)
+    reserved = reserved_with_fragmentation(allocated, loss_phase, cached, pool, slack)
     peak = reserved + overhead
     return MemoryBreakdown(
         components,
@@ -287,6 +303,8 @@ def memory_breakdown(
         reserved=reserved,
         phases=phases,
         loss_hole=hole,
+        forward_cache=fwd_cache,
+        grad_cache=grads_cached,
     )
 
 
@@ -377,6 +395,16 @@ def _with_forward_casts(
     count, forward, worst = per_logit
     head = BF16 * (spec.hidden or 0) * (spec.vocab or 0)
     return logits - count * worst + np.maximum(count * forward + casts, count * worst + head)
+
+
+def _layer_saved(acts: list[Any], tokens: Any, seq: Any) -> Any:
+    """The worst layer kind's saved activations (what its recompute keeps for the backward)."""
+    worst = tokens * 0.0
+    for a, _ in acts:
+        worst = np.maximum(
+            worst, a.per_token * tokens + a.per_token_seq * tokens * seq + a.per_layer
+        )
+    return worst
 
 
 def _recompute_peak(

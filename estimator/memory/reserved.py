@@ -12,20 +12,16 @@ sequence, are left out).
 With `expandable_segments:True` (Unsloth, torchtitan set it) segments grow page by page
 (2 MiB) and the rounding is paid once per segment, not per tensor: one kLargeBuffer is kept.
 Fragmentation between phases is estimator/memory/fragmentation.py's: the eager full loss's
-logits hole and FSDP2's all-gather stream pool, worked out from the allocator's rules on the
-stack's allocation sequence; fragmentation among activations is not modelled. The `probe` stack
-reports no slack (the estimator before stacks).
+logits hole, FSDP2's all-gather stream pool and the last checkpointed layer's forward cached at
+the loss, worked out from the allocator's rules on the stack's allocation sequence. The `probe`
+stack reports no slack (the estimator before stacks).
 
 Checked against a simulation of the allocator's rules (not fitted to it): fake traces of
-transformers' Trainer step (27 B seed case, Llama-3.1-8B LoRA and full, TinyLlama) replayed
-through probe/allocator.py (bench/allocator_slack.py; table and reading in
-bench/results/allocator_slack_2026-12-03.md). With expandable segments off, this rounding plus
-fragmentation.py's loss hole is within -9.2..+3.3 % (seed case -3.1 %) of the least device
-memory the replayed step runs in; the shortfall is blocks cached from the last checkpointed
-layer's forward (3.7 GiB on the seed case), not modelled. With expandable segments on, the
-replays run in allocated + 0.1-0.6 GiB (free pages are unmapped before an OOM): one
-kLargeBuffer is counted here, and fragmentation.py's loss hole, which the unmapping gives back,
-makes the figure conservative there.
+transformers' Trainer step replayed through probe/allocator.py (bench/allocator_slack.py;
+bench/results/allocator_slack_2026-12-03.md). With expandable segments on, the replays run in
+allocated + 0.1-0.6 GiB (free pages are unmapped before an OOM): one kLargeBuffer is counted
+here, and fragmentation.py's terms, which the unmapping gives back, describe
+max_memory_reserved on a card with room, not the least memory the step needs.
 """
 
 from __future__ import annotations
@@ -36,6 +32,7 @@ import numpy as np
 
 from estimator.dtypes import BF16, FP32
 from estimator.memo import Memo, setup_key
+from estimator.memory.states import StateBytes
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 from estimator.stacks import load_stack
@@ -110,3 +107,37 @@ def _tensor_slack(spec: ModelSpec, setup: TrainingSetup, devices: int) -> float:
             sizes += [(elements * b, lin.count) for b in _state_tensors(setup)]
     sizes += [(g.params * weight_dtype / shard, 1) for g in spec.others if g.name == "embed_tokens"]
     return sum(float(segment_waste(b)) * c for b, c in sizes)
+
+
+def grad_tensor_sizes(
+    spec: ModelSpec, setup: TrainingSetup, states: StateBytes
+) -> list[tuple[float, int]]:
+    """(bytes, count) of the gradient tensors: full fine-tuning has one per trained matrix,
+    expert bank and embedding (the other small parameters summed into one entry, all far below
+    any loss tensor), at the gradients' bytes per value; adapters one entry, all their
+    rank-r gradients. Memoised per (spec, setup). Used by fragmentation.py (4)."""
+    return _GRADS.get((spec,), setup_key(setup), lambda: _grad_sizes(spec, setup, states))
+
+
+_GRADS: Memo[list[tuple[float, int]]] = Memo()
+
+
+def _grad_sizes(
+    spec: ModelSpec, setup: TrainingSetup, states: StateBytes
+) -> list[tuple[float, int]]:
+    if not states.grads or not states.trainable_params:
+        return []
+    if setup.is_adapter or not spec.geometry_known:
+        return [(float(states.grads), 1)]
+    per = states.grads / states.trainable_params
+    sizes: dict[float, int] = {}
+    for lin in spec.linears:
+        size = float(lin.in_features * lin.out_features * lin.experts * per)
+        sizes[size] = sizes.get(size, 0) + lin.count
+    for g in spec.others:
+        if g.name == "embed_tokens":
+            sizes[float(g.params * per)] = sizes.get(float(g.params * per), 0) + 1
+    rest = sum(g.params for g in spec.others if g.name != "embed_tokens")
+    if rest:
+        sizes[float(rest * per)] = sizes.get(float(rest * per), 0) + 1
+    return list(sizes.items())

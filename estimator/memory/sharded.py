@@ -8,8 +8,8 @@
             + max(checkpoints, gradients made) + recompute peak
   step      resident + all gradients + ZeRO's fp32 partition + optimizer temporaries
 resident = sharded parameters + states + persistent buckets (+ gradients under accumulation).
-A pipeline's first stage (embedding, min(pp, m) micro-batches in flight) and last stage
-(lm_head, logits) are both evaluated; the peak is the larger.
+A pipeline's first rank (embedding, the schedule's most micro-batches in flight) and last rank
+(lm_head, logits) are both evaluated; the peak is the larger (estimator/parallel/schedule.py).
 """
 
 from __future__ import annotations
@@ -42,10 +42,13 @@ from estimator.parallel.data import (
 )
 from estimator.parallel.layout import Layout
 from estimator.parallel.nccl import ASSUMED_CHANNELS, nccl_buffer_bytes
+from estimator.parallel.ring import ring_backward_extra_per_token
+from estimator.parallel.schedule import boundary_tensors
 from estimator.parallel.split import (
     Stage,
     attention_score_term,
     checkpoint_factor,
+    micro_batches,
     param_groups,
     stages,
     tp_activation_factor,
@@ -199,10 +202,16 @@ def _tp_loss_extra(
 
 
 def _activations(
-    spec: ModelSpec, setup: TrainingSetup, base: MemoryBreakdown, stage: Stage, layout: Layout
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    base: MemoryBreakdown,
+    stage: Stage,
+    layout: Layout,
+    tokens: Any,
 ) -> tuple[Any, Any, Any]:
     """(checkpoints, recompute peak, logits) on one device of the stage; the logits without
-    a tp rank's loss extra (`_tp_loss_extra`, added by the caller)."""
+    a tp rank's loss extra (`_tp_loss_extra`, added by the caller). Under cp the recompute
+    peak carries ring attention's backward buffers (estimator/parallel/ring.py)."""
     zero = np.asarray(base.components["overhead"]) * 0.0
     layers = spec.layers or 1
     share = stage.layers / layers * stage.in_flight
@@ -213,9 +222,29 @@ def _activations(
     checkpoints = c * share * kept
     r = base.components["recompute_peak"]
     recompute = zero if r is None else np.asarray(r) * tp_transient
+    if layout.cp > 1 and setup.attention != "eager":  # ring attention's backward buffers
+        ctx = Context.build(spec, setup, compute_bytes(setup.precision))
+        cb = ctx.attn_bytes or ctx.compute_bytes
+        recompute = recompute + tokens * ring_backward_extra_per_token(spec, layout, cb)
     lg = base.components["logits"]
-    logits = zero if (lg is None or not stage.last) else np.asarray(lg) / layout.tp
+    # GPipe's last rank keeps every micro-batch's loss for its backward (parallel/schedule.py)
+    logits = zero if (lg is None or not stage.last) else np.asarray(lg) / layout.tp * stage.losses
     return checkpoints, recompute, logits
+
+
+def _pipeline_buffers(
+    spec: ModelSpec, setup: TrainingSetup, layout: Layout, stage: Stage, tokens: Any
+) -> Any:
+    """Bytes of the stage-boundary tensors a pipeline rank keeps beyond its layers
+    (`schedule.boundary_tensors`): one micro-batch's hidden states each, in the residual
+    stream's dtype, sequence-split by tp under sequence parallelism (the block output is
+    row-parallel with Shard(1) output layouts in torchtitan's plan) and whole without it."""
+    if layout.pp == 1 or not spec.hidden:
+        return tokens * 0.0
+    m = micro_batches(layout, setup.grad_accum)
+    count = boundary_tensors(m, layout.virtual, stage.in_flight, stage.first, stage.last)
+    each = tokens * spec.hidden * stream_bytes(setup, compute_bytes(setup.precision))
+    return each * count / (layout.tp if layout.sp else 1)
 
 
 def _stage_name(stage: Stage) -> str:
@@ -230,8 +259,13 @@ def _phases(
     profile: Profile,
     keep_grads: bool,
     layers: int,
+    in_flight: float = 1.0,
+    pipe: Any = 0.0,
 ) -> dict[str, dict[str, Any]]:
-    """What is alive at each moment, by part (the same moments as `model._phases`)."""
+    """What is alive at each moment, by part (the same moments as `model._phases`). Under a
+    pipeline with FSDP2 the unsharded accumulated gradients exist from the first
+    micro-batch's backward on, when that micro-batch's checkpoints are gone: the backward holds
+    the larger of all checkpoints and (in_flight - 1) micro-batches' plus the gradients."""
     checkpoints, recompute, logits = acts
     zero = checkpoints * 0.0
     states = zero + dp.states + (dp.grads if keep_grads else 0.0)
@@ -246,9 +280,33 @@ def _phases(
         }
         return {"all": parts}
     made = zero + (0.0 if keep_grads else dp.grads)
-    # a unit's reduce buffers exist once its own activations are freed (one layer's share)
+    held = checkpoints
+    accumulated = zero
+    if dp.accumulated:
+        rest = checkpoints * max(in_flight - 1.0, 0.0) / max(in_flight, 1.0)
+        later = rest + dp.accumulated >= checkpoints
+        held = np.where(later, rest, checkpoints)
+        accumulated = np.where(later, zero + dp.accumulated, 0.0)
+    # Two moments of a unit's backward, the larger counts: while the layer recomputes and runs
+    # its backward (the previous unit's reduce-scatter input kept), and after it, when its
+    # reduce buffers exist and its own activations (one layer's share) are freed. Both are
+    # written against the larger of the checkpoints and the gradients made, so each grows with
+    # the sequence (subtracting the layer's share from the recompute term alone did not when
+    # the gradients were the larger: found by test_fsdp2_units_monotone_in_sequence_and_ranks).
     per_layer = checkpoints / max(layers, 1)
-    layer_work = np.maximum(recompute, dp.reduce_buffers - per_layer)
+    counted = np.maximum(held, made)
+    after_unit = np.maximum(held - per_layer, made) + dp.reduce_buffers
+    # FSDP2 during a unit's backward: its unsharded gradients are made as its own saved
+    # tensors are released (`data.fsdp_bytes`), so they count beyond the layer's share; the
+    # previous unit's kept reduce-scatter input outlives that unit's activations (a second
+    # layer's share), a separate lm_head's is kept through the first layer's backward
+    during = zero
+    if dp.unit_grads or dp.reduce_kept or dp.reduce_kept_first:
+        own = np.maximum(per_layer, dp.unit_grads)
+        first = np.maximum(held - per_layer, made) + own + dp.reduce_kept_first
+        later = np.maximum(held - 2 * per_layer, made) + own + dp.reduce_kept
+        during = np.maximum(np.maximum(first, later) - counted, 0.0)
+    layer_work = np.maximum(recompute + during, after_unit - counted)
     return {
         "loss": {
             "weights": zero + dp.weights,
@@ -257,21 +315,25 @@ def _phases(
             "unsharded_params": zero + dp.forward_extra,
             "checkpoints": checkpoints,
             "logits": logits,
+            "pipeline_buffers": zero + pipe,
         },
         "backward": {
             "weights": zero + dp.weights,
             "trainable_states": states,
             "buckets": zero + dp.persistent,
             "unsharded_params_and_grads": zero + dp.backward_extra,
-            "checkpoints": np.where(checkpoints >= made, checkpoints, 0.0),
-            "gradients": np.where(checkpoints >= made, 0.0, made),
+            "checkpoints": np.where(held >= made, held, 0.0),
+            "gradients": np.where(held >= made, 0.0, made),
+            "accumulated_grads": accumulated,
             "recompute_peak_or_reduce": layer_work,
+            "pipeline_buffers": zero + pipe,
         },
         "end_of_backward": {
             "weights": zero + dp.weights,
             "trainable_states": zero + dp.states + dp.grads,
             "buckets": zero + dp.persistent,
             "root_reduce": zero + dp.end_extra,
+            "pipeline_buffers": zero + pipe,
         },
         "step": {
             "weights": zero + dp.weights,
@@ -306,19 +368,21 @@ def layout_breakdown(
     with masters_layout(True):  # layouts keep bf16 copies of fp32 masters (weights.amp_full)
         base = memory_breakdown(spec, local, local_seq, batch, profile, devices=1)
     overhead = np.asarray(base.components["overhead"]) + nccl_buffer_bytes(layout)
-    keep = (setup.grad_accum or 1) > 1
+    # gradients accumulate over micro-batches: grad_accum, or a pipeline's micro-batches
+    keep = (setup.grad_accum or 1) > 1 or layout.pp > 1
     best: tuple[Any, dict[str, Any], DataParallelBytes, Any, Stage, Any, ReplicaBytes] | None = None
     for stage in stages(spec, layout, setup.grad_accum):
         replica = _replica(spec, setup, base, stage, layout)
         dp = data_parallel_bytes(replica, layout, reduce_bytes(setup))
-        acts = _activations(spec, setup, base, stage, layout)
+        acts = _activations(spec, setup, base, stage, layout, tokens)
         if stage.last:
             acts = (
                 acts[0],
                 acts[1],
                 acts[2] + _tp_loss_extra(spec, setup, profile, tokens, layout),
             )
-        phases = _phases(dp, acts, profile, keep, stage.layers)
+        pipe = _pipeline_buffers(spec, setup, layout, stage, tokens)
+        phases = _phases(dp, acts, profile, keep, stage.layers, stage.in_flight, pipe)
         allocated = _largest(phases)
         host = np.asarray(base.host) * stage.layers / (spec.layers or 1) + dp.host
         components = {
@@ -339,7 +403,12 @@ def layout_breakdown(
         if profile.get("memory", "count_allocator_slack")
         else 0.0
     )
-    hole = np.asarray(base.loss_hole) / layout.tp if stage.last else 0.0
+    # the loss's hole and the last layer's cached forward (memory/fragmentation.py 1, 3)
+    hole = (
+        (np.asarray(base.loss_hole) + np.asarray(base.forward_cache)) / layout.tp
+        if stage.last
+        else 0.0
+    )
     pool = (
         gather_pool_bytes(setup, profile, replica.root_weights, replica.unit_weights)
         if layout.data == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
@@ -351,6 +420,15 @@ def layout_breakdown(
         "layout": layout.text,
         "gpus": n,
         "stage": _stage_name(stage),
+        **(
+            {
+                "pp_schedule": layout.schedule,
+                "pp_virtual": layout.virtual,
+                "in_flight": stage.in_flight,
+            }
+            if layout.pp > 1
+            else {}
+        ),
         "nccl_buffer_bytes": nccl_buffer_bytes(layout),
         "nccl_channels_assumed": ASSUMED_CHANNELS,
         **{k: float(v) for k, v in dp.terms.items()},

@@ -6,6 +6,9 @@
   wq/wk/wv column-wise by head).
 - pp must not exceed the decoder layers (every stage needs a layer; Megatron: num_layers %
   pipeline_model_parallel_size == 0 unless an uneven split is configured).
+- pp x virtual stages (interleaved) must not exceed the layers (torchtitan@9dec370
+  torchtitan/parallelisms/pipelining_utils.py:33-34 "Total stages cannot be greater than the
+  number of layers"; an uneven split is allowed there, and costed as ceil here).
 - ep must divide the routed experts (Megatron: num_moe_experts % expert_model_parallel_size).
 """
 
@@ -28,6 +31,13 @@ def check_model(layout: Layout, spec: ModelSpec) -> None:
     if layout.pp > 1 and spec.layers and layout.pp > spec.layers:
         raise EstimatorInputError(
             FIELD, f"pp={layout.pp} stages but {name} has {spec.layers} layers"
+        )
+    stages_total = layout.pp * layout.virtual
+    if layout.virtual > 1 and spec.layers and stages_total > spec.layers:
+        raise EstimatorInputError(  # torchtitan@9dec370 pipelining_utils.py:33-34
+            "setup.pp_virtual",
+            f"pp={layout.pp} x {layout.virtual} virtual stages = {stages_total} stages but "
+            f"{name} has {spec.layers} layers",
         )
     if layout.ep > 1:
         experts = spec.moe.num_experts if spec.moe else 0

@@ -23,6 +23,13 @@ FSDP2 (torch 2.13 torch/distributed/fsdp/_fully_shard/):
   reduce-scatter input of `reduce_dtype` (fp32 in torchtitan's default, job_config
   mixed_precision_reduce; bf16 in accelerate 1.16 utils/dataclasses.py:2009) and an output of
   1/N of it, then frees the unsharded gradients.
+- under a pipeline (pp > 1) torch's stage turns off resharding after backward and gradient
+  sync for every micro-batch but the last (torch 2.13 pipelining/stage.py:843-847), so after
+  the first micro-batch's backward every unit of the rank stays unsharded and its gradients
+  accumulate unsharded, upcast to `reduce_dtype` (_fsdp_param.py:802-821,
+  _fsdp_param_group.py:603-612); the last backward reduce-scatters every group
+  (stage.py:1169-1186). torchtitan also keeps units unsharded after forward under PP
+  (torchtitan@9dec370 parallelize_llama.py:326-329).
 - offload_policy=CPUOffloadPolicy moves the sharded parameters, gradients and optimizer states
   to the host (the optimizer steps on the CPU).
 
@@ -90,8 +97,14 @@ class DataParallelBytes:
     forward_extra: float = 0.0  # unsharded / fetched parameters during forward and loss
     backward_extra: float = 0.0  # the same plus unsharded gradients, through the backward
     reduce_buffers: float = 0.0  # a unit's reduce-scatter buffers, once its backward is done
+    reduce_kept: float = 0.0  # the previous unit's reduce-scatter input, through a backward
+    reduce_kept_first: float = 0.0  # one kept through the first layer's backward (separate head)
+    unit_grads: float = 0.0  # FSDP2: the current unit's unsharded gradients, in its backward
     end_extra: float = 0.0  # at the end of the backward (no activations): the root's reduce
     step_extra: float = 0.0  # buffers of the optimizer step (ZeRO's fp32 gradient partition)
+    accumulated: float = (
+        0.0  # FSDP2 under a pipeline: unsharded gradients kept across micro-batches
+    )
     step_transient: float = 0.0
     persistent: float = 0.0  # buffers alive all step (DDP / ZeRO buckets)
     host: float = 0.0  # offloaded bytes
@@ -128,24 +141,46 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
     gathered = 2 * r.unit_weights if layout.reshard_after_forward else layers_unsharded
     units = _separate_units(r, layout, gb, reduce_bytes)
     root_weights = r.root_weights - units.weights
+    # at the loss every layer unit has been resharded by its post_forward (torch 2.13
+    # _fsdp_param_group.py:557-564; only the root keeps its parameters, _fsdp_state.py:203-207);
+    # the root's pre_backward then prefetches the last unit to run forward (_backward_prefetch,
+    # _fsdp_param_group.py:828-830) while the loss's backward makes the logits' gradients: one
+    # layer unit (a separate lm_head: `head_regather`)
+    at_loss = r.unit_weights if layout.reshard_after_forward else layers_unsharded
     # backward through the layers: the root unsharded, the lm_head's gradient (made first;
-    # the embedding's comes last), two units gathered and the current unit's gradients
+    # the embedding's comes last), two units gathered (the current one and the one its
+    # pre_backward prefetches)
     head_grads = (r.head_trainable - units.head_trainable) * gb
+    # the current unit's unsharded gradients are made as its own saved tensors are released
+    # (autograd's engine.cpp evaluate_function: fn.release_variables() after each node): the
+    # phase rule counts what exceeds one layer's saved activations (`unit_grads`); then
+    # foreach_reduce copies them into its reduce-dtype input (chunk_cat, _fsdp_collectives.py:
+    # 597-617) and allocates the 1/N output: the unit's gradients, input and output are alive
+    # together once the unit's activations are gone (the phase rule takes one layer's off)
     unit_grads = r.unit_trainable * gb
-    # after a unit's backward, foreach_reduce's fp32 input and its 1/N output (the unit's own
-    # activations are freed by then: the phase rule takes one layer's activations off)
     unit_reduce = r.unit_trainable * reduce_bytes * (1 + 1 / n)
     root_trainable = r.root_trainable - units.trainable
     root_grads = root_trainable * gb
     root_reduce = root_trainable * reduce_bytes * (1 + 1 / n)
-    layer_work = gathered + unit_grads
+    layer_work = gathered
+    # FSDP2 keeps the last reduce-scatter input alive until the next unit's post-backward
+    # (ReduceScatterState, since pytorch/pytorch#129721 moved the copy-in to the default stream,
+    # June 2024; torch 2.13 _fsdp_param_group.py:640-660 and :717-719 with
+    # reduce_scatter_max_input_buffers 1): one unit's gradients in the reduce dtype through
+    # each later layer's backward, whose own activations are gone by then (the phase rule takes
+    # one layer's off); the lm_head's, when it is a unit of its own, through the first layer's
+    reduce_kept = r.unit_trainable * reduce_bytes
+    reduce_kept_first = units.head_trainable * reduce_bytes
     out = DataParallelBytes(
         weights=shard_params,
         states=r.optimizer / n,
         grads=shard_grads,
-        forward_extra=root_weights + units.kept + gathered,
-        backward_extra=root_weights + units.kept + head_grads + max(layer_work, units.head_work),
-        reduce_buffers=unit_reduce,
+        forward_extra=root_weights + units.kept + max(at_loss, units.head_regather),
+        backward_extra=root_weights + units.kept + head_grads + layer_work,
+        reduce_buffers=unit_grads + unit_reduce,
+        reduce_kept=reduce_kept,
+        reduce_kept_first=reduce_kept_first,
+        unit_grads=unit_grads,
         end_extra=root_weights + root_grads + root_reduce + units.end_work,
         step_transient=r.step_transient / n,
         terms={
@@ -153,10 +188,16 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
             "fsdp_root_unsharded": root_weights,
             "fsdp_root_grads_unsharded": root_grads,
             "fsdp_gathered_units": gathered,
+            "fsdp_gathered_at_loss": max(at_loss, units.head_regather),
             "fsdp_reduce_scatter_buffers": unit_reduce,
+            "fsdp_reduce_scatter_input_kept": max(reduce_kept, reduce_kept_first),
             **({"fsdp_separate_units_unsharded": units.weights} if layout.separate_units else {}),
         },
     )
+    if layout.pp > 1:
+        out.reduce_buffers = unit_reduce  # the gradients stay unsharded (`_pipelined`)
+        out.unit_grads = 0.0  # counted in `_pipelined`'s backward_extra
+        _pipelined(out, r, layers_unsharded, reduce_bytes)
     if layout.offload == "optimizer":
         raise EstimatorInputError(
             "setup.offload",
@@ -168,6 +209,23 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
         out.weights = out.states = out.grads = 0.0
         out.step_transient = 0.0
     return out
+
+
+def _pipelined(
+    out: DataParallelBytes, r: ReplicaBytes, layers_unsharded: float, reduce_bytes: float
+) -> None:
+    """FSDP2 inside a pipeline stage (module docstring): every unit unsharded, the gradients
+    accumulated unsharded in `reduce_bytes` (the first micro-batch's in the autograd dtype)."""
+    gb = r.grad_bytes
+    acc = r.trainable * max(reduce_bytes, gb)
+    unit_grads = r.unit_trainable * gb
+    out.accumulated = acc
+    out.reduce_kept = out.reduce_kept_first = 0.0  # no reduce-scatter in a micro-batch's backward
+    out.forward_extra = r.root_weights + layers_unsharded
+    out.backward_extra = r.root_weights + layers_unsharded + unit_grads
+    out.end_extra = r.root_weights + layers_unsharded + acc + out.reduce_buffers
+    out.terms["fsdp_gathered_units"] = layers_unsharded
+    out.terms["fsdp_pipeline_accumulated_grads"] = acc
 
 
 @dataclass(frozen=True)
@@ -187,10 +245,12 @@ class SeparateUnits:
     - `weights`: bytes no longer unsharded from the loss through the backward;
     - `kept`: those of them that stay unsharded from forward to backward anyway
       (reshard_after_forward False);
-    - `head_work`: the lm_head's backward, the first after the loss: the head gathered again
-      (unless kept), its whole gradient, and the first decoder-layer unit prefetched
-      (backward prefetch, _fsdp_state.py:384) - compared with a layer's gathered units and
-      gradients, the one larger counts;
+    - `head_regather`: the lm_head's backward, inside the loss phase (whose logits term holds
+      the logits' gradient and, under full fine-tuning, the head's weight gradient): the head
+      gathered again (unless kept) and the last decoder-layer unit prefetched (backward
+      prefetch, _fsdp_state.py:384), in place of the two layer units the loss phase counts
+      otherwise, when larger; its reduce-scatter input then stays through the first layer's
+      backward (`reduce_kept`);
     - `end_work`: the embedding's backward, the last: gathered again (unless kept), its
       gradient and foreach_reduce's input and 1/N output in the reduce dtype.
     """
@@ -199,7 +259,7 @@ class SeparateUnits:
     kept: float = 0.0
     trainable: float = 0.0
     head_trainable: float = 0.0
-    head_work: float = 0.0
+    head_regather: float = 0.0
     end_work: float = 0.0
 
 
@@ -221,7 +281,7 @@ def _separate_units(
             kept=out.kept + (0.0 if raf else head_w),
             trainable=out.trainable + head_t,
             head_trainable=head_t,
-            head_work=gathered + head_t * grad_bytes + r.unit_weights,
+            head_regather=gathered + r.unit_weights,
         )
     if "embeddings" in layout.separate_units and embed_w:
         gathered = embed_w if raf else 0.0
@@ -239,6 +299,12 @@ def zero_bytes(r: ReplicaBytes, layout: Layout) -> DataParallelBytes:
     """DeepSpeed ZeRO stage `layout.data` (zero1 | zero2 | zero3)."""
     n = shard_degree(layout)
     stage = int(layout.data[-1])
+    if stage > 1 and layout.pp > 1:
+        raise EstimatorInputError(  # deepspeed/runtime/pipe/engine.py PipelineEngine.__init__
+            "setup.parallel",
+            f"{layout.data} with pp={layout.pp}: DeepSpeed's pipeline engine asserts "
+            "'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism' (use zero1 or fsdp)",
+        )
     gb = r.grad_bytes
     partition = r.trainable * FP32 / n  # fp32 gradient partition, made for the step
     states = (r.masters + r.optimizer) / n

@@ -15,7 +15,7 @@ Items
   zero1|zero2|zero3[=N]  DeepSpeed ZeRO stage over N ranks
   tp=N [,sp]          Megatron tensor parallelism (sp: sequence parallelism on top)
   cp=N                context parallelism (ring attention: the sequence split over N ranks)
-  pp=N                pipeline parallelism, 1F1B schedule
+  pp=N                pipeline parallelism (schedule: --pp-schedule, default 1F1B)
   ep=N                expert parallelism (MoE experts split over N of the data-parallel ranks)
 """
 
@@ -78,6 +78,8 @@ class Layout:
     wrap_layers: int = 1  # FSDP2 unit: 1 decoder layer (`layer`) or a block of N
     reshard_after_forward: bool = True
     offload: str = "none"  # none | optimizer | params
+    schedule: str = "1f1b"  # pipeline schedule (estimator/parallel/schedule.py)
+    virtual: int = 1  # model chunks (virtual stages) per pipeline rank
     # FSDP2 units of their own besides the layers: `embeddings`, `lm_head` (else in the root)
     separate_units: tuple[str, ...] = ()
 

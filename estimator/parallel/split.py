@@ -21,9 +21,12 @@ bytes) is replicated under plain tp and split by t with sequence parallelism (se
 Logits: vocab-parallel cross entropy splits them by t (Megatron
 tensor_parallel/cross_entropy.py `vocab_parallel_cross_entropy`).
 cp: ring attention splits the sequence, so every per-token term is computed at s / cp.
-pp 1F1B: the first stage holds the activations of min(pp, m) micro-batches in flight
-(Narayanan et al. 2021 section 2.2.1; Korthikanti et al. 2022 section 4.2.3), m = micro-batches
-per step (grad_accum, default pp).
+pp: each rank holds v chunks of ceil(L / (pp v)) layers (an upper bound where the layers do not
+divide: torchtitan's split gives the first and last stages one layer fewer, Megatron needs an
+even split); the micro-batches in flight on the first and the last rank follow the schedule
+(estimator/parallel/schedule.py: 1F1B min(pp, m) on the first, Narayanan et al. 2021 section
+2.2.1, Korthikanti et al. 2022 section 4.2.3; GPipe m; interleaved pp (1 + (pp-1)/(pp v))),
+m = micro-batches per step (grad_accum, default pp).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from estimator.parallel.layout import Layout
+from estimator.parallel.schedule import in_flight, losses_in_flight
 from estimator.spec import ModelSpec
 
 
@@ -45,7 +49,8 @@ class Stage:
     params: float  # all parameters on the device
     root: float  # embedding + lm_head on the device (FSDP2's root unit)
     layer: float  # one decoder layer on the device
-    in_flight: int  # micro-batches whose activations the stage holds at once
+    in_flight: float  # micro-batches (of all `layers`) whose activations the rank holds at once
+    losses: int = 1  # micro-batches whose loss the last rank keeps for their backward
 
 
 def param_groups(spec: ModelSpec) -> tuple[float, float, float, float]:
@@ -62,35 +67,48 @@ def param_groups(spec: ModelSpec) -> tuple[float, float, float, float]:
 
 
 def micro_batches(layout: Layout, grad_accum: int | None) -> int:
-    """Micro-batches per step under a pipeline: grad_accum when it is more than 1, else pp (the
-    fewest that fill 1F1B's warm-up); 1 without a pipeline."""
+    """Micro-batches per step under a pipeline: grad_accum when it is more than 1, else pp
+    (torchtitan@9dec370 torchtitan/parallelisms/pipeline_llama.py:67-68: `microbatches =
+    pipeline_parallel_microbatches or parallel_dims.pp`); 1 without a pipeline."""
     if layout.pp == 1:
         return grad_accum or 1
     return grad_accum if grad_accum and grad_accum > 1 else layout.pp
 
 
 def stages(spec: ModelSpec, layout: Layout, grad_accum: int | None) -> list[Stage]:
-    """The stages whose peaks differ: the only stage (pp=1), or the first and the last."""
+    """The ranks whose peaks differ: the only one (pp=1), or the first pipeline rank (the
+    embedding, the most micro-batches in flight) and the last (the lm_head and the loss)."""
     embed, head, experts, dense = param_groups(spec)
     layers = spec.layers or 1
-    per_stage = -(-layers // layout.pp)
+    p, v = layout.pp, layout.virtual
+    per_rank = -(-layers // (p * v)) * v
     layer = (dense + experts / layout.ep) / layers / layout.tp
     m = micro_batches(layout, grad_accum)
-    if layout.pp == 1:
+    if p == 1:
         root = (embed + head) / layout.tp
         return [Stage(True, True, layers, root + layer * layers, root, layer, 1)]
     first_root, last_root = embed / layout.tp, head / layout.tp
+    sched = layout.schedule
     return [
         Stage(
             True,
             False,
-            per_stage,
-            first_root + layer * per_stage,
+            per_rank,
+            first_root + layer * per_rank,
             first_root,
             layer,
-            min(layout.pp, m),
+            in_flight(sched, m, p, v, 0),
         ),
-        Stage(False, True, per_stage, last_root + layer * per_stage, last_root, layer, 1),
+        Stage(
+            False,
+            True,
+            per_rank,
+            last_root + layer * per_rank,
+            last_root,
+            layer,
+            in_flight(sched, m, p, v, p - 1),
+            losses_in_flight(sched, m, p),
+        ),
     ]
 
 

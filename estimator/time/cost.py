@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from estimator.errors import EstimatorInputError
@@ -41,12 +42,17 @@ def run_cost(gpu_hours: float | None, price: Price, gpu_id: str) -> dict[str, An
         "price_source": price.source,
     }
     if price.usd_per_gpu_hour is None:
-        out["reason"] = NO_PRICE.format(id=gpu_id)
+        out["reason"] = _no_price(gpu_id)
     elif gpu_hours is None:
         out["reason"] = "no GPU hours: give the run's tokens (--tokens, --target-tokens, --dataset)"
     else:
         out["usd"] = gpu_hours * price.usd_per_gpu_hour
     return out
+
+
+@lru_cache(maxsize=256)
+def _no_price(gpu_id: str) -> str:
+    return NO_PRICE.format(id=gpu_id)
 
 
 def rank_options(options: Mapping[str, Mapping[str, Any]]) -> dict[str, list[Any]]:

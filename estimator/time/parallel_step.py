@@ -2,7 +2,9 @@
 bubble, and the layout's collectives costed per link (estimator/time/comm.py).
 
 compute = m x FLOPs(one micro-batch of the replica) / (tp x cp x pp) / (peak x efficiency)
-          x (1 + (pp - 1) / m)       1F1B bubble (Narayanan et al. 2021, section 2.2.1)
+          x (1 + bubble)     bubble (pp - 1) / m for 1F1B and GPipe, (pp - 1) / (v m) for
+                             interleaved 1F1B (estimator/parallel/schedule.py; Narayanan et
+                             al. 2021, sections 2.2.1-2.2.2)
 step    = max(compute, memory) + offload + exposed communication
 Communication per step (per device; f = its share of the model, W bf16 weights, G trainable
 gradients):
@@ -16,10 +18,24 @@ gradients):
              recomputed; sequence parallelism swaps each for an all-gather + reduce-scatter of
              the same bus volume (Korthikanti et al. 2022 section 4.2.2); on the critical path
   cp         per layer: K and V passed around the ring in forward, again with dK, dV in backward
-  pp         one activation and one gradient per micro-batch to the next stage
+  pp         one activation and one gradient per micro-batch to the next stage, v times as
+             many under interleaved 1F1B (one per chunk boundary)
   ep         per MoE layer: dispatch and combine all-to-alls in forward and backward
 Collectives other than tp and ep are overlapped with compute by `comm_overlap_fraction`.
-Not modelled: DeepSpeed CPU-Adam time under optimizer offload (only the host transfers).
+Optimizer offload (zero1/2/3 + `--offload optimizer|params`, FSDP2 CPUOffloadPolicy): besides
+the host transfers, the optimizer steps on the CPU after the backward, not overlapped with the
+GPU (ZeRO-Offload, Ren et al. 2021, section 4.1: the CPU update runs between the backward and
+the next forward unless the one-step delayed update is on, which DeepSpeed leaves off).
+DeepSpeed's CPU-Adam (csrc/adam/cpu_adam_impl.cpp Step_1/Step_4 -> cpu_adam.h Step_AVX,
+deepspeedai/DeepSpeed@edaa7221) streams each element once: loads grad, exp_avg, exp_avg_sq and
+the fp32 param, about ten AVX-512/AVX2 multiply/FMA/sqrt/div lanes of arithmetic, stores param,
+exp_avg and exp_avg_sq, OpenMP over the host's cores (`#pragma omp parallel for`). At a few
+flops per 28 bytes the step is bound by host memory bandwidth, not by the AVX rate, so
+  cpu step = partition x optimizer bytes/param x ranks per node / host memory bandwidth
+with the optimizer's bytes per parameter from `optimizer_traffic_bytes_per_param` (AdamW 30:
+the same reads and writes, plus the bf16 copy read back for the device) and the node's host
+bandwidth `host_memory_bandwidth_bytes_per_s` (an assumption, stated in the profile); every
+rank of a node steps its own partition at once on the shared host memory.
 """
 
 from __future__ import annotations
@@ -30,6 +46,8 @@ from estimator.dtypes import BF16
 from estimator.errors import EstimatorInputError
 from estimator.parallel.data import reduce_bytes
 from estimator.parallel.layout import Layout
+from estimator.parallel.schedule import boundary_sends
+from estimator.parallel.schedule import bubble as pipeline_bubble
 from estimator.parallel.split import micro_batches, stages
 from estimator.scenario import Scenario
 from estimator.time.comm import Collective, Links, cost, strides
@@ -117,7 +135,8 @@ def _model_parallel(sc: Scenario, layout: Layout, m: int) -> list[Collective]:
             layers * m * 3,
         )
     )
-    out.append(Collective("pp stage boundary", "p2p", act, 2, st["pp"], 2 * m * (layout.pp > 1)))
+    sends = boundary_sends(layout.schedule, m, layout.virtual) if layout.pp > 1 else 0
+    out.append(Collective("pp stage boundary", "p2p", act, 2, st["pp"], sends))
     if spec.moe and layout.ep > 1:
         moe_layers = sum(1 for t in spec.mlp_types if t == "moe") / layout.pp
         out.append(
@@ -166,7 +185,7 @@ def layout_step_time(
     peak, peak_name = peak_flops(gpu, setup)
     peak = _rate(peak, peak_name, gpu.id, unknown)
     bw = _rate(gpu.memory_bandwidth_bytes_per_s, "memory_bandwidth_bytes_per_s", gpu.id, unknown)
-    bubble = (layout.pp - 1) / m
+    bubble = pipeline_bubble(layout.schedule, m, layout.pp, layout.virtual)
     compute = flops.total / (peak * efficiency) * (1 + bubble) if peak else None
     sharded = "none" if layout.data == "dp" else "fsdp"
     mem = (
@@ -198,9 +217,16 @@ def layout_step_time(
     notes.append(
         f"{layout.text}: {c.volume:.3g} bytes per device per step over its links, "
         f"{c.inter_node_seconds:.3g} s bound by the inter-node link; bubble {bubble:.0%}"
+        + (f" ({layout.schedule}, {m} micro-batches)" if layout.pp > 1 else "")
     )
-    if layout.offload != "none":
-        notes.append("optimizer offload: host transfers counted, CPU optimizer time is not")
+    transfer = offload
+    cpu_step = _cpu_optimizer_seconds(sc, layout, share, links.gpus_per_node)
+    if cpu_step and offload is not None:
+        offload += cpu_step
+        notes.append(
+            f"optimizer offload: CPU optimizer step {cpu_step:.3g} s per step (host memory "
+            "bandwidth bound, profile host_memory_bandwidth_bytes_per_s) besides host transfers"
+        )
     step = None
     if compute is not None and mem is not None and comm is not None and offload is not None:
         step = max(compute, mem) + offload + comm
@@ -217,7 +243,7 @@ def layout_step_time(
         peak_flops=peak,
         compute_seconds=compute,
         memory_seconds=mem,
-        offload_transfer_seconds=offload,
+        offload_transfer_seconds=transfer,
         offload_seconds=offload,
         comm_transfer_seconds=c.seconds,
         comm_seconds=comm,
@@ -226,6 +252,20 @@ def layout_step_time(
         notes=tuple(notes),
         comm_inter_node_seconds=c.inter_node_seconds,
     )
+
+
+def _cpu_optimizer_seconds(
+    sc: Scenario, layout: Layout, share: float, gpus_per_node: int | None
+) -> float:
+    """The optimizer step on the host under offload (module docstring); 0 without offload."""
+    if layout.offload == "none":
+        return 0.0
+    traffic = sc.profile.get("time", "optimizer_traffic_bytes_per_param")
+    host_bw = float(sc.profile.number("time", "host_memory_bandwidth_bytes_per_s"))
+    per_param = float(traffic[sc.setup.optimizer])
+    partition = trainable_params(sc.spec, sc.setup) * share / (layout.shard * layout.cp)
+    ranks = min(gpus_per_node or layout.gpus, layout.gpus)
+    return partition * per_param * ranks / host_bw
 
 
 def _offload_transfer(sc: Scenario, layout: Layout, share: float) -> float:

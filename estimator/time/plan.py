@@ -16,7 +16,7 @@ from estimator.errors import EstimatorInputError
 from estimator.scenario import Scenario
 from estimator.time.cost import Price, gpu_price, normalise_prices, rank_options, run_cost
 from estimator.time.flops import FlopsTotals, StepFlops, step_flops
-from estimator.time.step import OptionRates, cell, option_rates
+from estimator.time.step import OptionRates, cell, option_rates, step_cell
 
 
 def row_time_and_cost(
@@ -58,37 +58,62 @@ def cell_time_and_cost(
     price: Price,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The `time` and `cost` of one row on one option (`step_time`'s figures, as JSON)."""
-    c = cell(rates, flops, seq_len, batch, host_bytes)
-    step, peak = c.step_seconds, c.peak_flops
-    tps = c.tokens_per_step / step if step else None
+    if rates.layout is not None:
+        c = cell(rates, flops, seq_len, batch, host_bytes)
+        step, peak, compute, offload, comm = (
+            c.step_seconds,
+            c.peak_flops,
+            c.compute_seconds,
+            c.offload_seconds,
+            c.comm_seconds,
+        )
+        tokens_per_step, memory = c.tokens_per_step, c.memory_seconds
+        inter = c.comm_inter_node_seconds
+        efficiency, source, flops_total, model_flops = (
+            c.efficiency,
+            c.efficiency_source,
+            c.flops_total,
+            c.model_flops,
+        )
+        cards, sharding, unknown = c.cards, c.sharding, c.unknown
+    else:  # `cell`'s figures without its tuple: `step_cell` and the option's rates
+        compute, _, offload, _, comm, step, unknown, _ = step_cell(
+            rates, flops.total, seq_len, batch, host_bytes, False
+        )
+        peak, memory, inter = rates.peak_flops, rates.memory_seconds, None
+        tokens_per_step = seq_len * batch * rates.ranks
+        efficiency, source = rates.efficiency, rates.efficiency_source
+        flops_total, model_flops = flops.total, flops.model_flops
+        cards, sharding = rates.count, rates.sharding
+    tps = tokens_per_step / step if step else None
     wall = gpu_hours = None
     if tokens is not None and tps is not None:
         wall = tokens / tps / 3600.0
-        gpu_hours = wall * c.cards
+        gpu_hours = wall * cards
     time: dict[str, Any] = {
         "step_seconds": step,
         "tokens_per_second": tps,
-        "tokens_per_step": c.tokens_per_step,
-        "compute_seconds": c.compute_seconds,
-        "memory_seconds": c.memory_seconds,
-        "offload_seconds": c.offload_seconds,
-        "comm_seconds": c.comm_seconds,
-        "comm_inter_node_seconds": c.comm_inter_node_seconds,
-        "mfu": c.model_flops / (step * peak) if step and peak else None,
-        "efficiency": c.efficiency,
-        "efficiency_source": c.efficiency_source,
-        "flops_per_step": c.flops_total,
-        "model_flops_per_step": c.model_flops,
+        "tokens_per_step": tokens_per_step,
+        "compute_seconds": compute,
+        "memory_seconds": memory,
+        "offload_seconds": offload,
+        "comm_seconds": comm,
+        "comm_inter_node_seconds": inter,
+        "mfu": model_flops / (step * peak) if step and peak else None,
+        "efficiency": efficiency,
+        "efficiency_source": source,
+        "flops_per_step": flops_total,
+        "model_flops_per_step": model_flops,
         "gpus": rates.count,
-        "sharding": c.sharding,
+        "sharding": sharding,
         "wall_hours": wall,
         "gpu_hours": gpu_hours,
     }
-    if c.unknown:
-        time["unknown"] = c.unknown
+    if unknown:
+        time["unknown"] = unknown
     cost = run_cost(gpu_hours, price, rates.gpu.id)
     if step is None and price.usd_per_gpu_hour is not None:
-        cost["reason"] = "; ".join(c.unknown)
+        cost["reason"] = "; ".join(unknown)
     return time, cost
 
 

@@ -330,3 +330,17 @@ def test_comparison_with_the_real_estimator(sqlite_client: TestClient) -> None:
     assert rows[0]["estimated_peak_bytes"] > 0
     page = sqlite_client.get(f"/memtests/{created['id']}?profile=seed-000")
     assert page.status_code == 200
+
+
+def test_form_takes_a_pipeline_schedule_and_names_its_errors(sqlite_client: TestClient) -> None:
+    form = seed_form(
+        parallel="fsdp,pp=2", pp_schedule="interleaved-1f1b", gpus=[], gpus_extra="8xh100"
+    )
+    page = sqlite_client.post("/estimate", data=form)
+    assert page.status_code == 200, page.text[:3000]
+    page = sqlite_client.post("/estimate", data=seed_form(parallel="fsdp", pp_schedule="gpipe"))
+    assert page.status_code == 422
+    assert 'id="pp_schedule-error"' in page.text
+    page = sqlite_client.post("/estimate", data=seed_form(parallel="fsdp,pp=2", pp_virtual="x"))
+    assert page.status_code == 422
+    assert 'id="pp_virtual-error"' in page.text

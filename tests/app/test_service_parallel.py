@@ -60,3 +60,36 @@ def test_check_takes_the_layout_too(sqlite_client: TestClient) -> None:
     response = sqlite_client.post("/v1/check", json=check)
     assert response.status_code == 200, response.text
     assert response.json()["verdict"] != "fits"  # the FSDP2 case: over 73.3 GiB usable
+
+
+@pytest.mark.parametrize(
+    ("parallel", "gpus", "extra", "field"),
+    [
+        ("fsdp", ["8xh100"], {"pp_schedule": "gpipe"}, "pp_schedule"),
+        ("fsdp,pp=2", ["8xh100"], {"pp_virtual": 2}, "pp_virtual"),
+        ("fsdp,pp=2", ["8xh100"], {"pp_schedule": "zero-bubble-x"}, "pp_schedule"),
+        (
+            "pp=8",
+            ["8xh100"],
+            {"pp_schedule": "interleaved-1f1b", "pp_virtual": 20},
+            "pp_virtual",
+        ),
+    ],
+)
+def test_bad_pipeline_schedules_are_422_naming_the_field(
+    sqlite_client: TestClient, parallel: str, gpus: list[str], extra: dict[str, Any], field: str
+) -> None:
+    response = sqlite_client.post("/v1/estimate", json=body(parallel, gpus, **extra))
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"][0]
+    assert field in " ".join([*(str(p) for p in detail["loc"]), detail["msg"]])
+
+
+def test_estimate_takes_a_pipeline_schedule(sqlite_client: TestClient) -> None:
+    times = {}
+    for schedule in ("1f1b", "interleaved-1f1b"):
+        setup = {"pp_schedule": schedule, "grad_accum": 8}
+        response = sqlite_client.post("/v1/estimate", json=body("fsdp,pp=4", ["8xh100"], **setup))
+        assert response.status_code == 200, response.text
+        times[schedule] = response.json()["rows"][0]["fit"]["8xh100"]["time"]["step_seconds"]
+    assert times["interleaved-1f1b"] < times["1f1b"]  # bubble (p-1)/(v m) vs (p-1)/m

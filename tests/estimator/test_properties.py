@@ -136,3 +136,43 @@ def test_every_component_is_non_negative(stack, data, model, profile, seq, batch
     for name, value in mem.components.items():
         assert value is not None and float(value[0]) >= 0, name
     assert float(mem.host[0]) >= 0
+
+
+WRAPS = ("layer", "layer+embeddings", "layer+lm_head", "layer+embeddings+lm_head", "block-of-2")
+
+
+def _fsdp2(setup: TrainingSetup, wrap: str, reshard: bool, gpus: int) -> TrainingSetup:
+    return setup.model_copy(
+        update={
+            "parallel": "fsdp",
+            "fsdp_wrap": wrap,
+            "reshard_after_forward": reshard,
+            "num_gpus": gpus,
+            "sharding": "device_map",
+        }
+    )
+
+
+@pytest.mark.parametrize("stack", ["torchtune", "torchtitan", "hf"])
+@settings(max_examples=25, deadline=None)
+@given(
+    data=st.data(),
+    **common,
+    wrap=st.sampled_from(WRAPS),
+    reshard=st.booleans(),
+    ranks=st.integers(4, 256),
+    extra=st.integers(1, 20_000),
+)
+def test_fsdp2_units_monotone_in_sequence_and_ranks(
+    stack, data, model, profile, seq, batch, wrap, reshard, ranks, extra
+):
+    """FSDP2 layouts with the embedding / lm_head as units of their own (torchtune's
+    custom_sharded_layers) or in the root: more tokens never less, more ranks never more (from 2
+    ranks on: going from 1 to 2 adds NCCL's buffers, which a tiny model's shards can undercut)."""
+    setup = data.draw(setups(stack))
+    few, many = _fsdp2(setup, wrap, reshard, ranks // 2), _fsdp2(setup, wrap, reshard, ranks)
+    longer = _peak(model, many, profile, seq + extra, batch, ranks)
+    assert longer >= _peak(model, many, profile, seq, batch, ranks)
+    assert _peak(model, many, profile, seq, batch, ranks) <= (
+        _peak(model, few, profile, seq, batch, ranks // 2) + 1
+    )

@@ -154,6 +154,7 @@ PENDING_STACK_FIELDS = [
     "flags-3b-lora",  # LoRA + compile + offloaded activations
     "tune-8b-qlora-4090",  # torchao NF4 + compile
     "tune-405b-qlora-8xa100",  # NF4 layers under FSDP2, the bf16 root unit gathered whole
+    "tune-70b-full-8xa100-offload",  # custom_sharded_layers, CPU offload, kept RS input
 ]
 
 

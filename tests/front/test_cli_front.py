@@ -159,3 +159,29 @@ def test_token_create_prints_the_secret_once_and_a_hashed_entry(
     secret = lines[0].rsplit(" ", 1)[1]
     assert lines[1] == f"add to TRAINFIT_APPROVER_TOKENS: kral=sha256:{hash_token(secret)}"
     assert main(["token", "create", "--role", "approver", "--name", "bad name!"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        (["--parallel", "fsdp", "--pp-schedule", "gpipe"], "pp_schedule"),
+        (["--parallel", "fsdp,pp=2", "--pp-virtual", "2"], "pp_virtual"),
+        (
+            ["--parallel", "pp=8", "--pp-schedule", "interleaved-1f1b", "--pp-virtual", "5"],
+            "pp_virtual",
+        ),
+    ],
+)
+def test_bad_pipeline_schedule_exits_2_naming_the_field(
+    capsys: pytest.CaptureFixture[str], extra: list[str], field: str
+) -> None:
+    argv = ["estimate", "--model", "llama-3.1-8b", "--method", "full", "--gpu", "8xh100"]
+    assert main([*argv, *extra]) == 2
+    assert field in capsys.readouterr().err
+
+
+def test_pipeline_schedule_options_reach_the_estimate(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["estimate", "--model", "llama-3.1-8b", "--method", "full", "--gpu", "8xh100"]
+    argv += ["--parallel", "fsdp,pp=4", "--pp-schedule", "interleaved-1f1b", "--format", "json"]
+    assert main(argv) == 0
+    assert "interleaved-1f1b" in capsys.readouterr().out

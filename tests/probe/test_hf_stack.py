@@ -112,8 +112,8 @@ def test_qlora_runs_bitsandbytes_4bit_on_the_cpu():
     ("args", "field", "words"),
     [
         (["--stack", "unsloth"], "setup.stack", "not runnable here"),
-        (["--stack", "torchtune"], "setup.stack", "torchao"),
-        (["--stack", "torchtitan"], "setup.stack", "not runnable here"),
+        (["--stack", "torchtitan", "--method", "lora"], "setup.method", "all weights"),
+        (["--stack", "hf", "--checkpointing", "selective"], "setup.checkpointing", "torchtitan"),
         (["--stack", "hf", "--loss", "chunked"], "setup.loss", "full logits"),
         (["--stack", "hf", "--loss", "liger"], "setup.loss", "CUDA"),
         (["--stack", "hf", "--checkpointing", "offload"], "setup.checkpointing", "offload"),

@@ -145,6 +145,18 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
         choices=["none", "optimizer", "params"],
         help="ZeRO optimizer offload; FSDP / ZeRO-3 parameter offload (to host memory)",
     )
+    g.add_argument(
+        "--pp-schedule",
+        default="1f1b",
+        choices=["1f1b", "interleaved-1f1b", "gpipe"],
+        help="pipeline schedule under pp=N (torch.distributed.pipelining): 1f1b (default), "
+        "interleaved-1f1b (--pp-virtual chunks per rank), gpipe",
+    )
+    g.add_argument(
+        "--pp-virtual",
+        type=int,
+        help="interleaved-1f1b: model chunks (virtual stages) per pipeline rank (default 2)",
+    )
     g.add_argument("--attention", default="sdpa", choices=["sdpa", "flash", "eager"], help="kernel")
     g.add_argument("--usable", type=float, default=0.92, help="usable fraction of each card")
     g.add_argument("--profile", default="default", help="assumption profile: default or seed-000")
@@ -191,6 +203,10 @@ def setup_input(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str
                 "offload": args.offload,
             }
         )
+    if getattr(args, "pp_schedule", "1f1b") != "1f1b":
+        setup["pp_schedule"] = args.pp_schedule
+    if getattr(args, "pp_virtual", None) is not None:
+        setup["pp_virtual"] = args.pp_virtual
     if args.lora_alpha is not None:
         setup["lora_alpha"] = args.lora_alpha
     if args.adapter_config:

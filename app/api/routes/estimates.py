@@ -1,12 +1,15 @@
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
-from app.api.strict import StrictJsonRoute
+from app.api.strict import StrictJsonRoute, _is_json
 from app.schemas import CheckOut, ValidationErrorOut
 from app.services import estimates
 from estimator.errors import EstimatorInputError
@@ -16,15 +19,74 @@ router = APIRouter(prefix="/v1", tags=["estimates"], route_class=StrictJsonRoute
 
 _422 = {422: {"model": ValidationErrorOut, "description": "bad input; `loc` names the field"}}
 
+# The estimate is a pure function of the request body (the catalog, presets and profiles are
+# packaged data, the work bounds fixed per app): each app keeps the answers to the last bodies
+# it was sent, by their exact bytes, and answers a repeated body with the same bytes without
+# parsing it again. Bounded in entries and in the size of a kept answer.
+CACHE_ENTRIES = 128
+CACHE_MAX_ANSWER_BYTES = 1 << 20
 
-@router.post(
-    "/estimate",
-    summary="Memory, FLOPs, time and cost per sequence length, and the verdict per GPU",
-    responses=_422,
-    response_model=dict[str, Any],
-)
-def estimate(body: EstimateRequest) -> Response:
-    return DocumentResponse(estimates.estimate(body))
+
+class DocumentCache:
+    """The last `CACHE_ENTRIES` answers (200 only) by request body, oldest dropped first."""
+
+    def __init__(self) -> None:
+        self._answers: OrderedDict[bytes, bytes] = OrderedDict()
+
+    def get(self, body: bytes) -> bytes | None:
+        return self._answers.get(body)
+
+    def put(self, body: bytes, answer: bytes) -> None:
+        if len(answer) > CACHE_MAX_ANSWER_BYTES or len(body) > CACHE_MAX_ANSWER_BYTES:
+            return
+        self._answers[body] = answer
+        while len(self._answers) > CACHE_ENTRIES:
+            try:
+                self._answers.popitem(last=False)
+            except KeyError:  # another thread emptied it
+                break
+
+
+def _cache_of(app: Any) -> DocumentCache:
+    cache = getattr(app.state, "estimate_cache", None)
+    if cache is None:
+        cache = app.state.estimate_cache = DocumentCache()
+    return cache
+
+
+class CachedDocumentRoute(StrictJsonRoute):
+    """`StrictJsonRoute` whose 200 answers are kept per body (`DocumentCache`): a body sent
+    again is answered from the cache; anything else (bad input included) goes the whole way."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        inner = super().get_route_handler()
+
+        async def cached_handler(request: Request) -> Response:
+            if request.method != "POST" or not _is_json(request):
+                return await inner(request)
+            body = await request.body()  # cached: the inner handler reads the same bytes
+            cache = _cache_of(request.app)
+            answer = cache.get(body)
+            if answer is not None:
+                return Response(answer, media_type="application/json")
+            response = await inner(request)
+            if response.status_code == 200 and isinstance(response, DocumentResponse):
+                cache.put(body, bytes(response.body))
+            return response
+
+        return cached_handler
+
+
+# one cell renders in ~0.05 ms: small requests run on the event loop (no hop to a worker
+# thread); larger ones, dataset scans and Hub ids (may read the network) in a thread
+INLINE_CELLS = 100
+
+
+async def estimate(body: EstimateRequest) -> Response:
+    small = len(body.seq_lens) * len(body.gpus) <= INLINE_CELLS
+    if small and not body.dataset_lengths and body.model.hub is None:
+        return DocumentResponse(estimates.estimate(body))
+    return await run_in_threadpool(lambda: DocumentResponse(estimates.estimate(body)))
 
 
 class DocumentResponse(JSONResponse):
@@ -41,6 +103,17 @@ class DocumentResponse(JSONResponse):
             separators=(",", ":"),
             check_circular=False,
         ).encode("utf-8")
+
+
+router.add_api_route(
+    "/estimate",
+    estimate,
+    methods=["POST"],
+    summary="Memory, FLOPs, time and cost per sequence length, and the verdict per GPU",
+    responses=_422,
+    response_model=dict[str, Any],
+    route_class_override=CachedDocumentRoute,
+)
 
 
 @router.post(

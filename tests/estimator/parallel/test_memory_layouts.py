@@ -90,15 +90,42 @@ def test_embedding_and_head_as_units_of_their_own_leave_the_root() -> None:
     assert both.parallel["fsdp_root_unsharded"] == pytest.approx(0.0, abs=1.0)
     assert both.parallel["fsdp_separate_units_unsharded"] == pytest.approx((embed + head) * 2)
     assert both.parallel["fsdp_root_grads_unsharded"] == pytest.approx(0.0, abs=1.0)
-    # the loss phase loses the whole root; the backward at least the root and the head's grads
+    # the loss phase loses the whole root; the unit the root's pre-backward prefetches is the
+    # lm_head's (the last to run forward), regathered with the last layer prefetched for its
+    # own backward, in place of the one layer unit
+    layer = (LLAMA70B.params_total - embed - head) / LLAMA70B.layers
+    assert root.parallel["fsdp_gathered_at_loss"] == pytest.approx(layer * 2)
+    assert both.parallel["fsdp_gathered_at_loss"] == pytest.approx((head + layer) * 2)
     loss = sum(root.phases["loss"].values()) - sum(both.phases["loss"].values())
-    assert float(loss[0]) == pytest.approx((embed + head) * 2, rel=1e-6)
-    assert _peak(both) < _peak(root) - 2 * head * 2 * 0.99
+    assert float(loss[0]) == pytest.approx((embed + head) * 2 + layer * 2 - (head + layer) * 2)
+    assert _peak(both) < _peak(root) - head * 2 * 0.99
     # the lm_head alone: the embedding stays in the root
     head_only = _mem(
         LLAMA70B, 8, method="full", parallel="fsdp", precision="bf16", fsdp_wrap="layer+lm_head"
     )
     assert head_only.parallel["fsdp_root_unsharded"] == pytest.approx(embed * 2)
+
+
+def test_fsdp2_keeps_the_last_reduce_scatter_input_through_the_next_layers_backward() -> None:
+    """ReduceScatterState: one unit's gradients in the reduce dtype (fp32 under torchtitan's
+    MixedPrecisionPolicy) stay allocated while the next layer recomputes and runs backward,
+    beside that layer's own bf16 gradients; each beyond the one layer's checkpoint that its
+    unit's backward has released."""
+    embed, head, _, _ = param_groups(LLAMA8B)
+    layer = (LLAMA8B.params_total - embed - head) / LLAMA8B.layers
+    mem = _mem(LLAMA8B, 8, method="full", parallel="fsdp", stack="torchtitan")
+    assert mem.parallel["fsdp_reduce_scatter_input_kept"] == pytest.approx(layer * 4, rel=1e-6)
+    work = float(mem.phases["backward"]["recompute_peak_or_reduce"][0])
+    recompute = float(mem.components["recompute_peak"][0])
+    per_layer = float(mem.components["checkpoints"][0]) / LLAMA8B.layers
+    assert 0 < per_layer < layer * 2  # activation checkpointing: the layer's input only
+    expected = recompute + (layer * 4 - per_layer) + (layer * 2 - per_layer)
+    assert work == pytest.approx(expected, rel=1e-6)
+    # with the lm_head a unit of its own, its (larger) input is the one kept first
+    sep = _mem(
+        LLAMA8B, 8, method="full", parallel="fsdp", stack="torchtitan", fsdp_wrap="layer+lm_head"
+    )
+    assert sep.parallel["fsdp_reduce_scatter_input_kept"] == pytest.approx(head * 4, rel=1e-6)
 
 
 def test_separate_units_without_reshard_stay_gathered_like_the_root() -> None:
@@ -224,14 +251,24 @@ def test_context_parallelism_splits_the_sequence() -> None:
 
 
 def test_pipeline_first_stage_holds_pp_micro_batches_of_its_layers() -> None:
+    from estimator.parallel.of_setup import layout_of
+    from estimator.parallel.split import stages
+
+    setup = TrainingSetup(num_gpus=4, method="full", precision="bf16", parallel="pp=4")
+    layout = layout_of(setup, 4)
+    assert layout is not None
+    first, last = stages(LLAMA8B, layout, None)
+    assert (first.layers, first.in_flight) == (8, 4)  # 8 of 32 layers, 4 micro-batches
+    assert (last.layers, last.in_flight) == (8, 1)
     one = _mem(LLAMA8B, 1, method="full", precision="bf16", checkpointing="gpu")
     pp = _mem(LLAMA8B, 4, method="full", precision="bf16", parallel="pp=4", checkpointing="gpu")
-    assert pp.parallel["stage"] == "first"
-    # 8 of 32 layers, 4 micro-batches in flight: as many checkpoints as one card's
+    # the last rank peaks: the loss of a later micro-batch runs with the gradients the earlier
+    # ones accumulated (torch pipelining keeps them across micro-batches)
+    assert pp.parallel["stage"] == "last"
     assert float(pp.components["checkpoints"][0]) == pytest.approx(
-        float(one.components["checkpoints"][0]), rel=0.01
+        float(one.components["checkpoints"][0]) / 4, rel=0.01
     )
-    assert float(pp.components["logits"][0]) == 0.0  # the loss is on the last stage
+    assert float(pp.components["logits"][0]) > 0.0  # the loss is on the last stage
 
 
 def test_more_fsdp_ranks_never_use_more_memory_per_device() -> None:

@@ -82,3 +82,44 @@ def test_a_pipeline_pays_its_bubble() -> None:
     flops_share = st.flops.total / (st.peak_flops * st.efficiency)
     # m = pp = 4 micro-batches: bubble (p - 1) / m = 75 %
     assert st.compute_seconds == pytest.approx(flops_share * 1.75)
+
+
+def test_interleaving_shrinks_the_bubble_and_multiplies_the_stage_sends() -> None:
+    def step(schedule: str, virtual: int | None = None):
+        setup = TrainingSetup(
+            method="full",
+            parallel="pp=4",
+            num_gpus=4,
+            grad_accum=8,
+            pp_schedule=schedule,
+            pp_virtual=virtual,
+        )
+        card = gpu_catalog.get_gpu("h100")
+        return step_time(Scenario(LLAMA8B, setup, DEFAULT, 4096, 1, gpu=card, count=4))
+
+    plain, gpipe, inter = step("1f1b"), step("gpipe"), step("interleaved-1f1b", 4)
+    share = plain.flops.total / (plain.peak_flops * plain.efficiency)
+    assert plain.compute_seconds == pytest.approx(share * (1 + 3 / 8))
+    assert gpipe.compute_seconds == pytest.approx(plain.compute_seconds)  # same (p-1)/m
+    assert inter.compute_seconds == pytest.approx(share * (1 + 3 / 32))  # (p-1)/(v m)
+    assert inter.comm_transfer_seconds > plain.comm_transfer_seconds  # 4x the sends
+
+
+def test_optimizer_offload_pays_the_cpu_adam_step_on_the_shared_host() -> None:
+    def step(offload: str, gpus: int):
+        setup = TrainingSetup(method="full", parallel="zero3", num_gpus=gpus, offload=offload)
+        card = gpu_catalog.get_gpu("h100")
+        return step_time(Scenario(LLAMA70B, setup, DEFAULT, 4096, 1, gpu=card, count=gpus))
+
+    off = step("optimizer", 16)
+    assert off.offload_seconds is not None and off.offload_transfer_seconds is not None
+    cpu = off.offload_seconds - off.offload_transfer_seconds
+    # the rank's 1/16 partition x AdamW's 30 bytes, 8 ranks on one host's 614.4 GB/s
+    partition = LLAMA70B.params_total / 16
+    assert cpu == pytest.approx(partition * 30 * 8 / 614.4e9, rel=1e-6)
+    assert any("CPU optimizer step" in n for n in off.notes)
+    # twice the ranks: half the partition each, the same ranks per host
+    wide = step("optimizer", 32)
+    assert wide.offload_seconds - wide.offload_transfer_seconds == pytest.approx(cpu / 2)
+    none = step("none", 16)
+    assert none.offload_seconds == 0.0

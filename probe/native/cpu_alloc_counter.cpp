@@ -1,0 +1,73 @@
+// A counting wrapper around c10's CPU allocator: every block allocated through
+// c10::GetCPUAllocator() after `trainfit_install` is counted when it is made and when it is
+// freed, on whichever thread frees it (gloo's worker threads included, which the profiler's
+// memory events do not see). Loaded with ctypes by probe/cpu_memory.py.
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <atomic>
+#include <cstdint>
+#include <utility>
+
+namespace {
+
+std::atomic<int64_t> g_current{0};
+std::atomic<int64_t> g_peak{0};
+std::atomic<int64_t> g_allocs{0};
+c10::Allocator* g_base = nullptr;
+
+struct Block {
+  c10::DataPtr base;  // the default allocator's block, freed with this record
+  int64_t nbytes;
+};
+
+void raise_peak(int64_t now) {
+  int64_t seen = g_peak.load(std::memory_order_relaxed);
+  while (now > seen && !g_peak.compare_exchange_weak(seen, now)) {
+  }
+}
+
+void free_block(void* ctx) {
+  auto* block = static_cast<Block*>(ctx);
+  g_current.fetch_sub(block->nbytes);
+  delete block;  // frees the default allocator's block
+}
+
+struct CountingAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    c10::DataPtr base = g_base->allocate(n);
+    if (n == 0) {
+      return base;
+    }
+    void* data = base.get();
+    c10::Device device = base.device();
+    auto* block = new Block{std::move(base), static_cast<int64_t>(n)};
+    g_allocs.fetch_add(1);
+    raise_peak(g_current.fetch_add(block->nbytes) + block->nbytes);
+    return {data, block, &free_block, device};
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+CountingAllocator g_counting;
+
+}  // namespace
+
+extern "C" {
+// Put the counter in front of the CPU allocator (once; later calls do nothing).
+int trainfit_install() {
+  if (g_base != nullptr) {
+    return 0;
+  }
+  g_base = c10::GetCPUAllocator();
+  c10::SetCPUAllocator(&g_counting, /*priority=*/100);
+  return c10::GetCPUAllocator() == &g_counting ? 1 : -1;
+}
+int64_t trainfit_current() { return g_current.load(); }
+int64_t trainfit_peak() { return g_peak.load(); }
+int64_t trainfit_allocs() { return g_allocs.load(); }
+// Start a new peak window at the bytes alive now; returns the previous window's peak.
+int64_t trainfit_reset_peak() { return g_peak.exchange(g_current.load()); }
+}

@@ -1,0 +1,159 @@
+"""Pipeline schedules (--pp-schedule): micro-batches in flight per rank, bubble, boundary sends
+and buffers, read from torch's schedules (estimator/parallel/schedule.py), and their bad input."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from estimator.architectures import spec_from_config
+from estimator.errors import EstimatorInputError
+from estimator.memory import memory_breakdown
+from estimator.parallel import check_model
+from estimator.parallel.of_setup import layout_of
+from estimator.parallel.schedule import (
+    boundary_sends,
+    boundary_tensors,
+    bubble,
+    in_flight,
+    interleaved_warmup_ops,
+)
+from estimator.parallel.split import Stage, stages
+from estimator.presets import preset_config
+from estimator.profile import load_profile
+from estimator.setup import TrainingSetup
+
+LLAMA8B = spec_from_config(preset_config("llama-3.1-8b"))
+DEFAULT = load_profile("default")
+
+
+def _mem(gpus: int, **setup):
+    s = TrainingSetup(num_gpus=gpus, method="full", precision="bf16", checkpointing="gpu", **setup)
+    return memory_breakdown(LLAMA8B, s, [4096], 1, DEFAULT, devices=gpus)
+
+
+def _torch_interleaved_in_flight(m: int, p: int, v: int, rank: int) -> int:
+    """Replay torch's `_get_1f1b_rank_ops` op order for one rank: count chunk forwards alive
+    (forward adds one, backward frees one) and return the most."""
+    warmup = interleaved_warmup_ops(m, p, v, rank)
+    total = m * v
+    alive = best = 0
+    for op in range(total):
+        if op < warmup:
+            alive += 1
+        else:
+            if op < total:  # 1F1B phase: the forward is appended before the backward
+                alive += 1
+                best = max(best, alive)
+                alive -= 1
+        best = max(best, alive)
+    return best
+
+
+def test_1f1b_holds_p_minus_rank_and_gpipe_all() -> None:
+    assert [in_flight("1f1b", 8, 4, 1, r) for r in range(4)] == [4, 3, 2, 1]
+    assert in_flight("1f1b", 2, 4, 1, 0) == 2  # fewer micro-batches than stages
+    assert in_flight("gpipe", 8, 4, 1, 0) == in_flight("gpipe", 8, 4, 1, 3) == 8
+
+
+@pytest.mark.parametrize(("m", "p", "v"), [(8, 4, 2), (16, 4, 2), (8, 8, 2), (12, 4, 3)])
+def test_interleaved_in_flight_matches_the_op_order_and_megatrons_penalty(m, p, v) -> None:
+    for rank in range(p):
+        assert in_flight("interleaved-1f1b", m, p, v, rank) * v == _torch_interleaved_in_flight(
+            m, p, v, rank
+        )
+    if m > p:  # Megatron theoretical_memory_usage: p (1 + (p - 1) / (p v)) on the first rank
+        assert in_flight("interleaved-1f1b", m, p, v, 0) == pytest.approx(
+            p * (1 + (p - 1) / (p * v))
+        )
+
+
+def test_bubble_and_sends_shrink_and_grow_with_virtual_stages() -> None:
+    assert bubble("1f1b", 8, 4, 1) == bubble("gpipe", 8, 4, 1) == pytest.approx(3 / 8)
+    assert bubble("interleaved-1f1b", 8, 4, 2) == pytest.approx(3 / 16)
+    assert boundary_sends("interleaved-1f1b", 8, 2) == 2 * boundary_sends("1f1b", 8, 1)
+    assert bubble("1f1b", 8, 1, 1) == 0.0
+
+
+def test_boundary_buffers_first_middle_last() -> None:
+    # 1F1B, m=4: the first rank keeps 4 gradient buffers + 4 cached outputs; the last keeps 4
+    # input buffers, one of which is its in-flight micro-batch's first-layer input
+    assert boundary_tensors(4, 1, 4.0, True, False) == 8
+    assert boundary_tensors(4, 1, 1.0, False, True) == 3
+
+
+def test_gpipe_holds_more_than_1f1b_and_interleaved_more_on_the_first_rank() -> None:
+    def first_rank(schedule: str) -> Stage:
+        s = TrainingSetup(num_gpus=4, parallel="pp=4", grad_accum=8, pp_schedule=schedule)
+        layout = layout_of(s, 4)
+        assert layout is not None
+        return stages(LLAMA8B, layout, 8)[0]
+
+    one, gpipe, inter = (first_rank(s) for s in ("1f1b", "gpipe", "interleaved-1f1b"))
+    assert (one.in_flight, gpipe.in_flight) == (4, 8)
+    assert inter.in_flight == pytest.approx(4 * (1 + 3 / 8))  # 4 (1 + 3/(4 x 2))
+    assert one.layers == inter.layers == 8  # 2 chunks of 4 layers
+    peaks = [
+        float(_mem(4, parallel="pp=4", grad_accum=8, pp_schedule=s).peak[0])
+        for s in ("1f1b", "interleaved-1f1b", "gpipe")
+    ]
+    assert peaks == sorted(peaks)
+    inter_mem = _mem(4, parallel="pp=4", grad_accum=8, pp_schedule="interleaved-1f1b")
+    assert inter_mem.parallel["pp_schedule"] == "interleaved-1f1b"
+    assert inter_mem.parallel["pp_virtual"] == 2
+
+
+def test_fsdp_under_a_pipeline_keeps_units_unsharded_and_accumulates_gradients() -> None:
+    plain = _mem(8, parallel="fsdp=4,pp=2")
+    assert plain.parallel["fsdp_pipeline_accumulated_grads"] > 0
+    assert plain.phases is not None
+    assert "accumulated_grads" in plain.phases["backward"]
+
+
+def test_bad_schedule_input_names_the_field() -> None:
+    with pytest.raises(ValidationError, match="pp_schedule"):
+        TrainingSetup(num_gpus=8, parallel="fsdp", pp_schedule="gpipe")
+    with pytest.raises(ValidationError, match="pp_schedule"):
+        TrainingSetup(num_gpus=8, pp_schedule="interleaved-1f1b")
+    with pytest.raises(ValidationError, match="pp_virtual"):
+        TrainingSetup(num_gpus=8, parallel="fsdp,pp=2", pp_virtual=2)
+    with pytest.raises(ValidationError):
+        TrainingSetup(num_gpus=8, parallel="fsdp,pp=2", pp_schedule="zb-unknown")
+    s = TrainingSetup(num_gpus=8, parallel="pp=8", pp_schedule="interleaved-1f1b", pp_virtual=5)
+    with pytest.raises(EstimatorInputError) as err:  # 8 x 5 = 40 stages, 32 layers
+        check_model(layout_of(s, 8), LLAMA8B)  # type: ignore[arg-type]
+    assert err.value.field == "setup.pp_virtual"
+    odd = TrainingSetup(num_gpus=4, parallel="pp=4", pp_schedule="interleaved-1f1b", grad_accum=9)
+    with pytest.raises(EstimatorInputError) as err:  # 9 micro-batches, 2 rounds
+        layout_of(odd, 4)
+    assert err.value.field == "setup.grad_accum"
+
+
+def test_zero2_and_zero3_refuse_a_pipeline() -> None:
+    with pytest.raises(EstimatorInputError, match="incompatible with pipeline"):
+        _mem(8, parallel="zero3,pp=2")
+    _mem(8, parallel="zero1,pp=2")  # fine
+
+
+def test_ring_attention_backward_buffers_grow_with_the_ring() -> None:
+    from estimator.parallel import parse_parallel, resolve
+    from estimator.parallel.ring import ring_backward_extra_per_token
+
+    def per_token(text: str, gpus: int) -> float:
+        return ring_backward_extra_per_token(LLAMA8B, resolve(parse_parallel(text), gpus), 2)
+
+    assert per_token("fsdp", 8) == 0.0
+    q, kv = 4096, 1024  # llama-3.1-8b: 32 x 128 query, 8 x 128 key/value
+    two, eight = per_token("cp=2", 2), per_token("cp=8", 8)
+    assert two == pytest.approx(4 * (q + 2 * kv) + 2 * 2 * kv * 3 + 16 * kv)
+    assert eight - two == pytest.approx(2 * 2 * kv * 6)  # the all-gathered K/V: 1 + cp chunks
+    with_tp = ring_backward_extra_per_token(LLAMA8B, resolve(parse_parallel("tp=2,cp=2"), 4), 2)
+    assert with_tp == pytest.approx(two / 2)
+    one = _mem(2, parallel="cp=2,dp=1")
+    plain = TrainingSetup(num_gpus=1, method="full", precision="bf16", checkpointing="gpu")
+    single = memory_breakdown(LLAMA8B, plain, [2048], 1, DEFAULT, devices=1)
+    # the cp rank's backward transient = one device's at s/cp plus the ring buffers
+    extra = float(one.components["recompute_peak"][0]) - float(
+        single.components["recompute_peak"][0]
+    )
+    assert extra == pytest.approx(2048 * two, rel=0.01)
