@@ -291,6 +291,10 @@ class CachingAllocatorSim:
             )
         return out
 
+    def free_block_sizes(self) -> list[int]:
+        """Sizes of the cached free blocks (both pools, mapped memory only)."""
+        return [b.size for b in self._small.free_blocks() + self._large.free_blocks()]
+
     def free_cached(self) -> dict[str, int]:
         """Cached free bytes now: total, largest block, and bytes in split (unreleasable) blocks."""
         blocks = self._small.free_blocks() + self._large.free_blocks()

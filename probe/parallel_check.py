@@ -16,6 +16,14 @@ any thread (gloo's workers included) and through storage resizes (FSDP2's freein
 all-gathered parameters); the bytes alive above what was alive before the model was built,
 maximised over the training steps, are the rank's peak. Buffers gloo keeps outside c10 are not
 counted (as NCCL's are outside torch's CUDA allocator).
+
+gloo on the CPU, unlike NCCL on a GPU, makes c10 temporaries of its own, which the peaks include
+and the estimate (a GPU estimate) does not: `_allgather_base` gathers into a flat output of the
+whole size and copies it out, `_reduce_scatter_base` clones its whole input and all-reduces the
+clone (ProcessGroupGloo.cpp reduce_scatter_tensor_coalesced: `inputTensors[i].clone()`), and the
+clone lives until gloo's worker drops the work, a moment that depends on thread timing. Under
+FSDP2 at 4 processes one or two ranks of a launch then hold a layer's reduce-scatter clone while
+the next all-gather's flat output exists (notes/i12r.md: +0.85 MB, -1.5 % against the estimate).
 """
 
 from __future__ import annotations

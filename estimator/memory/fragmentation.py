@@ -42,15 +42,16 @@ probe/allocator.py, not fitted to them.
    reserved >= loss-phase allocated + the logits hole (1) + one layer's activations as the
    recompute keeps them (the largest layer kind; under selective checkpointing the part the
    policy does not keep, which is freed; with no checkpointing the saved tensors stay
-   allocated and nothing is counted). This is an upper bound of what stays cached (the layer's
-   forward frees some tensors before others are made, and the live checkpoints take some of
-   the cached bytes); the replays sit at 93-97 % of it with expandable segments off
-   (cached at the first logits request / one layer's activations: TinyLlama LoRA 8k 0.705 /
-   0.729 GiB, TinyLlama full 4k 0.325 / 0.348, Llama-3.1-8B LoRA 4k 0.767 / 0.829). With
-   expandable segments on, a freed block at the end of the mapped range merges with the
-   unmapped tail (`find_expandable_block` + `map_block`), so the loss can take the last freed
-   blocks and the replays sit lower (40-60 %); the bound is kept (a max_memory_reserved
-   estimate that may be high, never low, from this term).
+   allocated and nothing is counted). This bounds the layer's share (its forward frees some
+   tensors before others are made, and the live checkpoints take some of the cached bytes).
+   Replays (bench/allocator_rule.py, bench/results/allocator_rule_2026-12-03.md; expandable
+   segments off): reserved - allocated at the first step's logits is 93-101 % of this term on
+   the TinyLlama, Llama-3.1-8B and small QLoRA checkpointed cases and 63 % on the 27 B hybrid
+   (3.71 of 5.85 GiB: its worst layer kind, a Gated DeltaNet layer, is not its last layer);
+   every cached block smaller than the logits, at the later step, 70-117 %. With expandable
+   segments on, a freed block at the end of the mapped range merges with the unmapped tail
+   (`find_expandable_block` + `map_block`), so the loss can take the last freed blocks and
+   the replays hold less; the bound is kept (max_memory_reserved on a card with room).
 4. The previous step's gradients (`grad_cache_bytes`). Every stack frees the gradients after
    the optimizer step (transformers 5.24.0 trainer.py:1954 `model.zero_grad()`, torch 2.13
    nn/modules/module.py:2948 and optim/optimizer.py:1024 `set_to_none=True` by default;

@@ -7,7 +7,10 @@ Bounded: one launch of 2 processes runs the three layouts (~60-80 s on a loaded 
 What is asserted: the estimate is within 5 % of every rank's peak. The peaks are exact: a
 counting wrapper in front of c10's CPU allocator (probe/cpu_memory.py) sees every block made and
 freed on any thread. (The profiler's memory events it replaces missed frees on gloo's worker
-threads, which made one rank of a launch read up to 13.6 MB high: notes/i12r.md.)
+threads, which made one rank of a launch read up to 13.6 MB high: notes/i12r.md.) Measured
+(notes/i12r.md, several launches): 2 processes DDP 0.0 %, FSDP2 +0.4 %, TP -0.2 % on every rank;
+4 processes DDP 0.0 %, FSDP2 +0.5 % (-1.5 % on the ranks where gloo's reduce-scatter clone is
+released late, see probe/parallel_check.py), TP -1.6 %.
 """
 
 from __future__ import annotations
