@@ -58,7 +58,14 @@ def library_path() -> Path:
     reason = compiler_missing()
     if reason:
         raise RuntimeError(reason)
-    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only home: the temporary folder instead
+        cache = Path(tempfile.gettempdir()) / "trainfit"
+        target = cache / target.name
+        if target.exists():
+            return target
+        cache.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
     os.close(fd)
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
