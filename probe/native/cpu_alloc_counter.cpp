@@ -1,7 +1,9 @@
 // A counting wrapper around c10's CPU allocator: every block allocated through
 // c10::GetCPUAllocator() after `trainfit_install` is counted when it is made and when it is
 // freed, on whichever thread frees it (gloo's worker threads included, which the profiler's
-// memory events do not see). Loaded with ctypes by probe/cpu_memory.py.
+// memory events do not see). Loaded with ctypes by probe/cpu_memory.py. While paused
+// (`trainfit_pause`), blocks are handed out uncounted and freed uncounted: a process-wide
+// switch, for the temporaries a collective backend makes while it is being called.
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
@@ -14,6 +16,8 @@ namespace {
 std::atomic<int64_t> g_current{0};
 std::atomic<int64_t> g_peak{0};
 std::atomic<int64_t> g_allocs{0};
+std::atomic<int> g_paused{0};
+std::atomic<int64_t> g_uncounted{0};
 c10::Allocator* g_base = nullptr;
 
 struct Block {
@@ -38,6 +42,10 @@ struct CountingAllocator final : c10::Allocator {
     c10::DataPtr base = g_base->allocate(n);
     if (n == 0) {
       return base;
+    }
+    if (g_paused.load() > 0) {
+      g_uncounted.fetch_add(static_cast<int64_t>(n));
+      return base;  // the default allocator's own deleter: its free is not counted either
     }
     void* data = base.get();
     c10::Device device = base.device();
@@ -68,6 +76,10 @@ int trainfit_install() {
 int64_t trainfit_current() { return g_current.load(); }
 int64_t trainfit_peak() { return g_peak.load(); }
 int64_t trainfit_allocs() { return g_allocs.load(); }
+// Bytes handed out uncounted while paused (a running total, for the record).
+int64_t trainfit_uncounted() { return g_uncounted.load(); }
+// Pause (on != 0) or resume (on == 0) counting; nested pauses add up.
+void trainfit_pause(int on) { g_paused.fetch_add(on ? 1 : -1); }
 // Start a new peak window at the bytes alive now; returns the previous window's peak.
 int64_t trainfit_reset_peak() { return g_peak.exchange(g_current.load()); }
 }
