@@ -39,10 +39,29 @@ SCHEMA = "trainfit.estimate/1"
 _RATES: Memo[OptionRates] = Memo(1024)
 
 
-def _kept_rates(sc: Scenario, efficiency: float | None, source: str | None) -> OptionRates:
-    """`option_rates` on a copy of the setup and prices: the memo keeps them past the call."""
-    kept = sc.at(setup=sc.setup.model_copy(deep=True), prices=dict(sc.prices))
-    return option_rates(kept, efficiency, source)
+def _kept_rates(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    profile: Profile,
+    at: tuple[int, int, Any, int, str, dict[str, float]],
+    efficiency: float | None,
+    source: str | None,
+) -> OptionRates:
+    """`option_rates` of one option (`at`: seq, batch, GPU, cards, option text, prices) on
+    copies of the setup and prices: the memo keeps them past the call."""
+    seq, batch, gpu, devices, option, prices = at
+    sc = Scenario(
+        spec,
+        setup.model_copy(deep=True),
+        profile,
+        seq,
+        batch,
+        gpu=gpu,
+        count=devices,
+        option=option,
+        prices=dict(prices),
+    )
+    return option_rates(sc, efficiency, source)
 
 
 def _tokens_for(spec: ModelSpec, request: EstimateRequest, seq: int) -> float | None:
@@ -114,21 +133,11 @@ def add_time_and_cost(
                     efficiency = cal.efficiency_on(fit["gpu"], profile)
                     source = f"calibrated: {cal.tokens_per_second:.4g} tokens/s on {cal.gpu_option}"
                 o, devices = options[option], fit["devices"]
-                sc = Scenario(
-                    spec,
-                    setup,
-                    profile,
-                    seq,
-                    batch,
-                    gpu=o.gpu,
-                    count=devices,
-                    option=option,
-                    prices=request.prices,
-                )
+                at = (seq, batch, o.gpu, devices, option, request.prices)
                 by_option[option] = _RATES.get(
                     (spec, profile, o.gpu),
                     (skey, option, devices, price_key, efficiency, source),
-                    partial(_kept_rates, sc, efficiency, source),
+                    partial(_kept_rates, spec, setup, profile, at, efficiency, source),
                 )
         for option, fit in row["fit"].items():
             fit["time"], fit["cost"] = cell_time_and_cost(

@@ -98,6 +98,8 @@ STACK_SETUP_FIELDS: dict[str, tuple[str, ...] | None] = {
     "fsdp_wrap": None,  # str: FSDP unit, `layer` or `block-of-N` (+embeddings, +lm_head)
     "reshard_after_forward": None,  # bool: FSDP2 reshard_after_forward
     "offload": ("none", "optimizer", "params"),  # ZeRO / FSDP CPU offload
+    "pp_schedule": ("1f1b", "interleaved-1f1b", "gpipe"),  # pipeline schedule under pp=N
+    "pp_virtual": None,  # int >= 1 or null: interleaved model chunks per rank
 }
 
 MAX_RESULTS = 1000
@@ -391,6 +393,9 @@ def _check_stack_setup(setup: dict[str, Any], path: str) -> None:
             _str(item, field, nonempty=True)
         elif key == "grad_accum":
             _int(item, field, minimum=1, maximum=MAX_STEPS)
+        elif key == "pp_virtual":
+            if item is not None:
+                _int(item, field, minimum=1, maximum=MAX_RANKS)
         elif key == "lora_dropout":
             _float(item, field)
             if item >= 1:

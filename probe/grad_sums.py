@@ -1,68 +1,67 @@
-"""Gradient sums the autograd engine does in place on CUDA but out of place under the tracker.
+"""Backward ops that run in place on CUDA but out of place under the tracker.
 
-When a tensor feeds several ops, the engine sums its gradients in the consumer's input buffer
-(torch/csrc/autograd/input_buffer.cpp, `accumulate`): `old_var.add_(var)` into the first
-contribution when `can_accumulate_inplace(old_var)` (the engine holds the only reference to a
-plain dense tensor) and `var` is no tensor subclass, else `old_var + var`, a new tensor.
 `at::isTensorSubclassLike` answers true for every tensor while any dispatch mode is active
 (aten/src/ATen/TensorSubclassLikeUtils.h: `if (c10::impl::dispatch_mode_enabled()) return
-true`), and fake tensors are subclasses: under the storage tracker every such sum is the
-out-of-place one. A CUDA step without the tracker writes the sum into the first contribution.
+true`), and fake tensors are subclasses, so under the storage tracker autograd takes the
+out-of-place branches written for tensor subclasses; a CUDA step without the tracker does not:
 
-Where the sum becomes a parameter's gradient (a tied embedding: the LM head's weight gradient
-first, the embedding's second), the first contribution IS the gradient on CUDA, from the moment
-it is made; under the tracker it is a separate storage that dies at the sum, and the sum is a
-new one. `cuda_events` rewrites the tracker's log as CUDA runs it: the sum's storage takes the
-first contribution's identity (its allocation and the first contribution's free are dropped),
-so the classification books the first contribution as a trainable state from its creation.
-Only sums that end as a parameter's gradient are rewritten: for other sums (the residual
-stream's gradients) whether the engine held the only reference cannot be seen from Python.
+- **gradient sums.** When a tensor feeds several ops, the engine sums its gradients in the
+  consumer's input buffer (torch/csrc/autograd/input_buffer.cpp, `accumulate`):
+  `old_var.add_(var)` into the first contribution when `can_accumulate_inplace(old_var)` (the
+  engine holds the only reference to a plain dense tensor) and `var` is no subclass, else
+  `old_var + var`, a new tensor. Where the sum becomes a parameter's gradient (a tied
+  embedding: the LM head's weight gradient first, the embedding's second) the first
+  contribution IS the gradient on CUDA from the moment it is made. Only those sums are
+  rewritten: for the others (the residual stream's) whether the engine held the only
+  reference cannot be seen from Python.
+- **index backward.** `index_backward` (torch/csrc/autograd/FunctionsManual.cpp) returns
+  `zeros_like_self.index_put(indices, grad, true)` for subclasses, else
+  `at::_index_put_impl_(zeros_like_self, ...)` into the zeros it just made (MoE token
+  gathers, `hidden_states[perm]`).
+
+`cuda_events` rewrites the tracker's log as CUDA runs these: the out-of-place result takes its
+first operand's identity (its allocation and the operand's free are dropped, its own free
+becomes the operand's), so the classification and the maxima see CUDA's storages.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["EngineSum", "cuda_events", "first_contributions"]
-
-# (sum's uid, first operand's uid): an `aten.add.Tensor` made by the autograd engine (inside a
-# backward, grad mode off) whose first operand was made by an earlier node than the second
-EngineSum = tuple[int, int]
+__all__ = ["cuda_events", "first_contributions"]
 
 
 def first_contributions(sums: dict[int, int], grad_uids: Iterable[int]) -> dict[int, int]:
-    """{storage uid in the log: the uid it is on CUDA} for every engine sum that ends as one of
-    `grad_uids`, followed back through chained sums (three contributions: two sums) to the
-    first contribution."""
-    rename: dict[int, int] = {}
+    """The pairs {sum's uid: first operand's uid} of `sums` on the chains that end as one of
+    `grad_uids` (three contributions: two chained sums)."""
+    pairs: dict[int, int] = {}
     for grad in grad_uids:
-        chain = [grad]
-        while chain[-1] in sums:
-            chain.append(sums[chain[-1]])
-        first = chain[-1]
-        for uid in chain[:-1]:
-            rename[uid] = first
-    return rename
+        uid = grad
+        while uid in sums and uid not in pairs:
+            pairs[uid] = sums[uid]
+            uid = sums[uid]
+    return pairs
 
 
-def cuda_events(
-    events: Iterable[tuple[int, int]], rename: dict[int, int], grad_uids: set[int]
-) -> list[tuple[int, int]]:
-    """The tracker's (uid, ±bytes) log with the sums of `rename` done in place, event for
-    event (a dropped event becomes (uid, 0), so indices into the log still hold): a sum's
-    allocation is dropped (on CUDA it is the first contribution's storage), so is the free of
-    the first contribution and of every intermediate sum (made at the next sum); the final
-    sum's free (the gradient's) becomes the first contribution's."""
-    firsts = set(rename.values())
+def _root(uid: int, pairs: dict[int, int]) -> int:
+    while uid in pairs:
+        uid = pairs[uid]
+    return uid
+
+
+def cuda_events(events: Iterable[tuple[int, int]], pairs: dict[int, int]) -> list[tuple[int, int]]:
+    """The tracker's (uid, ±bytes) log with each {result: first operand} of `pairs` done in
+    place, event for event (a dropped event becomes (uid, 0), so indices into the log still
+    hold): a result's allocation is dropped (on CUDA it is the operand's storage), so is the
+    free of every operand (it happens at the op, or at the next op of a chain); the free of a
+    result that no later op consumed becomes the free of the chain's first operand."""
+    consumed = set(pairs.values())
     out = []
     for uid, delta in events:
-        if uid in rename:
-            if delta < 0 and uid in grad_uids:
-                out.append((rename[uid], delta))
-            else:
-                out.append((uid, 0))
-        elif delta < 0 and uid in firsts:
+        if uid in pairs and delta > 0 or uid in consumed and delta < 0:
             out.append((uid, 0))
+        elif uid in pairs and delta < 0:
+            out.append((_root(uid, pairs), delta))
         else:
             out.append((uid, delta))
     return out

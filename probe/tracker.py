@@ -34,6 +34,9 @@ __all__ = ["OutputTensorsMode", "StorageTracker", "TrackerOOM", "current_tracker
 
 GRANULARITY = 512  # bytes; the CUDA caching allocator rounds every block up to this
 
+# out-of-place ops the backward takes only for tensor subclasses (probe/grad_sums.py)
+_IN_PLACE_ON_CUDA = (torch.ops.aten.add.Tensor, torch.ops.aten.index_put.default)
+
 _ACTIVE: list[StorageTracker] = []
 
 
@@ -124,8 +127,10 @@ class StorageTracker(OutputTensorsMode):
         self._window_peak_index = 0
         self._window_host_at_peak = 0
         self._step_mark: int | None = None  # event index where the optimizer step began
-        # the backward's sums (probe/grad_sums.py): {sum's uid: first operand's uid}
+        # the backward's out-of-place ops that CUDA runs in place (probe/grad_sums.py),
+        # {result's uid: first operand's uid}: gradient sums, index_put of index_backward
         self._sums: dict[int, int] = {}
+        self._in_place: dict[int, int] = {}
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -135,25 +140,34 @@ class StorageTracker(OutputTensorsMode):
             self.kernels.add(ATTENTION_OPS[name])
 
     def _seen_call(self, func: Any, args: tuple[Any, ...], out: Any) -> None:
-        """Record the sums a backward makes (`probe.grad_sums`): an `add.Tensor` while the
-        autograd engine runs, grad mode off, of two tensors shaped as its output, the first a
-        whole storage of the output's size (what `old_var.add_(var)` could write into)."""
-        if func is not torch.ops.aten.add.Tensor or torch._C._current_graph_task_id() == -1:
+        """Record the backward's ops that CUDA runs in place (`probe.grad_sums`): while the
+        autograd engine runs with grad mode off, an `add.Tensor` of two tensors shaped as its
+        output (a gradient sum) or an `index_put` (index_backward), whose first operand is a
+        whole storage of the output's size (what the in-place op writes into)."""
+        if func not in _IN_PLACE_ON_CUDA or torch._C._current_graph_task_id() == -1:
             return
         if torch.is_grad_enabled() or len(args) < 2 or not isinstance(out, torch.Tensor):
             return
-        first, second = args[0], args[1]
-        if not all(
-            isinstance(t, torch.Tensor) and t.shape == out.shape and t.dtype == out.dtype
-            for t in (first, second)
+        first = args[0]
+        if not isinstance(first, torch.Tensor) or first.shape != out.shape:
+            return
+        if (
+            first.dtype != out.dtype
+            or first.untyped_storage().nbytes() != out.untyped_storage().nbytes()
         ):
             return
-        if first.untyped_storage().nbytes() != out.untyped_storage().nbytes():
-            return
+        if func is torch.ops.aten.add.Tensor:
+            second = args[1]
+            if not isinstance(second, torch.Tensor) or second.shape != out.shape:
+                return
         uid_out = self._live.get(out.untyped_storage()._cdata, (None, 0))[0]
         uid_first = self._live.get(first.untyped_storage()._cdata, (None, 0))[0]
-        if uid_out is not None and uid_first is not None and uid_out != uid_first:
+        if uid_out is None or uid_first is None or uid_out == uid_first:
+            return
+        if func is torch.ops.aten.add.Tensor:
             self._sums[uid_out] = uid_first
+        else:
+            self._in_place[uid_out] = uid_first
 
     def __enter__(self) -> StorageTracker:
         _ACTIVE.append(self)
@@ -235,6 +249,7 @@ class StorageTracker(OutputTensorsMode):
         self._events = []
         self._step_mark = None
         self._sums = {}
+        self._in_place = {}
         self._window_peak = self.current
         self._window_peak_index = 0
         self._window_host_at_peak = self.host_current
@@ -250,10 +265,11 @@ class StorageTracker(OutputTensorsMode):
         return self._window_peak
 
     def _cuda_log(self, grad_uids: set[int]) -> tuple[list[tuple[int, int]], set[int]]:
-        """This window's log with the engine's gradient sums done in place as on CUDA
+        """This window's log with the backward's in-place ops done in place as on CUDA
         (`probe.grad_sums`), and the first contributions that are gradients from their start."""
-        rename = first_contributions(self._sums, grad_uids)
-        return cuda_events(self._events, rename, grad_uids), set(rename.values())
+        sums = first_contributions(self._sums, grad_uids)
+        firsts = {uid for uid in sums.values() if uid not in sums}
+        return cuda_events(self._events, {**self._in_place, **sums}), firsts
 
     def _live_at_window_peak(self, events: list[tuple[int, int]]) -> dict[int, int]:
         live = dict(self._baseline)

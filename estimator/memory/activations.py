@@ -53,6 +53,8 @@ class Context:
     compiled: bool = False  # torch.compile of each decoder layer (activations_compiled)
     adapter_transient: int = 0  # bytes per element of an adapted input's unsaved copies
     weight_casts: float = 0.0  # bytes per layer of autocast's bf16 copies of fp32 trained weights
+    autocast: bool = False
+    input_bytes: int = 0  # bytes per element of a decoder layer's input (the checkpoint)
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -96,6 +98,8 @@ class Context:
             bool(setup.compile),
             _adapter_transient(setup, stream, adapter, autocast),
             casts,
+            autocast,
+            FP32 if amp_full(setup) else stream,
         )
 
 
@@ -197,6 +201,24 @@ class LayerActivations:
     transient_per_token: float
     per_layer: float = 0.0  # independent of tokens (LoRA-merged expert weights)
     transient_per_layer: float = 0.0
+    checkpoint_reused: float = 0.0  # of `per_token`: the layer's input itself (`input_reused`)
+
+
+def input_reused(ctx: Context, spec: ModelSpec) -> float:
+    """Bytes per token of a layer's saved tensors that are the layer's input itself. Under
+    checkpointing that input is the checkpoint, counted once already, so the recomputed layer
+    does not hold it again. HF RMSNorm saves its input when it is fp32 already:
+    `hidden_states.to(torch.float32)` returns the tensor itself (transformers 5.24.0
+    models/llama/modeling_llama.py:64; an fp32 residual stream under AMP or after
+    prepare_model_for_kbit_training). GPT-2's ln_1 (nn.LayerNorm, aten native_layer_norm saves
+    `input`) saves the layer input as is without autocast; autocast runs layer_norm in fp32
+    (torch aten/src/ATen/autocast_mode.h `AT_FORALL_FP32`: `layer_norm`), a copy."""
+    h = spec.hidden or 0
+    if spec.model_type == "gpt2":
+        return 0.0 if ctx.autocast else float(ctx.input_bytes * h)
+    if ctx.fused or ctx.compiled:
+        return 0.0
+    return float(FP32 * h) if ctx.input_bytes == FP32 else 0.0
 
 
 def inputs_saved(ctx: Context, consumers: list[str], width: int) -> float:
@@ -262,8 +284,23 @@ def _attention_core(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
     if spec.attn_output_gate:
         saved += 2 * cb * q  # sigmoid(gate) and the attention output kept by the gating mul
     saved += inputs_saved(ctx, ["q_proj", "k_proj", "v_proj", "qkv_proj"], spec.hidden or 0)
-    saved += inputs_saved(ctx, ["o_proj"], q)
+    saved += inputs_saved(ctx, ["o_proj"], q) - sdpa_output_reused(ctx, q)
     return saved, per_seq
+
+
+def sdpa_output_reused(ctx: Context, width: int) -> float:
+    """Bytes per token of the output projection's saved input that are SDPA's saved output.
+    transformers 5.24.0 integrations/sdpa_attention.py:195 returns
+    `attn_output.transpose(1, 2).contiguous()` and the model reshapes it
+    (models/llama/modeling_llama.py:269, models/gpt2/modeling_gpt2.py:224): SDPA's kernels
+    write their output as (batch, seq, heads, dim) and return its transpose (torch
+    aten/src/ATen/native/transformers/cuda/attention.cu `_scaled_dot_product_flash_attention_cuda`:
+    `Tensor attention = output.transpose(1, 2)`; the CPU flash kernel likewise), so both calls
+    are views and a trained o_proj saves the very tensor SDPA saved as `out`. Eager attention's
+    matmul output is (batch, heads, seq, dim): its `contiguous()` is a copy, counted."""
+    if ctx.eager or not ctx.full:
+        return 0.0
+    return float(width * ctx.compute_bytes)
 
 
 def _attention(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
@@ -342,12 +379,16 @@ def _mlp(ctx: Context, spec: ModelSpec, moe: bool) -> tuple[float, float]:
 def layer_activations(
     ctx: Context, spec: ModelSpec, layer_type: str, mlp_type: str
 ) -> LayerActivations:
-    """Saved bytes per token of one layer of the given kind, and its backward transient:
-    the incoming gradient and the residual gradient (2 x hidden) plus the SwiGLU backward's
-    MLP-wide gradients: d(down input), d(silu out) and d(up out) are alive together, but by then
-    autograd has freed down_proj's saved input, so the net is two MLP-wide tensors; an fp32
-    adapter on down_proj adds the gradient of its fp32 input copy (calibrated against the
-    storage tracker in bench/accuracy.py)."""
+    """Saved bytes per token of one layer of the given kind, and its backward transient: the
+    layer's incoming gradient (one hidden-wide tensor: the residual add's backward hands the
+    same tensor to both branches, torch tools/autograd/derivatives.yaml `add.Tensor`: `self:
+    grad`, `other: maybe_multiply(grad, alpha)`, which returns `grad` itself for alpha 1) plus
+    the SwiGLU backward's MLP-wide gradients: d(down input), d(silu out) and d(up out) are
+    alive together, but by then autograd has freed down_proj's saved input, so the net is two
+    MLP-wide tensors; an fp32 adapter on down_proj adds the gradient of its fp32 input copy.
+    Checked to the byte on the hf stack's full fine-tuning of small-llama at 256 tokens (fake
+    trace, bench/accuracy.py): 4,003,840 B estimated + rope's cos/sin (65,536 B, not modelled)
+    + nine 512-byte scalars = 4,073,984 B measured."""
     cb = ctx.compute_bytes
     h = spec.hidden or 0
     if spec.model_type == "gpt2":
@@ -372,16 +413,20 @@ def layer_activations(
         saved += core
     mlp_saved, width = _mlp(ctx, spec, mlp_type == MLP_MOE)
     saved += mlp_saved
-    transient = 2 * cb * h + 2 * cb * width
+    transient = cb * h + 2 * cb * width
     if not ctx.full and "down_proj" in ctx.targets and ctx.adapter_each not in (0, cb):
         transient += ctx.adapter_each * width  # d(adapter-dtype copy of down's input), cast
     if mlp_type != MLP_MOE:
         transient = max(transient, _forward_transient(ctx, spec))
+    else:
+        transient = max(transient, cb * h + moe_combine_transient(ctx, spec))
     per_layer = transient_layer = 0.0
     if mlp_type == MLP_MOE and ctx.expert_lora:
         per_layer, transient_layer = _merged_expert_weights(ctx, spec)
     per_layer += ctx.weight_casts
-    return LayerActivations(saved, per_seq, transient, per_layer, transient_layer)
+    return LayerActivations(
+        saved, per_seq, transient, per_layer, transient_layer, input_reused(ctx, spec)
+    )
 
 
 def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_proj") -> float:
@@ -403,6 +448,23 @@ def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_pro
     if down and not ctx.full:
         held += ctx.adapter_transient * m
     return float(held)
+
+
+def moe_combine_transient(ctx: Context, spec: ModelSpec) -> float:
+    """Bytes per token the first backward ops of transformers' grouped_mm experts make while
+    every saved tensor of the block is still alive (transformers 5.24.0 integrations/moe.py
+    `grouped_mm_experts_forward`, the default `experts_implementation` on CPU and CUDA,
+    modeling_utils.py:1893-1894), in backward order of its last lines (:516-526,
+    `weighted_out = proj_out * sample_weights_g.unsqueeze(-1)`, `weighted_out[inv_perm]`,
+    `.view(tokens, top_k, hidden).sum(dim=1)`): the gather's backward scatters the gradient
+    into a (tokens x top_k, hidden) zeros tensor (torch FunctionsManual.cpp `index_backward`,
+    in place into those zeros on CUDA), then the routing-weight product's backward makes
+    d(proj_out) = grad * weights and grad * proj_out (before its reduction to the weights'
+    (tokens x top_k, 1) shape; tools/autograd/derivatives.yaml `mul.Tensor`) while the zeros
+    are alive: three top_k x hidden tensors. Checked to the byte on small-qwen3-moe full
+    fine-tuning at 256 tokens (fake trace)."""
+    assert spec.moe is not None
+    return float(3 * ctx.compute_bytes * spec.moe.executed_per_token * (spec.hidden or 0))
 
 
 def _compilable(ctx: Context, spec: ModelSpec, layer_type: str, mlp_type: str) -> bool:
@@ -481,8 +543,10 @@ def _gpt2_layer(ctx: Context, spec: ModelSpec) -> LayerActivations:
     heads = spec.num_heads or 1
     saved = 2.0 * (cb * h + 2 * FP32)  # ln_1, ln_2 inputs, mean and rstd
     saved += inputs_saved(ctx, ["c_attn"], h) + cb * 3 * h + cb * h + FP32 * heads
-    saved += inputs_saved(ctx, ["attn.c_proj"], h)
+    saved += inputs_saved(ctx, ["attn.c_proj"], h) - sdpa_output_reused(ctx, h)
     saved += inputs_saved(ctx, ["c_fc"], h) + 4 * cb * m + inputs_saved(ctx, ["mlp.c_proj"], m)
     per_seq = heads * (FP32 + cb) if ctx.eager else 0.0
-    transient = max(2 * cb * h + 2 * cb * m, _forward_transient(ctx, spec, "mlp.c_proj"))
-    return LayerActivations(saved, per_seq, transient, ctx.weight_casts)
+    transient = max(cb * h + 2 * cb * m, _forward_transient(ctx, spec, "mlp.c_proj"))
+    return LayerActivations(
+        saved, per_seq, transient, ctx.weight_casts, 0.0, input_reused(ctx, spec)
+    )

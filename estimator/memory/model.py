@@ -410,9 +410,10 @@ def _layer_saved(acts: list[Any], tokens: Any, seq: Any) -> Any:
 def _recompute_peak(
     spec: ModelSpec, profile: Profile, acts: list[Any], tokens: Any, seq: Any, cb: int
 ) -> Any:
-    """`saved_tensors`: the worst layer's saved activations (rebuilt by the recompute) plus its
-    backward transient. `mlp_tensors` (seed 000's hand rule): `recompute_mlp_tensors` tensors
-    of tokens x intermediate plus a fixed attention allowance."""
+    """`saved_tensors`: the worst layer's saved activations (rebuilt by the recompute, less
+    what is the checkpoint itself, `checkpoint_reused`) plus its backward transient.
+    `mlp_tensors` (seed 000's hand rule): `recompute_mlp_tensors` tensors of tokens x
+    intermediate plus a fixed attention allowance."""
     if profile.get("memory", "recompute_model") == "mlp_tensors":
         m = spec.intermediate or 0
         return profile.number("memory", "recompute_mlp_tensors") * tokens * m * cb + profile.number(
@@ -422,7 +423,7 @@ def _recompute_peak(
     for a, _ in acts:
         worst = np.maximum(
             worst,
-            (a.per_token + a.transient_per_token) * tokens
+            (a.per_token - a.checkpoint_reused + a.transient_per_token) * tokens
             + a.per_token_seq * tokens * seq
             + a.per_layer
             + a.transient_per_layer,

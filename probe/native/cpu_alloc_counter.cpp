@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <unordered_map>
 #include <utility>
 
 namespace {
@@ -31,8 +33,24 @@ void raise_peak(int64_t now) {
   }
 }
 
-void free_block(void* ctx) {
-  auto* block = static_cast<Block*>(ctx);
+// The DataPtr's context is the data pointer itself, the record is looked up here: c10's
+// Allocator::raw_allocate (c10/core/Allocator.h:209) asserts context == data and frees through
+// raw_deleter(), which oneDNN's bf16 matmul on the CPU uses (linear in bf16 hit the assert when
+// the record was the context).
+std::mutex g_mutex;
+std::unordered_map<void*, Block*> g_blocks;
+
+void free_block(void* data) {
+  Block* block = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_blocks.find(data);
+    if (it == g_blocks.end()) {
+      return;
+    }
+    block = it->second;
+    g_blocks.erase(it);
+  }
   g_current.fetch_sub(block->nbytes);
   delete block;  // frees the default allocator's block
 }
@@ -50,10 +68,15 @@ struct CountingAllocator final : c10::Allocator {
     void* data = base.get();
     c10::Device device = base.device();
     auto* block = new Block{std::move(base), static_cast<int64_t>(n)};
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      g_blocks[data] = block;
+    }
     g_allocs.fetch_add(1);
     raise_peak(g_current.fetch_add(block->nbytes) + block->nbytes);
-    return {data, block, &free_block, device};
+    return {data, data, &free_block, device};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_block; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }

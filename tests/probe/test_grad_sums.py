@@ -19,10 +19,10 @@ from probe.tracker import GRANULARITY, StorageTracker  # noqa: E402
 def test_a_chain_of_sums_is_renamed_to_the_first_contribution():
     # 1 and 2 summed into 3, 3 and 4 into 5 (the gradient); 6 is an unrelated sum
     sums = {3: 1, 5: 3, 6: 2}
-    assert first_contributions(sums, {5}) == {5: 1, 3: 1}
+    assert first_contributions(sums, {5}) == {5: 3, 3: 1}
     log = [(1, 100), (2, 100), (3, 100), (1, -100), (2, -100), (4, 100), (5, 100), (3, -100)]
     log += [(4, -100), (5, -100)]
-    events = cuda_events(log, {5: 1, 3: 1}, {5})
+    events = cuda_events(log, {5: 3, 3: 1})
     assert len(events) == len(log)  # indices into the log still hold
     on_cuda = [(1, 100), (2, 100), (2, -100), (4, 100), (4, -100), (1, -100)]
     assert [e for e in events if e[1]] == on_cuda
@@ -30,7 +30,13 @@ def test_a_chain_of_sums_is_renamed_to_the_first_contribution():
 
 def test_a_sum_that_is_no_gradient_is_left_alone():
     log = [(1, 100), (2, 100), (3, 100), (1, -100), (2, -100)]
-    assert cuda_events(log, first_contributions({3: 1}, set()), set()) == log
+    assert cuda_events(log, first_contributions({3: 1}, set())) == log
+
+
+def test_index_backward_scatters_into_its_zeros_on_cuda():
+    # MoE: the gather's backward makes zeros (1) and, under the tracker, index_put's copy (2)
+    log = [(1, 100), (2, 100), (1, -100), (2, -100)]
+    assert [e for e in cuda_events(log, {2: 1}) if e[1]] == [(1, 100), (1, -100)]
 
 
 def _tied_step(vocab: int, hidden: int, tokens: int) -> dict[str, int]:

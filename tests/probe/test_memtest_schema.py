@@ -135,6 +135,9 @@ def test_setup_fields_are_the_estimators_training_setup_fields():
         ("lora_dropout", -0.1),
         ("grad_accum", 0),
         ("double_quant", 1),
+        ("pp_schedule", "zigzag"),
+        ("pp_virtual", 0),
+        ("pp_virtual", "2"),
     ],
 )
 def test_bad_stack_setup_fields_are_rejected_naming_the_field(key, value):

@@ -1,8 +1,8 @@
 """`trainfit-probe --stack torchtitan`: torchtitan's own Trainer (FSDP2 under gloo, CPU) runs
 the steps (probe/torchtitan_stack.py) and the memtest says what ran and what stood in.
 
-Skipped where torchtitan is not installed (`pip install -e '.[torchtitan]'`, see
-scripts/setup.sh for why CI's setup does not install it). Each run is a subprocess, as a user
+Skipped where torchtitan is not installed (`pip install -e '.[torchtitan]'`; scripts/setup.sh
+says why CI's setup does not install it). Each run is a subprocess, as a user
 launches it: ~60 s for 1 process, ~60 s for 2 (torchrun) on a loaded 2-core box.
 
 What the figures must satisfy, and why:
@@ -15,7 +15,7 @@ What the figures must satisfy, and why:
   (embeddings + norm + lm_head, reduced together at the end of backward, estimator/parallel/
   data.py:135-143), torchtitan wraps tok_embeddings and [norm, lm_head] as two units
   (torchtitan 0.3.0 distributed/fsdp.py apply_fsdp_to_decoder), so only the embedding's
-  gradients are reduced last: +11.7 % at 1 rank, +5.4 / +6.6 % at 2 ranks on this config.
+  gradients are reduced last: +11.7 % at 1 rank, +6.6 % on both of 2 ranks on this config.
 """
 
 from __future__ import annotations
