@@ -25,6 +25,7 @@ c10::Allocator* g_base = nullptr;
 struct Block {
   c10::DataPtr base;  // the default allocator's block, freed with this record
   int64_t nbytes;
+  bool counted;  // false: made while paused, so its free is not taken off either
 };
 
 void raise_peak(int64_t now) {
@@ -51,7 +52,9 @@ void free_block(void* data) {
     block = it->second;
     g_blocks.erase(it);
   }
-  g_current.fetch_sub(block->nbytes);
+  if (block->counted) {
+    g_current.fetch_sub(block->nbytes);
+  }
   delete block;  // frees the default allocator's block
 }
 
@@ -61,19 +64,21 @@ struct CountingAllocator final : c10::Allocator {
     if (n == 0) {
       return base;
     }
-    if (g_paused.load() > 0) {
-      g_uncounted.fetch_add(static_cast<int64_t>(n));
-      return base;  // the default allocator's own deleter: its free is not counted either
-    }
+    // recorded either way, so that raw_deleter() can free a paused block too
+    const bool counted = g_paused.load() == 0;
     void* data = base.get();
     c10::Device device = base.device();
-    auto* block = new Block{std::move(base), static_cast<int64_t>(n)};
+    auto* block = new Block{std::move(base), static_cast<int64_t>(n), counted};
     {
       std::lock_guard<std::mutex> lock(g_mutex);
       g_blocks[data] = block;
     }
-    g_allocs.fetch_add(1);
-    raise_peak(g_current.fetch_add(block->nbytes) + block->nbytes);
+    if (counted) {
+      g_allocs.fetch_add(1);
+      raise_peak(g_current.fetch_add(block->nbytes) + block->nbytes);
+    } else {
+      g_uncounted.fetch_add(block->nbytes);
+    }
     return {data, data, &free_block, device};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &free_block; }
