@@ -186,6 +186,7 @@ def torchtune_variants(quick: bool) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "tt grad_accum 4", {"grad_accum": 4}
     yield "tt checkpointing none", {"checkpointing": "none"}
     yield "tt loss full (nn.CrossEntropyLoss)", {"loss": "full"}
+    yield "tt QLoRA (torchao NF4) r8", {"method": "qlora"}
     yield "tt full FT bf16, fused AdamW", {"method": "full"}
     yield (
         "tt full FT bf16, optimizer_in_bwd",
