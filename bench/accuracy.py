@@ -195,14 +195,14 @@ def torchtune_variants(quick: bool) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def torchtune_grid(quick: bool) -> list[Case]:
-    """Every row a real CPU step; the base case is traced again under fake tensors (the
-    agreement check, not counted as a second measurement)."""
+    """Every row a real CPU step; the base and QLoRA cases are traced again under fake tensors
+    (the agreement check, not counted as a second measurement)."""
     return [
         Case(
             config,
             name,
             {**TORCHTUNE_BASE, **change},
-            ["cpu", "fake"] if i == 0 else ["cpu"],
+            ["cpu", "fake"] if i == 0 or change.get("method") == "qlora" else ["cpu"],
             list(TORCHTUNE_SEQS),
         )
         for config in TORCHTUNE_CONFIGS
