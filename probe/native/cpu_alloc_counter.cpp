@@ -1,7 +1,9 @@
 // A counting wrapper around c10's CPU allocator: every block allocated through
 // c10::GetCPUAllocator() after `trainfit_install` is counted when it is made and when it is
 // freed, on whichever thread frees it (gloo's worker threads included, which the profiler's
-// memory events do not see). Loaded with ctypes by probe/cpu_memory.py.
+// memory events do not see). Loaded with ctypes by probe/cpu_memory.py. While paused
+// (`trainfit_pause`), blocks are handed out uncounted and freed uncounted: a process-wide
+// switch, for the temporaries a collective backend makes while it is being called.
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
@@ -16,11 +18,14 @@ namespace {
 std::atomic<int64_t> g_current{0};
 std::atomic<int64_t> g_peak{0};
 std::atomic<int64_t> g_allocs{0};
+std::atomic<int> g_paused{0};
+std::atomic<int64_t> g_uncounted{0};
 c10::Allocator* g_base = nullptr;
 
 struct Block {
   c10::DataPtr base;  // the default allocator's block, freed with this record
   int64_t nbytes;
+  bool counted;  // false: made while paused, so its free is not taken off either
 };
 
 void raise_peak(int64_t now) {
@@ -47,7 +52,9 @@ void free_block(void* data) {
     block = it->second;
     g_blocks.erase(it);
   }
-  g_current.fetch_sub(block->nbytes);
+  if (block->counted) {
+    g_current.fetch_sub(block->nbytes);
+  }
   delete block;  // frees the default allocator's block
 }
 
@@ -57,15 +64,21 @@ struct CountingAllocator final : c10::Allocator {
     if (n == 0) {
       return base;
     }
+    // recorded either way, so that raw_deleter() can free a paused block too
+    const bool counted = g_paused.load() == 0;
     void* data = base.get();
     c10::Device device = base.device();
-    auto* block = new Block{std::move(base), static_cast<int64_t>(n)};
+    auto* block = new Block{std::move(base), static_cast<int64_t>(n), counted};
     {
       std::lock_guard<std::mutex> lock(g_mutex);
       g_blocks[data] = block;
     }
-    g_allocs.fetch_add(1);
-    raise_peak(g_current.fetch_add(block->nbytes) + block->nbytes);
+    if (counted) {
+      g_allocs.fetch_add(1);
+      raise_peak(g_current.fetch_add(block->nbytes) + block->nbytes);
+    } else {
+      g_uncounted.fetch_add(block->nbytes);
+    }
     return {data, data, &free_block, device};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &free_block; }
@@ -91,6 +104,10 @@ int trainfit_install() {
 int64_t trainfit_current() { return g_current.load(); }
 int64_t trainfit_peak() { return g_peak.load(); }
 int64_t trainfit_allocs() { return g_allocs.load(); }
+// Bytes handed out uncounted while paused (a running total, for the record).
+int64_t trainfit_uncounted() { return g_uncounted.load(); }
+// Pause (on != 0) or resume (on == 0) counting; nested pauses add up.
+void trainfit_pause(int on) { g_paused.fetch_add(on ? 1 : -1); }
 // Start a new peak window at the bytes alive now; returns the previous window's peak.
 int64_t trainfit_reset_peak() { return g_peak.exchange(g_current.load()); }
 }
