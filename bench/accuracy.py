@@ -188,6 +188,7 @@ def torchtune_variants(quick: bool) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "tt grad_accum 4", {"grad_accum": 4}
     yield "tt checkpointing none", {"checkpointing": "none"}
     yield "tt loss full (nn.CrossEntropyLoss)", {"loss": "full"}
+    yield "tt QLoRA (torchao NF4) r8", {"method": "qlora"}
     yield "tt full FT bf16, fused AdamW", {"method": "full"}
     yield (
         "tt full FT bf16, optimizer_in_bwd",
@@ -196,14 +197,14 @@ def torchtune_variants(quick: bool) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def torchtune_grid(quick: bool) -> list[Case]:
-    """Every row a real CPU step; the base case is traced again under fake tensors (the
-    agreement check, not counted as a second measurement)."""
+    """Every row a real CPU step; the base and QLoRA cases are traced again under fake tensors
+    (the agreement check, not counted as a second measurement)."""
     return [
         Case(
             config,
             name,
             {**TORCHTUNE_BASE, **change},
-            ["cpu", "fake"] if i == 0 else ["cpu"],
+            ["cpu", "fake"] if i == 0 or change.get("method") == "qlora" else ["cpu"],
             list(TORCHTUNE_SEQS),
         )
         for config in TORCHTUNE_CONFIGS

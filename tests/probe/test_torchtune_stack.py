@@ -78,13 +78,38 @@ def test_full_recipe_step_holds_gradients_and_adamw_moments_for_every_weight(tmp
 
 
 @needs_torchtune
+def test_qlora_recipe_step_keeps_the_base_in_nf4():
+    """lora_llama3_2(quantize_base=True): torchao NF4Tensor weights, counted by their inner
+    tensors (packed 4-bit data + int8 scalers), well below the bf16 model's 2 bytes/param."""
+    import json
+    from pathlib import Path
+
+    from probe import run_probe
+
+    root = Path(__file__).resolve().parents[2]
+    config = json.loads((root / "bench" / "configs" / "small-llama.json").read_text())
+    setup = {"stack": "torchtune", "method": "qlora", "lora_rank": 8, "loss": "chunked"}
+    doc = run_probe(config, setup, [64], steps=1, device="cpu")
+    res = doc["results"][0]
+    assert res["status"] == "ok", res["error"]
+    assert doc["setup"]["double_quant"] is True and doc["setup"]["kbit_prepare"] is False
+    assert "NF4Tensor" in " ".join(doc["environment"]["ran"])
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
+    rope = config["max_position_embeddings"] * head_dim * 4 + 512  # cos/sin cache + theta
+    embed_and_head = 2 * config["vocab_size"] * config["hidden_size"]  # bf16, not quantized
+    linear = doc["model"]["params_total"] - embed_and_head - doc["model"]["params_trainable"]
+    weights = res["component_maxima"]["weights"] - rope
+    assert 2 * embed_and_head + linear // 2 <= weights < 2 * embed_and_head + linear
+
+
+@needs_torchtune
 @pytest.mark.parametrize(
     ("args", "field"),
     [
         (["--precision", "mixed"], "setup.precision"),
         (["--autocast"], "setup.autocast"),
         (["--method", "lora", "--adapter-dtype", "fp32"], "setup.adapter_dtype"),
-        (["--method", "qlora"], "setup.method"),
+        (["--method", "qlora", "--precision", "fp32"], "setup.precision"),
         (["--method", "lora", "--optimizer-impl", "in-backward"], "setup.optimizer_impl"),
     ],
 )
