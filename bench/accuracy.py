@@ -5,6 +5,8 @@ QLoRA) with `TrainingArguments` as users write them (bf16 autocast, fused AdamW,
 `gradient_accumulation_steps`, `gradient_checkpointing`), run for real on the CPU and counted by
 the storage tracker. What the Trainer has no option for (the chunked loss, offloaded
 checkpointing) is measured with the probe's own loop (`--stack probe`), labelled as such.
+torchtitan's Trainer (FSDP2 under torchrun, 1 and 2 ranks) has rows of its own, per rank:
+bench/accuracy_torchtitan.py (needs the `torchtitan` extra).
 
 Each row is ONE measurement. The base case of each config runs for real on the CPU and again
 under fake tensors: the fake trace of the same Trainer step must agree within one 512-byte
@@ -90,6 +92,7 @@ class Case:
     variant: str
     setup: dict[str, Any]
     devices: list[str] = field(default_factory=lambda: ["cpu"])
+    seqs: list[int] = field(default_factory=lambda: list(SEQS))
 
 
 def variants(config: str, quick: bool) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -152,6 +155,61 @@ def grid(quick: bool) -> list[Case]:
                 devices = ["fake"]
             cases.append(Case(config, name, setup, devices))
     return cases
+
+
+# --stack torchtune: torchtune 0.6.1's single-device recipes (probe/torchtune_stack.py) on the
+# CPU; Llama-style configs only (its llama3_2 builders); the base case also under fake tensors
+# (probe.torchtune_stack.FakeCheckpointer). The base case is what torchtune's
+# llama3_2 LoRA config writes: bf16, fused AdamW, CEWithChunkedOutputLoss, lora_dropout 0, with
+# activation checkpointing on. Lengths are shorter than the hf grid's: every row is a real
+# CPU step in bf16.
+TORCHTUNE_CONFIGS = ["small-llama"]
+TORCHTUNE_SEQS = [256, 512]
+TORCHTUNE_BASE: dict[str, Any] = {
+    "stack": "torchtune",
+    "method": "lora",
+    "lora_rank": 8,
+    "lora_dropout": 0.0,
+    "precision": "bf16",
+    "checkpointing": "gpu",
+    "loss": "chunked",
+    "optimizer_impl": "fused",
+    "batch": 1,
+    "grad_accum": 1,
+}
+
+
+def torchtune_variants(quick: bool) -> Iterator[tuple[str, dict[str, Any]]]:
+    yield "tt base: LoRA r8, bf16, chunked CE, gpu ckpt", {}
+    yield "tt lora_dropout 0.05", {"lora_dropout": 0.05}
+    if quick:
+        return
+    yield "tt batch 4", {"batch": 4}
+    yield "tt grad_accum 4", {"grad_accum": 4}
+    yield "tt checkpointing none", {"checkpointing": "none"}
+    yield "tt loss full (nn.CrossEntropyLoss)", {"loss": "full"}
+    yield "tt QLoRA (torchao NF4) r8", {"method": "qlora"}
+    yield "tt full FT bf16, fused AdamW", {"method": "full"}
+    yield (
+        "tt full FT bf16, optimizer_in_bwd",
+        {"method": "full", "optimizer_impl": "in-backward"},
+    )
+
+
+def torchtune_grid(quick: bool) -> list[Case]:
+    """Every row a real CPU step; the base and QLoRA cases are traced again under fake tensors
+    (the agreement check, not counted as a second measurement)."""
+    return [
+        Case(
+            config,
+            name,
+            {**TORCHTUNE_BASE, **change},
+            ["cpu", "fake"] if i == 0 or change.get("method") == "qlora" else ["cpu"],
+            list(TORCHTUNE_SEQS),
+        )
+        for config in TORCHTUNE_CONFIGS
+        for i, (name, change) in enumerate(torchtune_variants(quick))
+    ]
 
 
 def _pct(est: float | None, meas: float | None) -> float | None:
@@ -221,7 +279,7 @@ def run_case(case: Case, steps: int, known: set[str]) -> list[dict[str, Any]]:
         started = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            docs[device] = run_probe(config, case.setup, SEQS, steps=steps, device=device)
+            docs[device] = run_probe(config, case.setup, case.seqs, steps=steps, device=device)
         seconds[device] = round(time.perf_counter() - started, 2)
     first = case.devices[0]
     doc = docs[first]
@@ -328,6 +386,13 @@ def summary(rows: list[dict[str, Any]], label: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one config, four setups")
+    parser.add_argument(
+        "--stack",
+        choices=("hf", "torchtune"),
+        default="hf",
+        help="hf: the Trainer grid (with its probe-loop rows); torchtune: torchtune's "
+        "single-device recipes (needs the torchtune extra)",
+    )
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps per length (>= 2)")
     parser.add_argument("--json", help="write the rows to this file")
     parser.add_argument("--out", help="write the table to this file too")
@@ -335,7 +400,8 @@ def main() -> int:
     started = time.perf_counter()
     known = _estimator_fields()
     rows: list[dict[str, Any]] = []
-    for case in grid(args.quick):
+    cases = torchtune_grid(args.quick) if args.stack == "torchtune" else grid(args.quick)
+    for case in cases:
         rows.extend(run_case(case, args.steps, known))
         print(f"  {case.config} / {case.variant}: done", file=sys.stderr)
     text = report(rows, time.perf_counter() - started, args.quick)

@@ -3,7 +3,7 @@
 1, one H100 80GB. Installs nothing: each peer that is missing is named with how to get it.
 Prints, asserts nothing:
 
-    python bench/peers.py [--quick]
+    python bench/peers.py [--quick] [--before OLD_TREE]
 
 Each line: `peer: <us per call> us CPU (<what the peer computes>)`, the best of several repeats
 (as timeit) of the mean CPU time over many calls, in this process, after a warm-up call (CPU
@@ -144,12 +144,32 @@ def accelerate_figure(calls: int, repeats: int, base: float) -> None:
     )
 
 
+def _trainfit_on(tree: str, quick: bool) -> list[str]:
+    """trainfit's lines of this script run on another tree (`PYTHONPATH=tree`)."""
+    import subprocess
+
+    cmd = [sys.executable, os.path.abspath(__file__), "--trainfit-only"]
+    cmd += ["--quick"] if quick else []
+    env = {**os.environ, "PYTHONPATH": tree}
+    out = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, check=True)
+    return [line for line in out.stdout.splitlines() if line.startswith("trainfit")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="few calls (for tests)")
+    parser.add_argument("--trainfit-only", action="store_true", help="trainfit's lines alone")
+    parser.add_argument(
+        "--before", help="another tree: its trainfit lines first, as `before: ...`, in this run"
+    )
     args = parser.parse_args(argv)
     calls, repeats = (50, 1) if args.quick else (2000, 5)
+    if args.before:
+        for line in _trainfit_on(args.before, args.quick):
+            print(f"before: {line}", flush=True)
     base = trainfit_figures(calls, repeats)
+    if args.trainfit_only:
+        return 0
     runners = {
         "vramcalc": vramcalc_figure,
         "ftuneai": ftuneai_figures,

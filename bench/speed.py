@@ -313,7 +313,8 @@ def compare_trees(before: str, after: str, args: argparse.Namespace) -> int:
             op, bound = GOALS[name]
             met = new <= bound if op == "<=" else new >= bound
             goal = f"  goal {op} {bound:g}: {'met' if met else 'not met'}"
-        print(f"{name}: {old:,.4g} -> {new:,.4g} {unit} (x{old / new:.3g}){goal}", flush=True)
+        gain = new / old if "/s" in unit else old / new  # > 1: faster
+        print(f"{name}: {old:,.4g} -> {new:,.4g} {unit} ({gain:.3g}x faster){goal}", flush=True)
     return 0
 
 

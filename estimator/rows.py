@@ -28,11 +28,21 @@ def _ints(values: Any, shape: tuple[int, ...]) -> list[int]:
     return [int(v) for v in up.tolist()]
 
 
+def _int(value: Any) -> int:
+    """`_ints` of one row: whole bytes, rounded up, of a scalar."""
+    if type(value) is np.ndarray and value.ndim:
+        return _ints(value, (1,))[0]
+    return math.ceil(float(value))
+
+
 class _Columns:
     """One memory breakdown's figures per row, rounded up to whole bytes (`_ints`) once for all
     rows, as plain Python values; each row's phases and its peak phase computed once."""
 
     def __init__(self, mem: MemoryBreakdown, rows: int) -> None:
+        if rows == 1 and type(mem.peak) is not np.ndarray:  # one length: no columns to cut
+            self._one(mem)
+            return
         shape = (rows,)
         peak = mem.peak
         if type(peak) is not np.ndarray or peak.ndim == 0:
@@ -59,6 +69,24 @@ class _Columns:
             {moment: {name: v[i] for name, v in p} for moment, p in moments} for i in range(rows)
         ]
         self.peak_phase = [_peak_phase(p) for p in self.phases]
+
+    def _one(self, mem: MemoryBreakdown) -> None:
+        """The same figures for one row of scalars (numpy's 0-d arrays included)."""
+        self.peak = [float(mem.peak)]
+        self.peak_bytes = [_int(mem.peak)]
+        self.allocated = [_int(mem.allocated)]
+        self.reserved = [_int(mem.reserved)]
+        self.host = [_int(mem.host)]
+        comps = mem.components
+        self.components = [
+            {name: None if comps[name] is None else _int(comps[name]) for name in COMPONENTS}
+        ]
+        phases = {
+            moment: {name: _int(v) for name, v in parts.items()}
+            for moment, parts in mem.phases.items()
+        }
+        self.phases = [phases]
+        self.peak_phase = [_peak_phase(phases)]
 
     def phases_at(self, i: int) -> dict[str, dict[str, int]]:
         """Each moment of the step (memory/model.py `_phases`) by part, bytes without the

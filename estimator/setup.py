@@ -66,6 +66,8 @@ class TrainingSetup(BaseModel):
     base: Base | None = None
     kbit_prepare: bool | None = None
     compile: bool | None = None
+    # legacy: fsdp | zero1..3 are aliases of `parallel` (estimator/parallel/of_setup.py);
+    # device_map splits the layers over the cards
     sharding: Sharding = "none"
     num_gpus: int = Field(1, ge=1, le=MAX_GPUS)
     attention: Attention = "sdpa"

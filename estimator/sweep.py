@@ -105,6 +105,24 @@ def _flops_grid(spec: ModelSpec, setup: TrainingSetup, seqs: np.ndarray, bs: np.
     return total, model
 
 
+def _layout_grid(rates: Any, seqs: Any, bs: Any, host: Any) -> tuple[Any, Any]:
+    """(step seconds, tokens/s) of a layout's cells, one `time.step.cell` each (NaN where the
+    step is unknown)."""
+    from estimator.time.flops import FlopsTotals
+    from estimator.time.step import cell
+
+    step = np.full((seqs.size, bs.size), np.nan)
+    tps = np.full((seqs.size, bs.size), np.nan)
+    none = FlopsTotals(0.0, 0.0)
+    for i, seq in enumerate(seqs):
+        for j, batch in enumerate(bs):
+            c = cell(rates, none, int(seq), int(batch), int(host[i, j]))
+            if c.step_seconds is not None:
+                step[i, j] = c.step_seconds
+                tps[i, j] = c.tokens_per_step / c.step_seconds
+    return step, tps
+
+
 def _step_grid(rates: Any, flops: Any, seqs: Any, bs: Any, host: Any) -> Any:
     """`step_cell` on arrays (NaN where it gives None)."""
     from estimator.time.step import comm_bytes
@@ -141,14 +159,12 @@ def sweep_full(
     usable_fraction: float = 0.92,
 ) -> FullSweepResult:
     """Memory, verdict, FLOPs, step time, tokens/s and cost over lengths x micro-batches x GPU
-    options (`h200`, `8xh100-80gb`, `24gib`); a `parallel` layout is not swept (use the
-    estimate document)."""
+    options (`h200`, `8xh100-80gb`, `24gib`). A `parallel` layout (or a `sharding` alias of
+    one) takes its memory on the grid and its step time cell by cell (`_layout_grid`)."""
     from estimator.errors import EstimatorInputError
     from estimator.time.cost import gpu_price
     from estimator.time.step import option_rates
 
-    if getattr(setup, "parallel", None):
-        raise EstimatorInputError("setup.parallel", "sweep_full covers `sharding`, not layouts")
     seqs = np.asarray(seq_lens, dtype=np.float64)
     bs = np.asarray(batches, dtype=np.float64)
     if seqs.ndim != 1 or bs.ndim != 1 or np.any(seqs < 1) or np.any(bs < 1):
@@ -170,8 +186,11 @@ def sweep_full(
             Scenario(spec, setup, profile, gpu=opt.gpu, count=n, option=opt.option)
         )
         host = np.ceil(np.broadcast_to(mem.host, shape[:2]))  # whole bytes, as the rows
-        step[:, :, g] = _step_grid(rates, flops, seqs, bs, host)
-        tps[:, :, g] = seqs[:, None] * bs[None, :] * rates.ranks / step[:, :, g]
+        if rates.layout is not None:
+            step[:, :, g], tps[:, :, g] = _layout_grid(rates, seqs, bs, host)
+        else:
+            step[:, :, g] = _step_grid(rates, flops, seqs, bs, host)
+            tps[:, :, g] = seqs[:, None] * bs[None, :] * rates.ranks / step[:, :, g]
         price = gpu_price(opt.gpu, {}).usd_per_gpu_hour
         dollars = np.nan if price is None else price * n
         usd[:, :, g] = dollars / 3600.0 / tps[:, :, g] * 1e6

@@ -10,6 +10,9 @@ and a collective's tensors are often released last by gloo's worker thread (the
 `AsyncWork` that holds them is dropped there), so their bytes stayed in the profiler's running
 total (notes/i12r.md: DDP's broadcast of the parameters at construction, 13.6 MB on rank 0).
 
+`paused()` hands blocks out uncounted (and their frees stay uncounted), process-wide: for the
+temporaries a collective backend makes while it is called (probe/parallel_check.py).
+
 The library is compiled once per torch version and source into a cache folder with the system
 C++ compiler against torch's own headers (`compiler_missing()` says why it cannot be). Buffers
 that gloo allocates itself (outside c10) are not counted, as NCCL's are outside torch's CUDA
@@ -18,12 +21,14 @@ caching allocator.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -58,7 +63,14 @@ def library_path() -> Path:
     reason = compiler_missing()
     if reason:
         raise RuntimeError(reason)
-    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only home: the temporary folder instead
+        cache = Path(tempfile.gettempdir()) / "trainfit"
+        target = cache / target.name
+        if target.exists():
+            return target
+        cache.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
     os.close(fd)
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
@@ -92,8 +104,15 @@ class CpuAllocatorCounter:
 
     def __init__(self) -> None:
         self._lib = ctypes.CDLL(str(library_path()))
-        for name in ("trainfit_current", "trainfit_peak", "trainfit_reset_peak", "trainfit_allocs"):
+        for name in (
+            "trainfit_current",
+            "trainfit_peak",
+            "trainfit_reset_peak",
+            "trainfit_allocs",
+            "trainfit_uncounted",
+        ):
             getattr(self._lib, name).restype = ctypes.c_int64
+        self._lib.trainfit_pause.argtypes = [ctypes.c_int]
         self._lib.trainfit_install.restype = ctypes.c_int
 
     def install(self) -> None:
@@ -113,3 +132,17 @@ class CpuAllocatorCounter:
 
     def allocations(self) -> int:
         return int(self._lib.trainfit_allocs())
+
+    def uncounted(self) -> int:
+        """Bytes allocated while paused, a running total."""
+        return int(self._lib.trainfit_uncounted())
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Blocks allocated inside are neither counted nor, when freed, taken off (every
+        thread: a switch for the whole process)."""
+        self._lib.trainfit_pause(1)
+        try:
+            yield
+        finally:
+            self._lib.trainfit_pause(0)

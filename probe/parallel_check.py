@@ -17,13 +17,13 @@ all-gathered parameters); the bytes alive above what was alive before the model 
 maximised over the training steps, are the rank's peak. Buffers gloo keeps outside c10 are not
 counted (as NCCL's are outside torch's CUDA allocator).
 
-gloo on the CPU, unlike NCCL on a GPU, makes c10 temporaries of its own, which the peaks include
-and the estimate (a GPU estimate) does not: `_allgather_base` gathers into a flat output of the
-whole size and copies it out, `_reduce_scatter_base` clones its whole input and all-reduces the
-clone (ProcessGroupGloo.cpp reduce_scatter_tensor_coalesced: `inputTensors[i].clone()`), and the
-clone lives until gloo's worker drops the work, a moment that depends on thread timing. Under
-FSDP2 at 4 processes one or two ranks of a launch then hold a layer's reduce-scatter clone while
-the next all-gather's flat output exists (notes/i12r.md: +0.85 MB, -1.5 % against the estimate).
+gloo on the CPU, unlike NCCL on a GPU, also makes c10 temporaries of its own: `_allgather_base`
+gathers into a flat output of the whole size and copies it out, `_reduce_scatter_base` clones its
+whole input and all-reduces the clone (ProcessGroupGloo.cpp reduce_scatter_tensor_coalesced:
+`inputTensors[i].clone()`), and the clone lives until gloo's worker drops the work, a moment that
+depends on thread timing (FSDP2 ranks read up to 1.4 MB apart, notes/i12r.md). The counter is
+paused while a c10d collective runs (`_BackendTemporariesUncounted`), so these are left out as
+NCCL's buffers are; the bytes left out are reported per rank (`gloo_temporaries_uncounted`).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from probe.cpu_memory import CpuAllocatorCounter
 from probe.distributed import decoder_layers, shard_fsdp2
@@ -151,6 +152,23 @@ def _loss_context(layout: str) -> Any:
     return loss_parallel()
 
 
+class _BackendTemporariesUncounted(TorchDispatchMode):
+    """Pauses the counter while a c10d collective runs (`torch.ops.c10d.*`: the tensors they
+    read and write are the caller's, made outside): what is allocated meanwhile is the
+    backend's own, gloo's flat all-gather output and reduce-scatter input clone, which NCCL
+    does not make through torch's allocator (module docstring)."""
+
+    def __init__(self, counter: CpuAllocatorCounter) -> None:
+        super().__init__()
+        self._counter = counter
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func.namespace != "c10d":
+            return func(*args, **(kwargs or {}))
+        with self._counter.paused():
+            return func(*args, **(kwargs or {}))
+
+
 def run_layout(
     config: dict[str, Any], layout: str, args: argparse.Namespace, counter: CpuAllocatorCounter
 ) -> dict[str, Any]:
@@ -174,26 +192,30 @@ def run_layout(
     def phase(name: str) -> None:
         trace[name] = max(trace.get(name, 0), counter.reset_peak() - base)
 
-    for step in range(args.steps):
-        ids = torch.randint(0, vocab, (args.batch, args.seq))
-        if step == 0:
-            trace["at_window_start"] = counter.current() - base
-            counter.reset_peak()  # the window starts here
-        with _loss_context(layout):
-            loss = _loss(model, layout, ids)
-            phase("forward")
-            loss.backward()
-        del loss, ids
-        gc.collect()  # reference cycles freed now, not at a random later moment
-        phase("backward")
-        optimizer.step()
-        phase("step")
-        optimizer.zero_grad(set_to_none=True)
-        gc.collect()
+    uncounted = counter.uncounted()
+    with _BackendTemporariesUncounted(counter):
+        for step in range(args.steps):
+            ids = torch.randint(0, vocab, (args.batch, args.seq))
+            if step == 0:
+                trace["at_window_start"] = counter.current() - base
+                counter.reset_peak()  # the window starts here
+            with _loss_context(layout):
+                loss = _loss(model, layout, ids)
+                phase("forward")
+                loss.backward()
+            del loss, ids
+            gc.collect()  # reference cycles freed now, not at a random later moment
+            phase("backward")
+            optimizer.step()
+            phase("step")
+            optimizer.zero_grad(set_to_none=True)
+            gc.collect()
+    trace["gloo_temporaries_uncounted"] = counter.uncounted() - uncounted
     dist.barrier()
     phase("after_steps")
     trace["at_end"] = counter.current() - base
-    peak = max(v for k, v in trace.items() if k not in ("at_window_start", "at_end"))
+    phases = ("forward", "backward", "step", "after_steps")
+    peak = max(trace[k] for k in phases)
     # DDP's reducer must go before its process group (its destructor waits on gloo)
     del model, optimizer, params, built
     gc.collect()

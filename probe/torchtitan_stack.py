@@ -12,12 +12,12 @@ loss, `del pred`, backward, `clip_grad_norm_`, optimizer and LR-scheduler step).
 adds no training logic; it supplies what a user's job supplies (the model config, the data,
 the tokenizer) and observes memory.
 
-Memory: torch.profiler's CPU allocator events (probe.parallel_check.memory_events), from
-before the Trainer is built to the end of the last step, with marker allocations where the
-forward ends (a forward hook on the model), where the optimizer step starts and ends
-(optimizer step hooks). FSDP2 frees all-gathered parameters by resizing storages, which the
-profiler sees (the storage tracker would not). What stood in for a GPU run is listed in the
-memtest's `environment.substituted` (`SUBSTITUTED` and `_substitutions`).
+Memory: probe.cpu_memory's counting wrapper in front of c10's CPU allocator (as
+probe.parallel_check): every block from before the Trainer is built, freed on any thread (gloo's
+workers included) and through storage resizes (FSDP2 frees all-gathered parameters that way,
+which the storage tracker would not see). Phases end where the model returns its output (a
+forward hook) and where the optimizer step starts and ends (optimizer step hooks). What stood
+in for a GPU run is listed in the memtest's `environment.substituted` (`SUBSTITUTED`).
 """
 
 from __future__ import annotations
@@ -51,8 +51,6 @@ __all__ = [
 
 LIBRARIES = ("torchtitan", "torch", "spmd_types", "torchdata", "tyro", "triton")
 
-MARKER_BYTES = 123_457
-
 # torchtitan 0.3.0's default `parallelism.spmd_backend` is "spmd_types": parameters stay plain
 # tensors annotated by spmd_types and fully_shard(dp_mesh_dims=...) is expected to turn them into
 # DTensors (distributed/full_dtensor.py:86-91). torch 2.13.0's fully_shard does not: with 2 ranks
@@ -67,7 +65,7 @@ SUBSTITUTED = [
     "device: torchtitan picks 'cuda' when torch finds no accelerator "
     "(torchtitan/tools/utils.py:55 `_get_available_device_type() or 'cuda'`), so the probe sets "
     "torchtitan's device_type to 'cpu' and its device_module to a CPU stand-in whose memory "
-    "statistics are empty (the Trainer's own memory monitor logs -1 GiB; the probe's profiler "
+    "statistics are empty (the Trainer's own memory monitor logs -1 GiB; the probe's counter "
     "measures); torch.distributed then uses gloo (Backend.default_device_backend_map['cpu'])",
     "data: random token ids from the probe's BaseDataLoader subclass (batch x seq, labels the "
     "inputs shifted by one) instead of HuggingFaceTextDataLoader over a downloaded dataset",
@@ -90,9 +88,10 @@ SUBSTITUTED = [
     "(distributed/utils.py:595 set_pg_timeouts), is not in torch 2.13.0: the probe makes it "
     "torch 2.13's torch.distributed.distributed_c10d._set_pg_timeout (same arguments) while "
     "the Trainer runs",
-    "memory: torch.profiler's CPU allocator events (c10 CPUAllocator, storage resizes "
-    "included) stand in for the CUDA caching allocator's max_memory_allocated; no reserved "
-    "bytes; buffers gloo keeps outside c10 are not counted (as NCCL's are outside torch's)",
+    "memory: c10 CPU allocator blocks counted by probe.cpu_memory (every thread, storage "
+    "resizes included) stand in for the CUDA caching allocator's max_memory_allocated; no "
+    "reserved bytes; buffers gloo keeps outside c10 are not counted (as NCCL's are outside "
+    "torch's)",
 ]
 
 
@@ -462,13 +461,6 @@ def _configurable(cls: type, **bound: Any) -> Any:
     return _Config()
 
 
-def _mark(phase: int) -> None:
-    """A tiny allocation of a size no op makes: where the window, forward, backward and
-    optimizer step end (probe.parallel_check reads the same markers)."""
-    marker = torch.empty(MARKER_BYTES + phase, dtype=torch.uint8)
-    del marker
-
-
 def _local_bytes(tensors: Any) -> int:
     """Bytes of the local storage of each tensor (a DTensor's shard), each storage once."""
     from torch.distributed.tensor import DTensor
@@ -496,24 +488,26 @@ def _state_tensors(optimizers: Any) -> list[torch.Tensor]:
     return out
 
 
-def _hook_markers(trainer: Any, resident: dict[str, int], ends: list[float]) -> list[Any]:
-    """Markers at the forward's end and around the optimizer step; at the step's end the
-    resident weights, gradients and optimizer states are measured from the tensors and the
-    time is taken (`ends`)."""
+def _hook_phases(
+    trainer: Any, resident: dict[str, int], ends: list[float], phase: Any
+) -> list[Any]:
+    """Phase ends at the model's output (a forward hook), the optimizer step's start (backward
+    and loss done) and its end; at the step's end the resident weights, gradients and
+    optimizer states are measured from the tensors and the time is taken (`ends`)."""
     model = trainer.model_parts[0]
     opts = trainer.optimizers.optimizers
-    handles = [model.register_forward_hook(lambda *a: _mark(1))]
+    handles = [model.register_forward_hook(lambda *a: phase("forward"))]
 
     def params() -> list[torch.Tensor]:
         return [p for m in trainer.model_parts for p in m.parameters()]
 
     def before_step(*a: Any) -> None:
+        phase("backward")
         grads = _local_bytes(p.grad for p in params())
         resident["grads"] = max(resident.get("grads", 0), grads)
-        _mark(2)
 
     def after_step(*a: Any) -> None:
-        _mark(3)
+        phase("step")
         ends.append(time.perf_counter())
         resident["params"] = _local_bytes(params())
         resident["optimizer"] = _local_bytes(_state_tensors(trainer.optimizers))
@@ -540,44 +534,50 @@ def _gloo_sum_reductions(trainer: Any) -> None:
 
 
 def measure_length(
-    config: dict[str, Any], setup: dict[str, Any], seq: int, steps: int
+    config: dict[str, Any], setup: dict[str, Any], seq: int, steps: int, counter: Any
 ) -> dict[str, Any]:
-    """Build torchtitan's Trainer for this length and run its `train()` for `steps` steps
-    under the profiler: this rank's peak from the first step's start, the running total at
-    that start and the largest in each phase (`trace`), and the resident bytes of the local
-    weight shards, gradients and optimizer states (`resident`)."""
-    from torch.profiler import ProfilerActivity, profile
+    """Build torchtitan's Trainer for this length and run its `train()` for `steps` steps:
+    this rank's peak (c10 CPU bytes alive above what was alive before the Trainer was built,
+    maximised from the first step on), the bytes at the first step's start and the largest in
+    each phase (`trace`), and the resident bytes of the local weight shards, gradients and
+    optimizer states (`resident`). `counter`: an installed probe.cpu_memory counter."""
     from torchtitan.trainer import Trainer
-
-    from probe.parallel_check import _chrome_events, _trace, memory_events
 
     cfg = _trainer_config(config, setup, seq, steps)
     resident: dict[str, int] = {}
     ends: list[float] = []
+    trace: dict[str, int] = {}
     gc.collect()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        trainer = Trainer(cfg)
-        _gloo_sum_reductions(trainer)
-        handles = _hook_markers(trainer, resident, ends)
-        # global element counts (a DTensor's numel is the whole parameter's)
-        params_total = sum(p.numel() for m in trainer.model_parts for p in m.parameters())
-        gc.collect()
-        _mark(0)  # the window starts with the first step
-        started = time.perf_counter()
-        trainer.train()
-        for h in handles:
-            h.remove()
-        trainer.close()
-        del trainer
-        gc.collect()
-    events = memory_events(_chrome_events(prof))
-    start = next(i for i, (nbytes, _) in enumerate(events) if nbytes == MARKER_BYTES)
+    base = counter.current()
+
+    def phase(name: str) -> None:
+        trace[name] = max(trace.get(name, 0), counter.reset_peak() - base)
+
+    trainer = Trainer(cfg)
+    _gloo_sum_reductions(trainer)
+    handles = _hook_phases(trainer, resident, ends, phase)
+    # global element counts (a DTensor's numel is the whole parameter's)
+    params_total = sum(p.numel() for m in trainer.model_parts for p in m.parameters())
+    gc.collect()
+    trace["at_window_start"] = counter.current() - base
+    counter.reset_peak()  # the window starts with the first step
+    started = time.perf_counter()
+    trainer.train()
+    phase("after_steps")
+    for h in handles:
+        h.remove()
+    trace["at_end"] = counter.current() - base
+    trainer.close()
+    del trainer
+    gc.collect()
     times = [started, *ends]
+    peak = max(v for k, v in trace.items() if k not in ("at_window_start", "at_end"))
     return {
         "seq_len": seq,
         "params_total": int(params_total),
-        "peak_bytes": int(max(total for _, total in events[start:])),
-        "trace": _trace(events),
+        "peak_bytes": int(peak),
+        "base_bytes": int(base),
+        "trace": trace,
         "resident": resident,
         "step_seconds": [b - a for a, b in zip(times, times[1:], strict=False)],
     }
@@ -585,7 +585,7 @@ def measure_length(
 
 def _environment(world: int, substituted: list[str], setup: dict[str, Any]) -> dict[str, Any]:
     env = describe_environment("cpu", gpu_count=world)
-    env["memory_counter"] = "torch.profiler CPU allocator events (profile_memory)"
+    env["memory_counter"] = "cpu_allocator_counter (probe/cpu_memory.py)"
     env["attention_kernel"] = "sdpa (torchtitan ScaledDotProductAttention, CPU flash kernel)"
     versions = {name: package_version(name) for name in LIBRARIES}
     ac = {"none": "no", "gpu": "FullAC", "selective": "SelectiveAC (per-op)"}[
@@ -668,12 +668,19 @@ def run_torchtitan(
     torchtitan_model_config(config)  # bad configs fail here, before any process group
     measured: list[dict[str, Any]] = []
     error: str | None = None
+    from probe.cpu_memory import CpuAllocatorCounter, compiler_missing
+
+    reason = compiler_missing()
+    if reason:
+        raise ProbeInputError("device", f"--stack torchtitan measures with {reason}")
+    counter = CpuAllocatorCounter()
+    counter.install()  # before the process group: every c10 CPU block from here on
     with _torchrun_env(), _torchtitan_on_cpu():
         world = int(os.environ["WORLD_SIZE"])
         substituted = list(SUBSTITUTED)
         try:
             for seq in lengths:
-                measured.append(measure_length(config, setup, seq, steps))
+                measured.append(measure_length(config, setup, seq, steps, counter))
         except Exception as exc:  # noqa: BLE001 - recorded in the memtest, as the runner does
             error = f"{type(exc).__name__}: {exc}"
         gathered: list[Any] = [measured]

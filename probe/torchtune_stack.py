@@ -1,6 +1,7 @@
 """The `torchtune` stack: training steps run by torchtune's own single-device recipes.
 
-`LoRAFinetuneRecipeSingleDevice` (recipes/lora_finetune_single_device.py, LoRA) and
+`LoRAFinetuneRecipeSingleDevice` (recipes/lora_finetune_single_device.py, LoRA, and QLoRA with
+`lora_llama3_2(quantize_base=True)`: torchao NF4Tensor base weights) and
 `FullFinetuneRecipeSingleDevice` (recipes/full_finetune_single_device.py, full fine-tuning) of
 the installed torchtune release run as `tune run` runs them: `recipe = Recipe(cfg)`,
 `recipe.setup(cfg)`, `recipe.train()`, `recipe.cleanup()`, with an OmegaConf config written as a
@@ -58,6 +59,7 @@ __all__ = [
     "TORCHTUNE_LIBRARIES",
     "TorchtuneSession",
     "MemoryMetricLogger",
+    "FakeCheckpointer",
     "check_torchtune_setup",
     "builder_args",
     "recipe_config",
@@ -73,9 +75,14 @@ TORCHTUNE_LIBRARIES = (
     "datasets",
     "bitsandbytes",
 )
-RECIPES = {"lora": "lora_finetune_single_device", "full": "full_finetune_single_device"}
+RECIPES = {
+    "lora": "lora_finetune_single_device",
+    "qlora": "lora_finetune_single_device",  # lora_llama3_2(quantize_base=True)
+    "full": "full_finetune_single_device",
+}
 RECIPE_CLASSES = {
     "lora": "LoRAFinetuneRecipeSingleDevice",
+    "qlora": "LoRAFinetuneRecipeSingleDevice",
     "full": "FullFinetuneRecipeSingleDevice",
 }
 ATTN_TARGETS = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "o_proj": "output_proj"}
@@ -109,11 +116,9 @@ def check_torchtune_setup(setup: dict[str, Any], device: str) -> None:
             "the torchtune stack needs torchtune installed (pip install 'trainfit[torchtune]': "
             "torchtune 0.6.1 with torchao 0.11)",
         )
-    if setup["method"] == "qlora":
+    if setup["method"] == "qlora" and setup["precision"] != "bf16":
         raise ProbeInputError(
-            "setup.method",
-            "qlora (lora_llama3_2 quantize_base=True, torchao NF4) is not run by this probe: "
-            "use --method lora or full",
+            "setup.precision", "torchtune's QLoRA (torchao NF4) runs with dtype bf16"
         )
     if setup["precision"] == "mixed":
         raise ProbeInputError(
@@ -123,7 +128,7 @@ def check_torchtune_setup(setup: dict[str, Any], device: str) -> None:
         )
     if setup["autocast"]:
         raise ProbeInputError("setup.autocast", "torchtune's recipes have no autocast")
-    if setup["method"] == "lora":
+    if setup["method"] != "full":
         want = "bf16" if setup["precision"] == "bf16" else "fp32"
         if setup["adapter_dtype"] != want:
             raise ProbeInputError(
@@ -166,14 +171,6 @@ def check_torchtune_setup(setup: dict[str, Any], device: str) -> None:
     if setup["sharding"] != "none" or setup["num_gpus"] > 1:
         raise ProbeInputError(
             "setup.sharding", "the torchtune probe runs the single-device recipes"
-        )
-    if device == "fake":
-        raise ProbeInputError(
-            "device",
-            "the torchtune recipes cannot be traced with fake tensors here: "
-            "FullModelHFCheckpointer reads real safetensors files (a checkpoint as large as the "
-            "model), and recipe.train() calls running_loss.item() after every optimizer step, "
-            "a data-dependent read that FakeTensorMode cannot answer; run --device cpu or cuda",
         )
 
 
@@ -234,13 +231,18 @@ def lora_targets(targets: list[str]) -> tuple[list[str], bool]:
 
 
 def _model_cfg(config: dict[str, Any], setup: dict[str, Any], seq: int) -> dict[str, Any]:
-    args = {**builder_args(config), "max_seq_len": seq}
+    """The `model` section. `max_seq_len` is the config's `max_position_embeddings`, as in
+    torchtune's named builders (llama3_2_1b: 131072): the RoPE cache is built for it at model
+    build (models/llama3_1/_position_embeddings.py:86-99, a non-persistent fp32 buffer)."""
+    longest = max(seq, int(config.get("max_position_embeddings") or seq))
+    args = {**builder_args(config), "max_seq_len": longest}
     if setup["method"] == "full":
         return {"_component_": "torchtune.models.llama3_2.llama3_2", **args}
     attn, mlp = lora_targets(setup["lora_targets"])
     alpha = setup["lora_alpha"] if setup["lora_alpha"] is not None else float(setup["lora_rank"])
     return {
         "_component_": "torchtune.models.llama3_2.lora_llama3_2",
+        "quantize_base": setup["method"] == "qlora",
         "lora_attn_modules": attn,
         "apply_lora_to_mlp": mlp,
         "apply_lora_to_output": False,
@@ -290,6 +292,13 @@ def recipe_config(
             "recipe_checkpoint": None,
             "output_dir": "${output_dir}",
             "model_type": "LLAMA3_2",
+        }
+        if device != "fake"
+        else {
+            "_component_": "probe.torchtune_stack.FakeCheckpointer",
+            "model_type": "LLAMA3_2",
+            "builder": builder_args(config),
+            "dtype": setup["precision"],
         },
         "resume_from_checkpoint": False,
         "dataset": {
@@ -320,7 +329,7 @@ def recipe_config(
     }
     if setup["loss"] == "full":
         cfg["loss"]["ignore_index"] = -100
-    if setup["method"] == "lora":
+    if setup["method"] != "full":
         cfg["save_adapter_weights_only"] = False
         cfg["lr_scheduler"] = {
             "_component_": "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup",
@@ -395,6 +404,53 @@ def _default_dtype(dtype: torch.dtype) -> Any:
         torch.set_default_dtype(old)
 
 
+class FakeCheckpointer:
+    """Fake mode's checkpointer (`checkpointer._component_`): `load_checkpoint` returns the
+    `llama3_2` builder's initialisation made under the active FakeTensorMode (shapes only; a
+    70B checkpoint file cannot be written here, and FullModelHFCheckpointer reads real
+    safetensors); `save_checkpoint` saves nothing (safetensors cannot write fake tensors)."""
+
+    def __init__(self, builder: dict[str, Any], dtype: str, **kwargs: Any) -> None:
+        self.builder, self.dtype = dict(builder), dtype
+
+    def load_checkpoint(self) -> dict[str, Any]:
+        from torchtune import training
+        from torchtune.models.llama3_2 import llama3_2
+
+        dtype = torch.bfloat16 if self.dtype == "bf16" else torch.float32
+        with _default_dtype(dtype):
+            model = llama3_2(**self.builder, max_seq_len=8)
+        state = {k: v for k, v in model.state_dict().items() if "rope" not in k}
+        return {training.MODEL_KEY: state}
+
+    def save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _fake_mode() -> Any:
+    """FakeTensorMode whose `.item()` answers an unbacked symbol (a ShapeEnv): the recipe
+    reads `running_loss.item()` after every optimizer step, only to log it. Within it,
+    `Llama3ScaledRoPE.apply_scaling` (torchtune models/llama3_1/_position_embeddings.py:103-125,
+    a Python loop that branches on each frequency's value) returns the frequencies unscaled:
+    the RoPE cache keeps its shape and dtype, which is all a fake trace has."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torchtune.models.llama3_1._position_embeddings import Llama3ScaledRoPE
+
+    original = Llama3ScaledRoPE.apply_scaling
+
+    def unscaled(self: Any, freqs: torch.Tensor, *args: Any) -> torch.Tensor:
+        return freqs
+
+    Llama3ScaledRoPE.apply_scaling = unscaled  # type: ignore[method-assign]
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()):
+            yield
+    finally:
+        Llama3ScaledRoPE.apply_scaling = original  # type: ignore[method-assign]
+
+
 def _recipe_module(method: str) -> ModuleType:
     """torchtune's recipe file, loaded as `tune run` loads it (runpy on the path): the wheel's
     `recipes` package refuses to be imported (recipes/__init__.py)."""
@@ -413,6 +469,25 @@ def _recipe_module(method: str) -> ModuleType:
 
 
 # -- the measurement window ----------------------------------------------------------------
+
+
+def storage_tensors(tensors: Any) -> list[torch.Tensor]:
+    """The tensors that own memory: a traceable wrapper subclass (torchao's NF4Tensor, the
+    QLoRA base weights) is replaced by its inner tensors (`__tensor_flatten__`: packed 4-bit
+    data, int8 scalers, ...); its own storage reports the bf16 size of its shape."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    out: list[torch.Tensor] = []
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if is_traceable_wrapper_subclass(t):
+            names, _ = t.__tensor_flatten__()  # type: ignore[attr-defined]
+            out.extend(storage_tensors(getattr(t, name) for name in names))
+        else:
+            out.append(t)
+    return out
+
 
 _RECORDER: list[_StepRecorder] = []  # the recorder of the recipe that is running
 
@@ -481,7 +556,7 @@ class _StepRecorder:
         if tracker is None or not self.open or self.classified:
             return
         model = self.recipe._model
-        params = list(model.parameters()) + list(model.buffers())
+        params = storage_tensors([*model.parameters(), *model.buffers()])
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         states: list[torch.Tensor] = []
         for opt in self.optimizers():
@@ -519,6 +594,13 @@ class _StepRecorder:
     def attach(self, recipe: Any) -> None:
         self.recipe = recipe
         recipe._model.register_forward_pre_hook(self.forward_pre_hook)
+        if getattr(recipe, "_optimizer_in_bwd", False):
+            # one optimizer per parameter, stepped inside the backward as each gradient is
+            # ready and freed right after (torchtune 0.6.1 training/memory.py:236-242,
+            # register_optim_in_bwd_hooks): no separate optimizer step to mark, and the
+            # classification at `log_dict` finds no gradient alive, so the gradients count
+            # as activations there
+            return
         for opt in self.optimizers():
             opt.register_step_pre_hook(self.optimizer_pre_hook)
             opt.register_step_post_hook(self.optimizer_post_hook)
@@ -529,7 +611,7 @@ class _StepRecorder:
 
 def _describe(setup: dict[str, Any], device: str, env: dict[str, Any]) -> None:
     s = setup
-    recipe = RECIPE_CLASSES["lora" if s["method"] == "lora" else "full"]
+    recipe = RECIPE_CLASSES[s["method"]]
     loss = "CEWithChunkedOutputLoss" if s["loss"] == "chunked" else "torch.nn.CrossEntropyLoss"
     optim = _optimizer_cfg(s)["_component_"]
     env["ran"].append(
@@ -545,15 +627,30 @@ def _describe(setup: dict[str, Any], device: str, env: dict[str, Any]) -> None:
             else f", lora_rank={s['lora_rank']}, lora_dropout={s['lora_dropout']:g}"
         )
         + f", loss={loss}, compile=False"
+        + (
+            f", quantize_base=True (torchao {package_version('torchao')} NF4Tensor)"
+            if s["method"] == "qlora"
+            else ""
+        )
     )
     env["ran"].append(
         "torchtune's llama3_2 / lora_llama3_2 builders, FullModelHFCheckpointer (LLAMA3_2), "
         "llama3_tokenizer (tiktoken), alpaca_dataset (source json), StatefulDataLoader"
     )
-    env["substituted"].append(
-        "checkpoint: the llama3_2 builder's random initialisation saved as model.safetensors "
-        "(torchtune tune_to_hf) with the user's config.json, not downloaded weights"
-    )
+    if device == "fake":
+        env["substituted"].append(
+            "checkpointer: probe.torchtune_stack.FakeCheckpointer returns the llama3_2 "
+            "builder's initialisation as fake tensors and saves nothing (FullModelHFCheckpointer "
+            "reads real safetensors files); running_loss.item() answers an unbacked symbol "
+            "(FakeTensorMode with a ShapeEnv), used only for the recipe's log line; "
+            "Llama3ScaledRoPE.apply_scaling returns the frequencies unscaled (same shapes)"
+        )
+    else:
+        env["substituted"].append(
+            "checkpoint: the llama3_2 builder's random initialisation saved as "
+            "model.safetensors (torchtune tune_to_hf) with the user's config.json, not "
+            "downloaded weights"
+        )
     env["substituted"].append(
         "tokenizer: a byte-level tiktoken BPE file made locally (256 byte tokens, no merges) "
         "with llama3's special tokens numbered from 256; dataset: local alpaca-format JSON "
@@ -578,7 +675,7 @@ def _meta_built(config: dict[str, Any], setup: dict[str, Any], notes: list[str])
     cfg = OmegaConf.create({"model": _model_cfg(config, setup, 8)})
     with torch.device("meta"):
         model = tt_config.instantiate(cfg.model)
-    if setup["method"] == "lora":
+    if setup["method"] != "full":
         from torchtune.modules.peft import get_adapter_params, set_trainable_params
 
         set_trainable_params(model, get_adapter_params(model))
@@ -611,7 +708,12 @@ class TorchtuneSession:
         env: dict[str, Any],
     ) -> None:
         self.config, self.setup, self.device = config, setup, device
-        self.env = env
+        self.env, self.memory_cap, self.vocab = env, memory_cap, vocab
+        # the sweep's tracker (the runner reads the attention kernels from it); each length is
+        # counted by a tracker of its own, as if its recipe ran in its own process: a recipe
+        # with optimizer_in_bwd is not freed when it is done (the per-parameter optimizers
+        # hang off gradient hooks of its parameters), and its storages must not count in the
+        # next length
         self.tracker = None if device == "cuda" else StorageTracker(cap=memory_cap, vocab=vocab)
         self.built = _meta_built(config, setup, env["notes"])
         _describe(setup, device, env)
@@ -621,7 +723,10 @@ class TorchtuneSession:
         from omegaconf import OmegaConf
 
         res = new_result(seq, self.setup["batch"], "ok")
-        recorder = _StepRecorder(self.tracker, res, bar, self.device)
+        tracker = None
+        if self.device != "cuda":
+            tracker = StorageTracker(cap=self.memory_cap, vocab=self.vocab)
+        recorder = _StepRecorder(tracker, res, bar, self.device)
         failure: tuple[str, str] | None = None
         free_before = (0, 0)
         with tempfile.TemporaryDirectory(prefix="trainfit-torchtune-") as name:
@@ -629,7 +734,8 @@ class TorchtuneSession:
             samples = steps * self.setup["grad_accum"] * self.setup["batch"]
             _write_tokenizer(folder)
             _write_dataset(folder, seq, samples)
-            _write_checkpoint(folder, self.config, self.setup)
+            if self.device != "fake":
+                _write_checkpoint(folder, self.config, self.setup)
             cfg = OmegaConf.create(
                 recipe_config(self.config, self.setup, seq, steps, self.device, name)
             )
@@ -637,26 +743,24 @@ class TorchtuneSession:
             recipe_class = getattr(module, RECIPE_CLASSES[self.setup["method"]])
             _RECORDER.append(recorder)
             recipe: Any = None
+            fake = _fake_mode() if self.device == "fake" else contextlib.nullcontext()
             try:
-                recipe = recipe_class(cfg=cfg)
-                recipe.setup(cfg=cfg)
-                recorder.attach(recipe)
-                if self.device == "cuda":
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats()
-                    free_before = cuda_free_bytes()
-                if self.tracker is not None:
-                    model = recipe._model
-                    self.tracker.adopt(list(model.parameters()) + list(model.buffers()))
-                    self.tracker.reset_peak()
-                recipe.train()
-                recipe.cleanup()
+                with fake:
+                    try:
+                        recipe = recipe_class(cfg=cfg)
+                        recipe.setup(cfg=cfg)
+                        free_before = self._start(recipe, recorder)
+                        recipe.train()
+                        recipe.cleanup()
+                    finally:
+                        recorder.close()  # a step that raised left the tracker entered
             except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded status
                 failure = ("oom" if is_oom(exc) else "error", f"{type(exc).__name__}: {exc}")
             finally:
-                recorder.close()  # a step that raised left the tracker entered
                 _RECORDER.remove(recorder)
-            record_measurement(res, self.device, self.tracker, recorder.best[1])
+            record_measurement(res, self.device, tracker, recorder.best[1])
+            if tracker is not None and self.tracker is not None:
+                self.tracker.kernels |= tracker.kernels
             if self.device == "cuda":
                 res["device_memory"] = device_memory(free_before)
             if recipe is not None:
@@ -672,6 +776,20 @@ class TorchtuneSession:
                 tokens = self.setup["batch"] * self.setup["grad_accum"] * seq
                 res["tokens_per_second"] = round(tokens / mean, 3)
         return res
+
+    def _start(self, recipe: Any, recorder: _StepRecorder) -> tuple[int, int]:
+        """After `recipe.setup`: hooks attached, the model's weights adopted by the tracker
+        (or CUDA's counters reset); returns CUDA's free bytes before the first step."""
+        recorder.attach(recipe)
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            return cuda_free_bytes()
+        if recorder.tracker is not None:
+            model = recipe._model
+            recorder.tracker.adopt(storage_tensors([*model.parameters(), *model.buffers()]))
+            recorder.tracker.reset_peak()
+        return (0, 0)
 
     def _count(self, recipe: Any) -> None:
         """Parameter counts of the model the recipe trained (replaces the meta count)."""

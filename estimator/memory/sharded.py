@@ -39,6 +39,7 @@ from estimator.parallel.data import (
     ReplicaBytes,
     data_parallel_bytes,
     reduce_bytes,
+    shard_degree,
 )
 from estimator.parallel.layout import Layout
 from estimator.parallel.nccl import ASSUMED_CHANNELS, nccl_buffer_bytes
@@ -56,6 +57,7 @@ from estimator.parallel.split import (
 from estimator.profile import Profile
 from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_FULL, LAYER_SLIDING, MLP_DENSE, ModelSpec
+from estimator.stacks import load_stack
 
 
 def _scalar(value: Any) -> float:
@@ -88,10 +90,19 @@ def _replica(
         root_trainable=stage.root if full else 0.0,
         head_trainable=(head / layout.tp if stage.last else 0.0) if full else 0.0,
         head_weights=(head / layout.tp if stage.last else 0.0) * root_bpp,
-        unit_weights=stage.layer * layout.wrap_layers * layer_bpp,
+        unit_weights=stage.layer * layout.wrap_layers * _gather_bytes_per_param(setup, layer_bpp),
         unit_trainable=trainable * stage.layer * layout.wrap_layers / total,
         largest_module=largest if full else min(largest, trainable * frac),
     )
+
+
+def _gather_bytes_per_param(setup: TrainingSetup, layer_bpp: float) -> float:
+    """Bytes per parameter a layer unit is all-gathered in: its storage, except over a
+    quantized base on a stack whose fact `fsdp_gathers_storage_dtype` is false (gathered at
+    bf16, as `model._gathered_layer_bytes` counts it for the same stack)."""
+    if quantized_base(setup) and not load_stack(setup.stack).get("fsdp_gathers_storage_dtype"):
+        return float(BF16)
+    return layer_bpp
 
 
 def _weight_bytes_per_param(
@@ -398,8 +409,13 @@ def layout_breakdown(
     assert best is not None
     allocated, components, dp, host, stage, phases, replica = best
     n = layout.gpus
+    # the allocator's per-tensor slack on the tensors as the layout shards them: FSDP2 / ZeRO-3
+    # over the shard group (the same rule the one-device model applies to `sharding`), so a
+    # legacy `sharding` alias and its `parallel` layout are one model
+    sharded_kind = layout.data if layout.data in ("fsdp", "zero3") else "none"
+    slack_setup = setup.model_copy(update={"sharding": sharded_kind, "parallel": None})
     slack = (
-        allocator_slack(spec, setup, allocated, n)
+        allocator_slack(spec, slack_setup, allocated, shard_degree(layout))
         if profile.get("memory", "count_allocator_slack")
         else 0.0
     )

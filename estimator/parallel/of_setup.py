@@ -15,18 +15,33 @@ from estimator.setup import TrainingSetup
 DEFAULT_GPUS_PER_NODE = 8
 
 
+# The legacy `sharding` values that name a layout: `--sharding fsdp|zero1|zero2|zero3` is an
+# alias of `--parallel` with the same name (every card one data-parallel rank), so both run the
+# exact FSDP2 / DeepSpeed model of estimator/parallel/data.py. `device_map` (layers split over
+# the cards, one computing at a time) and `none` have no layout and keep their own model.
+SHARDING_ALIASES = ("fsdp", "zero1", "zero2", "zero3")
+
+
+def parallel_text(setup: TrainingSetup) -> str | None:
+    """`setup.parallel`, else the layout the legacy `sharding` field names, else None."""
+    if setup.parallel:
+        return setup.parallel
+    return setup.sharding if setup.sharding in SHARDING_ALIASES else None
+
+
 def layout_of(setup: TrainingSetup, gpus: int, gpus_per_node: int | None = None) -> Layout | None:
-    """The resolved `setup.parallel` layout, or None when the setup gives none (then the
-    legacy `sharding` field applies)."""
-    if not setup.parallel:
+    """The resolved layout of `setup.parallel` (or of a legacy `sharding` alias), or None when
+    the setup gives none (then `device_map` or one card applies)."""
+    text = parallel_text(setup)
+    if not text:
         return None
-    if setup.parallel == "auto":
+    if text == "auto":
         raise EstimatorInputError(
             "setup.parallel",
             "auto searches layouts (min-gpus, recommend); estimate and check need one, "
             "e.g. fsdp or fsdp=8,tp=2",
         )
-    layout = resolve(parse_parallel(setup.parallel), gpus, gpus_per_node or DEFAULT_GPUS_PER_NODE)
+    layout = resolve(parse_parallel(text), gpus, gpus_per_node or DEFAULT_GPUS_PER_NODE)
     wrap_layers, separate = parse_wrap_units(setup.fsdp_wrap)
     layout = dataclasses.replace(
         layout,

@@ -188,11 +188,15 @@ def layout_step_time(
     bubble = pipeline_bubble(layout.schedule, m, layout.pp, layout.virtual)
     compute = flops.total / (peak * efficiency) * (1 + bubble) if peak else None
     sharded = "none" if layout.data == "dp" else "fsdp"
-    mem = (
-        memory_bytes(spec, setup, profile, sharded, layout.shard * layout.cp) / mp / bw
-        if bw
-        else None
-    )
+    hbm = memory_bytes(spec, setup, profile, sharded, layout.shard * layout.cp)
+    if layout.offload != "none":  # the optimizer steps on the host: no HBM optimizer traffic
+        traffic = profile.get("time", "optimizer_traffic_bytes_per_param")
+        hbm -= (
+            trainable_params(spec, setup)
+            * float(traffic[setup.optimizer])
+            / (layout.shard * layout.cp)
+        )
+    mem = hbm / mp / bw if bw else None
     total = float(spec.params_total) or 1.0
     share = max(s.params for s in stages(spec, layout, setup.grad_accum)) / total
     links = Links(

@@ -104,16 +104,19 @@ def test_memory_never_decreases_with_batch(stack, data, model, profile, seq, bat
     data=st.data(),
     **common,
     sharding=st.sampled_from(["fsdp", "zero1", "zero2", "zero3"]),
-    ranks=st.integers(2, 512),
+    ranks=st.integers(4, 512),
 )
 def test_more_ranks_never_increase_per_device_memory(
     stack, data, model, profile, seq, batch, sharding, ranks
 ):
+    """From 2 ranks up: `--sharding` is the exact layout, whose NCCL communicator buffers
+    (estimator/parallel/nccl.py) exist from 2 ranks on and not for one process, so 1 -> 2 ranks
+    may add more buffer than halving tiny states saves."""
     setup = data.draw(setups(stack))
     sharded = setup.model_copy(update={"sharding": sharding})
     assert (
         _peak(model, sharded, profile, seq, batch, ranks)
-        <= _peak(model, sharded, profile, seq, batch, ranks // 2 or 1) + 1
+        <= _peak(model, sharded, profile, seq, batch, ranks // 2) + 1
     )
 
 

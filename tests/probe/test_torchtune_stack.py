@@ -78,14 +78,38 @@ def test_full_recipe_step_holds_gradients_and_adamw_moments_for_every_weight(tmp
 
 
 @needs_torchtune
+def test_qlora_recipe_step_keeps_the_base_in_nf4():
+    """lora_llama3_2(quantize_base=True): torchao NF4Tensor weights, counted by their inner
+    tensors (packed 4-bit data + int8 scalers), well below the bf16 model's 2 bytes/param."""
+    import json
+    from pathlib import Path
+
+    from probe import run_probe
+
+    root = Path(__file__).resolve().parents[2]
+    config = json.loads((root / "bench" / "configs" / "small-llama.json").read_text())
+    setup = {"stack": "torchtune", "method": "qlora", "lora_rank": 8, "loss": "chunked"}
+    doc = run_probe(config, setup, [64], steps=1, device="cpu")
+    res = doc["results"][0]
+    assert res["status"] == "ok", res["error"]
+    assert doc["setup"]["double_quant"] is True and doc["setup"]["kbit_prepare"] is False
+    assert "NF4Tensor" in " ".join(doc["environment"]["ran"])
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
+    rope = config["max_position_embeddings"] * head_dim * 4 + 512  # cos/sin cache + theta
+    embed_and_head = 2 * config["vocab_size"] * config["hidden_size"]  # bf16, not quantized
+    linear = doc["model"]["params_total"] - embed_and_head - doc["model"]["params_trainable"]
+    weights = res["component_maxima"]["weights"] - rope
+    assert 2 * embed_and_head + linear // 2 <= weights < 2 * embed_and_head + linear
+
+
+@needs_torchtune
 @pytest.mark.parametrize(
     ("args", "field"),
     [
         (["--precision", "mixed"], "setup.precision"),
         (["--autocast"], "setup.autocast"),
-        (["--device", "fake"], "device"),
         (["--method", "lora", "--adapter-dtype", "fp32"], "setup.adapter_dtype"),
-        (["--method", "qlora"], "setup.method"),
+        (["--method", "qlora", "--precision", "fp32"], "setup.precision"),
         (["--method", "lora", "--optimizer-impl", "in-backward"], "setup.optimizer_impl"),
     ],
 )
@@ -102,3 +126,82 @@ def test_without_torchtune_the_cli_exits_2_naming_the_stack(tmp_path, configs_di
     rc, doc = _run(tmp_path, configs_dir)
     assert rc == EXIT_BAD_INPUT and doc is None
     assert "error: setup.stack:" in capsys.readouterr().err
+
+
+@needs_torchtune
+def test_fake_trace_of_the_recipe_step_equals_the_cpu_step(configs_dir):
+    import json
+
+    from probe import run_probe
+
+    config = json.loads((configs_dir / "tiny-llama.json").read_text())
+    setup = {
+        "stack": "torchtune",
+        "method": "lora",
+        "lora_rank": 4,
+        "lora_dropout": 0.05,
+        "grad_accum": 2,
+        "loss": "chunked",
+    }
+    cpu = run_probe(config, setup, [32], steps=1, device="cpu")
+    fake = run_probe(config, setup, [32], steps=1, device="fake")
+    c, f = cpu["results"][0], fake["results"][0]
+    assert c["status"] == f["status"] == "ok", (c["error"], f["error"])
+    assert f["peak_allocated_bytes"] == c["peak_allocated_bytes"]
+    assert f["component_maxima"] == c["component_maxima"]
+    assert "FakeCheckpointer" in " ".join(fake["environment"]["substituted"])
+
+
+@needs_torchtune
+def test_estimate_vs_the_lora_recipe_step_per_component():
+    """The estimator's `--stack torchtune` against one real recipe step (small-llama, LoRA r8,
+    bf16, fused AdamW, CEWithChunkedOutputLoss, activation checkpointing, 128 tokens).
+
+    The bounds are the known, sourced differences, each worked out independently:
+    - weights: torchtune's RoPE buffers, non-persistent fp32 `theta` (head_dim/2) and `cache`
+      (max_seq_len x head_dim/2 x (cos, sin)) built with the model
+      (models/llama3_1/_position_embeddings.py:62-99), which the estimator does not count:
+      exact after them.
+    - trainable states: fused AdamW keeps each parameter's `step` as a 0-dim fp32 tensor on the
+      device (torch 2.13 torch/optim/adam.py:168-176), one 512-byte block per trained tensor,
+      which the estimator does not count: exact after it.
+    - logits: torchtune 0.6.1's CEWithChunkedOutputLoss takes the model's list of bf16 logit
+      chunks (all alive, modules/transformer.py chunked_output), keeps every chunk's fp32
+      log-softmax for the backward and upcasts one chunk at a time
+      (modules/loss/ce_chunked_output_loss.py:35-42, 80): measured = that, exactly. The
+      estimator models main's LinearCrossEntropyLoss (logits made per chunk), so it is lower.
+    - activations: no known difference; the issue's 8 % bound."""
+    import json
+    from pathlib import Path
+
+    from estimator.document import compare_memtest
+    from probe import run_probe
+
+    root = Path(__file__).resolve().parents[2]
+    config = json.loads((root / "bench" / "configs" / "small-llama.json").read_text())
+    setup = {"stack": "torchtune", "method": "lora", "lora_rank": 8, "loss": "chunked"}
+    seq = 128
+    doc = run_probe(config, setup, [seq], steps=1, device="cpu")
+    res = doc["results"][0]
+    assert res["status"] == "ok", res["error"]
+    row = compare_memtest(doc, "default")["rows"][0]
+    measured, est = res["component_maxima"], row["estimated_components"]
+    parts = row["components_vs_measured"]
+
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
+    rope_cache = config["max_position_embeddings"] * (head_dim // 2) * 2 * 4
+    theta = 512  # Llama3ScaledRoPE's `theta` buffer: head_dim/2 fp32 values, one block
+    assert measured["weights"] - rope_cache - theta == parts["params"]["estimated"]
+
+    trained_tensors = 2 * 7 * config["num_hidden_layers"]  # lora_a, lora_b on 7 projections
+    step_tensors = 512 * trained_tensors
+    est_states = est["trainable_states"] - (parts["params"]["estimated"] - est["weights"])
+    assert measured["trainable_states"] - step_tensors == est_states
+
+    vocab, chunks = config["vocab_size"], 8
+    held = seq * vocab * 2 + seq * vocab * 4 + (seq // chunks) * vocab * 4
+    assert measured["logits"] == held
+    assert est["logits"] < measured["logits"]
+
+    est_acts = est["checkpoints"] + est["recompute_peak"]
+    assert abs(est_acts - measured["activations"]) <= 0.08 * measured["activations"]

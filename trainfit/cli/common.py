@@ -120,7 +120,9 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
         "--sharding",
         default="none",
         choices=["none", "fsdp", "zero1", "zero2", "zero3", "device_map"],
-        help="how weights and states are split over --num-gpus cards",
+        help="legacy: fsdp|zero1|zero2|zero3 are aliases of --parallel with the same name "
+        "(the exact FSDP2 / DeepSpeed model, every card a data-parallel rank); device_map "
+        "splits the layers over the cards; --parallel wins when both are given",
     )
     g.add_argument(
         "--parallel",

@@ -280,3 +280,24 @@ def test_lora_under_ddp_costs_little_more_than_one_card() -> None:
     one = _mem(LLAMA8B, 1, method="lora")
     ddp = _mem(LLAMA8B, 8, method="lora", parallel="dp")
     assert _peak(ddp) - _peak(one) < 0.5 * GIB
+
+
+@pytest.mark.parametrize("kind", ["fsdp", "zero1", "zero2", "zero3"])
+def test_legacy_sharding_is_an_alias_of_the_layout(kind: str) -> None:
+    import gpu_catalog
+    from estimator.scenario import Scenario
+    from estimator.time.step import step_time
+
+    legacy = TrainingSetup(method="full", sharding=kind, num_gpus=8)
+    layout = TrainingSetup(method="full", parallel=kind, num_gpus=8)
+    a = memory_breakdown(LLAMA8B, legacy, [4096], 1, DEFAULT, devices=8)
+    b = memory_breakdown(LLAMA8B, layout, [4096], 1, DEFAULT, devices=8)
+    assert float(a.peak[0]) == float(b.peak[0])
+    assert a.parallel is not None and a.parallel["layout"] == f"{kind}=8"
+    card = gpu_catalog.get_gpu("h100")
+    ta = step_time(Scenario(LLAMA8B, legacy, DEFAULT, 4096, 1, gpu=card, count=8))
+    tb = step_time(Scenario(LLAMA8B, layout, DEFAULT, 4096, 1, gpu=card, count=8))
+    assert ta.step_seconds == tb.step_seconds and ta.sharding == f"{kind}=8"
+    # device_map keeps its own model (no layout)
+    split = TrainingSetup(method="full", sharding="device_map", num_gpus=8)
+    assert memory_breakdown(LLAMA8B, split, [4096], 1, DEFAULT, devices=8).parallel is None

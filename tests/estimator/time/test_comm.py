@@ -123,3 +123,18 @@ def test_optimizer_offload_pays_the_cpu_adam_step_on_the_shared_host() -> None:
     assert wide.offload_seconds - wide.offload_transfer_seconds == pytest.approx(cpu / 2)
     none = step("none", 16)
     assert none.offload_seconds == 0.0
+
+
+def test_optimizer_offload_takes_the_optimizer_traffic_off_the_hbm_floor() -> None:
+    card = gpu_catalog.get_gpu("h100")
+
+    def mem_seconds(offload: str) -> float:
+        setup = TrainingSetup(method="full", parallel="zero3", num_gpus=16, offload=offload)
+        st = step_time(Scenario(LLAMA70B, setup, DEFAULT, 4096, 1, gpu=card, count=16))
+        assert st.memory_seconds is not None
+        return st.memory_seconds
+
+    moved = LLAMA70B.params_total * 30 / 16  # AdamW's 30 bytes/param of the rank's partition
+    assert mem_seconds("none") - mem_seconds("optimizer") == pytest.approx(
+        moved / card.memory_bandwidth_bytes_per_s, rel=1e-9
+    )

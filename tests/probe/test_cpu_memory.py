@@ -1,0 +1,50 @@
+"""probe/cpu_memory.py's counting CPU allocator under the calls that allocate through
+`Allocator::raw_allocate` (oneDNN's bf16 matmul), which assert that a block's context is its
+data pointer (c10/core/Allocator.h:209). Run in a subprocess: the counter, once installed, stays
+in front of the process's CPU allocator."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = """
+import torch
+from probe.cpu_memory import CpuAllocatorCounter
+c = CpuAllocatorCounter()
+c.install()
+before = c.current()
+w = torch.randn(256, 512, dtype=torch.bfloat16)
+x = torch.randn(64, 512, dtype=torch.bfloat16)
+y = torch.nn.functional.linear(x, w)
+y.sum().backward() if y.requires_grad else None
+held = c.current() - before
+del w, x, y
+print(held, c.current() - before, c.peak() - before)
+"""
+
+
+def test_bf16_linear_runs_and_every_block_is_given_back() -> None:
+    from probe.cpu_memory import compiler_missing
+
+    reason = compiler_missing()
+    if reason:
+        pytest.skip(reason)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    held, after, peak = (int(v) for v in proc.stdout.split())
+    # w, x and y (bf16): 2 bytes each
+    assert held >= 2 * (256 * 512 + 64 * 512 + 64 * 256)
+    assert after == 0
+    assert peak >= held
