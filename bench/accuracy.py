@@ -5,6 +5,8 @@ QLoRA) with `TrainingArguments` as users write them (bf16 autocast, fused AdamW,
 `gradient_accumulation_steps`, `gradient_checkpointing`), run for real on the CPU and counted by
 the storage tracker. What the Trainer has no option for (the chunked loss, offloaded
 checkpointing) is measured with the probe's own loop (`--stack probe`), labelled as such.
+torchtitan's Trainer (FSDP2 under torchrun, 1 and 2 ranks) has rows of its own, per rank:
+bench/accuracy_torchtitan.py (needs the `torchtitan` extra).
 
 Each row is ONE measurement. The base case of each config runs for real on the CPU and again
 under fake tensors: the fake trace of the same Trainer step must agree within one 512-byte
