@@ -5,6 +5,8 @@ QLoRA) with `TrainingArguments` as users write them (bf16 autocast, fused AdamW,
 `gradient_accumulation_steps`, `gradient_checkpointing`), run for real on the CPU and counted by
 the storage tracker. What the Trainer has no option for (the chunked loss, offloaded
 checkpointing) is measured with the probe's own loop (`--stack probe`), labelled as such.
+torchtitan's Trainer (FSDP2 under torchrun, 1 and 2 ranks) has rows of its own, per rank:
+bench/accuracy_torchtitan.py (needs the `torchtitan` extra).
 
 Each row is ONE measurement. The base case of each config runs for real on the CPU and again
 under fake tensors: the fake trace of the same Trainer step must agree within one 512-byte
@@ -186,6 +188,7 @@ def torchtune_variants(quick: bool) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "tt grad_accum 4", {"grad_accum": 4}
     yield "tt checkpointing none", {"checkpointing": "none"}
     yield "tt loss full (nn.CrossEntropyLoss)", {"loss": "full"}
+    yield "tt QLoRA (torchao NF4) r8", {"method": "qlora"}
     yield "tt full FT bf16, fused AdamW", {"method": "full"}
     yield (
         "tt full FT bf16, optimizer_in_bwd",
@@ -194,14 +197,14 @@ def torchtune_variants(quick: bool) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def torchtune_grid(quick: bool) -> list[Case]:
-    """Every row a real CPU step; the base case is traced again under fake tensors (the
-    agreement check, not counted as a second measurement)."""
+    """Every row a real CPU step; the base and QLoRA cases are traced again under fake tensors
+    (the agreement check, not counted as a second measurement)."""
     return [
         Case(
             config,
             name,
             {**TORCHTUNE_BASE, **change},
-            ["cpu", "fake"] if i == 0 else ["cpu"],
+            ["cpu", "fake"] if i == 0 or change.get("method") == "qlora" else ["cpu"],
             list(TORCHTUNE_SEQS),
         )
         for config in TORCHTUNE_CONFIGS

@@ -150,10 +150,16 @@ def _normalize_stack_fields(out: dict[str, Any]) -> None:
     out["autocast"] = _bool_field(out["autocast"], "setup.autocast")
     if out["optimizer_impl"] is None:
         out["optimizer_impl"] = "fused" if hf and out["optimizer"] == "adamw" else "foreach"
-    if hf and out["method"] == "qlora":
+    if out["stack"] == "hf" and out["method"] == "qlora":
         # the hf stack's QLoRA runs peft's prepare_model_for_kbit_training (probe.hf_stack):
         # say so in the memtest, so the estimator compares with the same preparation
         out["kbit_prepare"] = True
+    if out["stack"] == "torchtune" and out["method"] == "qlora":
+        # torchtune's QLoRA base is torchao's NF4Tensor, whose per-block scalers are always
+        # quantized to int8 (double quant; torchtune modules/peft/lora.py to_nf4), and nothing
+        # upcasts norms or embeddings (no kbit preparation)
+        out["double_quant"] = True
+        out["kbit_prepare"] = False
 
 
 def parse_sweep(value: str | list[int]) -> list[int]:

@@ -4,7 +4,8 @@
   fp32 masters, no autocast, foreach AdamW, dropout 0, no gradient accumulation.
 - `hf`: transformers `Trainer` + peft (+ bitsandbytes for QLoRA / 8-bit AdamW), see
   probe.hf_stack. Runs on the CPU, under fake tensors and on CUDA.
-- `torchtune`: torchtune's own single-device recipes (LoRA and full), see probe.torchtune_stack.
+- `torchtune`: torchtune's own single-device recipes (LoRA, QLoRA, full), see
+  probe.torchtune_stack.
   Runs on the CPU, under fake tensors (a fake checkpointer) and on CUDA.
 - `torchtitan`: torchtitan's own Trainer (FSDP2 under gloo, CPU), see probe.torchtitan_stack;
   the CLI hands the run to it.

@@ -1,6 +1,7 @@
 """The `torchtune` stack: training steps run by torchtune's own single-device recipes.
 
-`LoRAFinetuneRecipeSingleDevice` (recipes/lora_finetune_single_device.py, LoRA) and
+`LoRAFinetuneRecipeSingleDevice` (recipes/lora_finetune_single_device.py, LoRA, and QLoRA with
+`lora_llama3_2(quantize_base=True)`: torchao NF4Tensor base weights) and
 `FullFinetuneRecipeSingleDevice` (recipes/full_finetune_single_device.py, full fine-tuning) of
 the installed torchtune release run as `tune run` runs them: `recipe = Recipe(cfg)`,
 `recipe.setup(cfg)`, `recipe.train()`, `recipe.cleanup()`, with an OmegaConf config written as a
@@ -74,9 +75,14 @@ TORCHTUNE_LIBRARIES = (
     "datasets",
     "bitsandbytes",
 )
-RECIPES = {"lora": "lora_finetune_single_device", "full": "full_finetune_single_device"}
+RECIPES = {
+    "lora": "lora_finetune_single_device",
+    "qlora": "lora_finetune_single_device",  # lora_llama3_2(quantize_base=True)
+    "full": "full_finetune_single_device",
+}
 RECIPE_CLASSES = {
     "lora": "LoRAFinetuneRecipeSingleDevice",
+    "qlora": "LoRAFinetuneRecipeSingleDevice",
     "full": "FullFinetuneRecipeSingleDevice",
 }
 ATTN_TARGETS = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "o_proj": "output_proj"}
@@ -110,11 +116,9 @@ def check_torchtune_setup(setup: dict[str, Any], device: str) -> None:
             "the torchtune stack needs torchtune installed (pip install 'trainfit[torchtune]': "
             "torchtune 0.6.1 with torchao 0.11)",
         )
-    if setup["method"] == "qlora":
+    if setup["method"] == "qlora" and setup["precision"] != "bf16":
         raise ProbeInputError(
-            "setup.method",
-            "qlora (lora_llama3_2 quantize_base=True, torchao NF4) is not run by this probe: "
-            "use --method lora or full",
+            "setup.precision", "torchtune's QLoRA (torchao NF4) runs with dtype bf16"
         )
     if setup["precision"] == "mixed":
         raise ProbeInputError(
@@ -124,7 +128,7 @@ def check_torchtune_setup(setup: dict[str, Any], device: str) -> None:
         )
     if setup["autocast"]:
         raise ProbeInputError("setup.autocast", "torchtune's recipes have no autocast")
-    if setup["method"] == "lora":
+    if setup["method"] != "full":
         want = "bf16" if setup["precision"] == "bf16" else "fp32"
         if setup["adapter_dtype"] != want:
             raise ProbeInputError(
@@ -238,6 +242,7 @@ def _model_cfg(config: dict[str, Any], setup: dict[str, Any], seq: int) -> dict[
     alpha = setup["lora_alpha"] if setup["lora_alpha"] is not None else float(setup["lora_rank"])
     return {
         "_component_": "torchtune.models.llama3_2.lora_llama3_2",
+        "quantize_base": setup["method"] == "qlora",
         "lora_attn_modules": attn,
         "apply_lora_to_mlp": mlp,
         "apply_lora_to_output": False,
@@ -324,7 +329,7 @@ def recipe_config(
     }
     if setup["loss"] == "full":
         cfg["loss"]["ignore_index"] = -100
-    if setup["method"] == "lora":
+    if setup["method"] != "full":
         cfg["save_adapter_weights_only"] = False
         cfg["lr_scheduler"] = {
             "_component_": "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup",
@@ -465,6 +470,25 @@ def _recipe_module(method: str) -> ModuleType:
 
 # -- the measurement window ----------------------------------------------------------------
 
+
+def storage_tensors(tensors: Any) -> list[torch.Tensor]:
+    """The tensors that own memory: a traceable wrapper subclass (torchao's NF4Tensor, the
+    QLoRA base weights) is replaced by its inner tensors (`__tensor_flatten__`: packed 4-bit
+    data, int8 scalers, ...); its own storage reports the bf16 size of its shape."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    out: list[torch.Tensor] = []
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if is_traceable_wrapper_subclass(t):
+            names, _ = t.__tensor_flatten__()  # type: ignore[attr-defined]
+            out.extend(storage_tensors(getattr(t, name) for name in names))
+        else:
+            out.append(t)
+    return out
+
+
 _RECORDER: list[_StepRecorder] = []  # the recorder of the recipe that is running
 
 
@@ -532,7 +556,7 @@ class _StepRecorder:
         if tracker is None or not self.open or self.classified:
             return
         model = self.recipe._model
-        params = list(model.parameters()) + list(model.buffers())
+        params = storage_tensors([*model.parameters(), *model.buffers()])
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         states: list[torch.Tensor] = []
         for opt in self.optimizers():
@@ -587,7 +611,7 @@ class _StepRecorder:
 
 def _describe(setup: dict[str, Any], device: str, env: dict[str, Any]) -> None:
     s = setup
-    recipe = RECIPE_CLASSES["lora" if s["method"] == "lora" else "full"]
+    recipe = RECIPE_CLASSES[s["method"]]
     loss = "CEWithChunkedOutputLoss" if s["loss"] == "chunked" else "torch.nn.CrossEntropyLoss"
     optim = _optimizer_cfg(s)["_component_"]
     env["ran"].append(
@@ -603,6 +627,11 @@ def _describe(setup: dict[str, Any], device: str, env: dict[str, Any]) -> None:
             else f", lora_rank={s['lora_rank']}, lora_dropout={s['lora_dropout']:g}"
         )
         + f", loss={loss}, compile=False"
+        + (
+            f", quantize_base=True (torchao {package_version('torchao')} NF4Tensor)"
+            if s["method"] == "qlora"
+            else ""
+        )
     )
     env["ran"].append(
         "torchtune's llama3_2 / lora_llama3_2 builders, FullModelHFCheckpointer (LLAMA3_2), "
@@ -646,7 +675,7 @@ def _meta_built(config: dict[str, Any], setup: dict[str, Any], notes: list[str])
     cfg = OmegaConf.create({"model": _model_cfg(config, setup, 8)})
     with torch.device("meta"):
         model = tt_config.instantiate(cfg.model)
-    if setup["method"] == "lora":
+    if setup["method"] != "full":
         from torchtune.modules.peft import get_adapter_params, set_trainable_params
 
         set_trainable_params(model, get_adapter_params(model))
@@ -758,7 +787,7 @@ class TorchtuneSession:
             return cuda_free_bytes()
         if recorder.tracker is not None:
             model = recipe._model
-            recorder.tracker.adopt(list(model.parameters()) + list(model.buffers()))
+            recorder.tracker.adopt(storage_tensors([*model.parameters(), *model.buffers()]))
             recorder.tracker.reset_peak()
         return (0, 0)
 

@@ -418,11 +418,13 @@ def layer_activations(
         transient += ctx.adapter_each * width  # d(adapter-dtype copy of down's input), cast
     if mlp_type != MLP_MOE:
         transient = max(transient, _forward_transient(ctx, spec))
-    else:
-        transient = max(transient, cb * h + moe_combine_transient(ctx, spec))
     per_layer = transient_layer = 0.0
     if mlp_type == MLP_MOE and ctx.expert_lora:
         per_layer, transient_layer = _merged_expert_weights(ctx, spec)
+    elif mlp_type == MLP_MOE:
+        # with peft's merged expert weights the larger moment is their gradient's, later in
+        # the block's backward (its per-layer transient); the combine's temporaries are gone
+        transient = max(transient, cb * h + moe_combine_transient(ctx, spec))
     per_layer += ctx.weight_casts
     return LayerActivations(
         saved, per_seq, transient, per_layer, transient_layer, input_reused(ctx, spec)

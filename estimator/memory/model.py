@@ -233,6 +233,7 @@ def memory_breakdown(
             recompute = _recompute_peak(spec, profile, acts, tokens, seq, cb)
             fwd_cache = forward_cache_bytes(setup, profile, _layer_saved(acts, tokens, seq), 0.0)
         checkpoints = checkpoints / layer_split + mask_bytes(spec, setup, seq, tokens, ctx)
+        recompute = recompute + _tied_head_grad_buffer(spec, setup, states)
         host = host / layer_split
 
     host = host + states.paged / (n if sharding in ("fsdp", "zero1", "zero2", "zero3") else 1)
@@ -343,6 +344,21 @@ def _head_grad_bytes(spec: ModelSpec, setup: TrainingSetup) -> float:
     heads = [lin.params for lin in spec.linears if lin.group == "head"]
     params = heads[0] if heads else sum(g.params for g in spec.others if g.name == "embed_tokens")
     return float(params * (FP32 if setup.precision == "fp32" else BF16))
+
+
+def _tied_head_grad_buffer(spec: ModelSpec, setup: TrainingSetup, states: StateBytes) -> float:
+    """A tied, trained embedding under gradient accumulation: the LM head's weight gradient
+    (vocab x hidden) waits in the engine's input buffer for the embedding's contribution, the
+    last node of the backward (torch/csrc/autograd/input_buffer.cpp `accumulate` adds that one
+    into it), so it is alive through every layer's backward. Once `.grad` exists (from the
+    second micro-batch on) AccumulateGrad adds the sum into it (torch/csrc/autograd/functions/
+    accumulate_grad.h, `variable_grad += new_grad`) and frees it; on the first micro-batch, or
+    without accumulation, it becomes `.grad` itself (counted with the gradients)."""
+    if setup.is_adapter or not spec.tied_embeddings or (setup.grad_accum or 1) <= 1:
+        return 0.0
+    if not states.trainable_params or not spec.vocab or not spec.hidden:
+        return 0.0
+    return float(spec.vocab * spec.hidden * states.grads / states.trainable_params)
 
 
 def _embedding_grad_bytes(spec: ModelSpec, setup: TrainingSetup, states: StateBytes) -> float:

@@ -168,3 +168,41 @@ def test_a6000_rows_are_left_out_as_a_source_anomaly() -> None:
 @pytest.mark.parametrize("case_id", PENDING_STACK_FIELDS)
 def test_published_case_inside_targets(case_id: str) -> None:
     _assert_inside_targets(_result(case_id))
+
+
+# torchtune README "Optimization flags" (pytorch/torchtune@1814feb17 README.md:108, the same
+# sentence at bd2a0fc README.md:141): "Each technique is added on top of the previous one,
+# except for LoRA and QLoRA". The full-fine-tune rows in table order and the setup each row adds
+# (README.md:121-127); every later full row must still carry it.
+FLAGS_ROWS: list[tuple[str, dict[str, Any]]] = [
+    ("flags-3b-packed", {"batch": 2, "precision": "bf16", "method": "full"}),
+    ("flags-3b-compile", {"compile": True}),
+    ("flags-3b-chunked-ce", {"loss": "chunked", "loss_chunk": 4096 // 8}),
+    ("flags-3b-ac", {"checkpointing": ("gpu", "offload")}),
+    ("flags-3b-opt-in-bwd", {"optimizer_impl": "in-backward"}),
+    ("flags-3b-act-offload", {"checkpointing": ("offload",)}),
+    ("flags-3b-adamw8bit", {"optimizer": "adamw-8bit"}),
+]
+
+
+def _carries(setup: dict[str, Any], field: str, wanted: Any) -> bool:
+    value = setup.get(field)
+    return value in wanted if isinstance(wanted, tuple) else value == wanted
+
+
+def test_flags_rows_carry_every_flag_of_the_rows_above() -> None:
+    """The README's rows are cumulative: each row's mapping keeps every flag added above it
+    (packed 4096-token rows at batch 2, compile, CEWithChunkedOutputLoss's 8 chunks per row,
+    activation checkpointing, optimizer_in_bwd, activation offloading), and a flag appears no
+    earlier than its own row (AC's row still steps with a separate torch.optim.AdamW)."""
+    added: dict[str, Any] = {}
+    for case_id, adds in FLAGS_ROWS:
+        mapping = BY_ID[case_id]["mapping"]
+        setup = mapping["setup"]
+        assert mapping["seq_len"] == 4096, case_id
+        added.update(adds)
+        for field, wanted in added.items():
+            assert _carries(setup, field, wanted), f"{case_id}: {field}={setup.get(field)!r}"
+    ac = BY_ID["flags-3b-ac"]["mapping"]["setup"]
+    assert ac["optimizer_impl"] != "in-backward" and ac["optimizer"] == "adamw"
+    assert BY_ID["flags-3b-opt-in-bwd"]["mapping"]["setup"]["checkpointing"] == "gpu"

@@ -2,7 +2,7 @@
 --parallel layouts: DDP, FSDP2 and DTensor tensor parallelism (probe/parallel_check.py).
 
 Bounded: one launch of 2 processes runs the three layouts (~60-80 s on a loaded 2-core box).
-4 processes (~100 s more) run when TRAINFIT_PARALLEL_CHECK_4=1.
+4 processes (~90-100 s more) run too; TRAINFIT_PARALLEL_CHECK_4=0 leaves them out.
 
 What is asserted: the estimate is within 5 % of every rank's peak. The peaks are exact: a
 counting wrapper in front of c10's CPU allocator (probe/cpu_memory.py) sees every block made and
@@ -67,9 +67,9 @@ def _run(n: int, tmp_path: Path) -> list[dict]:
         "--out",
         str(out),
         "--stack-dump-after",
-        "150",
+        "240",
     ]
-    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=170)
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=270)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -99,8 +99,8 @@ def _estimate(layout: str, n: int, seq: int) -> float:
         pytest.param(
             4,
             marks=pytest.mark.skipif(
-                os.environ.get("TRAINFIT_PARALLEL_CHECK_4") != "1",
-                reason="set TRAINFIT_PARALLEL_CHECK_4=1",
+                os.environ.get("TRAINFIT_PARALLEL_CHECK_4") == "0",
+                reason="TRAINFIT_PARALLEL_CHECK_4=0",
             ),
         ),
     ],

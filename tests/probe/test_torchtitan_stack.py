@@ -11,11 +11,12 @@ What the figures must satisfy, and why:
   tensors), measured from the tensors; the estimator's `weights` and `trainable_states` for
   `--stack torchtitan --parallel fsdp=N` equal them within 0.1 %;
 - the peak is never above the estimate and at most 15 % below it. The estimate is high for a
-  cause in the estimator, not the probe (notes/i11ti.md): it models FSDP2's root as one unit
-  (embeddings + norm + lm_head, reduced together at the end of backward, estimator/parallel/
-  data.py:135-143), torchtitan wraps tok_embeddings and [norm, lm_head] as two units
-  (torchtitan 0.3.0 distributed/fsdp.py apply_fsdp_to_decoder), so only the embedding's
-  gradients are reduced last: +11.7 % at 1 rank, +6.6 % on both of 2 ranks on this config.
+  cause in the estimator, not the probe (bench/results/accuracy_torchtitan_2026-12-03.md): it
+  models FSDP2's root as one unit (embeddings + norm + lm_head, reduced together at the end of
+  backward, estimator/parallel/data.py:127-143), torchtitan wraps tok_embeddings and
+  [norm, lm_head] as two units (torchtitan 0.3.0 distributed/fsdp.py apply_fsdp_to_decoder), so
+  only the embedding's gradients are reduced last: +11.7 % at 1 rank, +2.3 % on both of 2 ranks
+  at this length.
 """
 
 from __future__ import annotations

@@ -78,13 +78,53 @@ def test_full_recipe_step_holds_gradients_and_adamw_moments_for_every_weight(tmp
 
 
 @needs_torchtune
+def test_each_length_is_counted_alone_even_when_the_recipe_is_not_freed(tiny_llama):
+    """An optimizer_in_bwd recipe is never freed (its per-parameter optimizers hang off its
+    parameters' gradient hooks); the next length must not count its weights and states."""
+    from probe import run_probe
+
+    setup = {"stack": "torchtune", "method": "full", "optimizer_impl": "in-backward"}
+    doc = run_probe(tiny_llama, setup, [32, 64], steps=1, device="cpu")
+    first, second = (r["component_maxima"] for r in doc["results"])
+    assert [r["status"] for r in doc["results"]] == ["ok", "ok"]
+    assert second["weights"] == first["weights"]
+    # twice the tokens at most doubles what the step makes (the leak made it 4.8x)
+    assert second["activations"] <= 2 * first["activations"]
+
+
+@needs_torchtune
+def test_qlora_recipe_step_keeps_the_base_in_nf4():
+    """lora_llama3_2(quantize_base=True): torchao NF4Tensor weights, counted by their inner
+    tensors (packed 4-bit data + int8 scalers), well below the bf16 model's 2 bytes/param."""
+    import json
+    from pathlib import Path
+
+    from probe import run_probe
+
+    root = Path(__file__).resolve().parents[2]
+    config = json.loads((root / "bench" / "configs" / "small-llama.json").read_text())
+    setup = {"stack": "torchtune", "method": "qlora", "lora_rank": 8, "loss": "chunked"}
+    doc = run_probe(config, setup, [64], steps=1, device="cpu")
+    res = doc["results"][0]
+    assert res["status"] == "ok", res["error"]
+    assert doc["setup"]["double_quant"] is True and doc["setup"]["kbit_prepare"] is False
+    assert "NF4Tensor" in " ".join(doc["environment"]["ran"])
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
+    rope = config["max_position_embeddings"] * head_dim * 4 + 512  # cos/sin cache + theta
+    embed_and_head = 2 * config["vocab_size"] * config["hidden_size"]  # bf16, not quantized
+    linear = doc["model"]["params_total"] - embed_and_head - doc["model"]["params_trainable"]
+    weights = res["component_maxima"]["weights"] - rope
+    assert 2 * embed_and_head + linear // 2 <= weights < 2 * embed_and_head + linear
+
+
+@needs_torchtune
 @pytest.mark.parametrize(
     ("args", "field"),
     [
         (["--precision", "mixed"], "setup.precision"),
         (["--autocast"], "setup.autocast"),
         (["--method", "lora", "--adapter-dtype", "fp32"], "setup.adapter_dtype"),
-        (["--method", "qlora"], "setup.method"),
+        (["--method", "qlora", "--precision", "fp32"], "setup.precision"),
         (["--method", "lora", "--optimizer-impl", "in-backward"], "setup.optimizer_impl"),
     ],
 )

@@ -1,0 +1,202 @@
+"""Accuracy rows for `--stack torchtitan`: the estimator's `--stack torchtitan --parallel fsdp=N`
+against torchtitan's own Trainer steps (probe/torchtitan_stack.py), per rank and per component.
+
+The referee is torchtitan 0.3.0's `Trainer` (FSDP2 `fully_shard` per block, bf16 compute over fp32
+shards, fused AdamW, its CrossEntropyLoss, activation checkpointing none / full / selective)
+launched with torchrun under gloo on the CPU, memory from the profiler's CPU allocator events.
+What stood in for a GPU run is listed in each memtest's `environment.substituted`.
+
+Per rank and row (setup x length), with the estimator's figure for the same setup:
+- peak: the rank's largest running total from the first step on; estimate `allocated`;
+- weights: the rank's local parameter shards (fp32), measured from the tensors; estimate the
+  `loss` phase's `weights` (the sharded parameters);
+- trainable states: the local gradient shards + AdamW states; estimate `trainable_states`;
+- transient: peak - weights - optimizer states (what the step adds on top of the resident
+  shards: activations, logits, all-gathered parameters, gradients present at the peak,
+  collective buffers); estimate `allocated` - the `loss` phase's weights and trainable states;
+- forward: the largest running total before the model's output is returned (a forward hook);
+  estimate: the `loss` phase without its logits (forward activations + gathered parameters).
+Nothing here fits an estimator term; misses are explained in the results file.
+
+Needs torchtitan (the `torchtitan` extra) and runs torchrun itself:
+
+    PYTHONPATH=. /path/venv/bin/python bench/accuracy_torchtitan.py --json rows.json --out t.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CONFIG = ROOT / "tests" / "data" / "configs" / "small-llama-parallel.json"
+GRID: list[dict[str, Any]] = [
+    {"checkpointing": c, "precision": "mixed"} for c in ("none", "gpu", "selective")
+] + [{"checkpointing": "none", "precision": "fp32"}]
+RANKS = (1, 2)
+SEQS = "256,1024"
+PARTS = ("weights", "trainable_states", "transient", "forward")
+
+
+def worker(args: argparse.Namespace) -> int:
+    """One torchrun launch: every rank runs the Trainer; rank 0 writes the raw measurements."""
+    from probe.torchtitan_stack import run_torchtitan
+
+    setup = json.loads(args.setup)
+    config = json.loads(Path(args.config).read_text())
+    doc, raw = run_torchtitan(config, setup, args.sweep, steps=args.steps, device="cpu")
+    if int(os.environ.get("RANK", "0")) == 0:
+        Path(args.raw).write_text(json.dumps({"memtest": doc, "raw": raw}))
+    return 0
+
+
+def _launch(n: int, setup: dict[str, Any], steps: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "raw.json"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        cmd += ["--nproc-per-node", str(n), str(Path(__file__).resolve()), "--worker"]
+        cmd += ["--setup", json.dumps(setup), "--config", str(CONFIG), "--sweep", SEQS]
+        cmd += ["--steps", str(steps), "--raw", str(raw)]
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+        proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True, timeout=1800)
+        if proc.returncode != 0:
+            raise RuntimeError(proc.stderr[-3000:])
+        out: dict[str, Any] = json.loads(raw.read_text())
+        return out
+
+
+def _estimate(n: int, setup: dict[str, Any], seq: int) -> dict[str, float]:
+    from estimator.architectures import spec_from_config
+    from estimator.memory import memory_breakdown
+    from estimator.profile import load_profile
+    from estimator.setup import TrainingSetup
+
+    spec = spec_from_config(json.loads(CONFIG.read_text()))
+    ts = TrainingSetup(
+        stack="torchtitan",
+        method="full",
+        precision=setup["precision"],
+        checkpointing=setup["checkpointing"],
+        loss="full",
+        optimizer="adamw",
+        parallel=f"fsdp={n}",
+        num_gpus=n,
+    )
+    mem = memory_breakdown(spec, ts, [seq], 1, load_profile("default"), devices=n)
+
+    def f(v: Any) -> float:
+        return float(v[0]) if hasattr(v, "__len__") else float(v)
+
+    loss = {k: f(v) for k, v in mem.phases["loss"].items()}
+    allocated = f(mem.allocated)
+    return {
+        "peak": allocated,
+        "weights": loss["weights"],
+        "trainable_states": f(mem.components["trainable_states"]),
+        "transient": allocated - loss["weights"] - loss["trainable_states"],
+        "forward": sum(v for k, v in loss.items() if k != "logits"),
+        "peak_phase": max(mem.phases, key=lambda p: sum(f(v) for v in mem.phases[p].values())),
+    }
+
+
+def _pct(est: float, meas: float) -> float | None:
+    return None if not meas else 100.0 * (est - meas) / meas
+
+
+def rows_for(n: int, setup: dict[str, Any], launched: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for m in launched["raw"]:
+        est = _estimate(n, setup, m["seq_len"])
+        r = m["resident"]
+        measured = {
+            "peak": m["peak_bytes"],
+            "weights": r["params"],
+            "trainable_states": r["grads"] + r["optimizer"],
+            "transient": m["peak_bytes"] - r["params"] - r["optimizer"],
+            "forward": m["trace"]["forward"],
+        }
+        rows.append(
+            {
+                "ranks": n,
+                **setup,
+                "seq": m["seq_len"],
+                "rank": m["rank"],
+                "measured": measured,
+                "estimated": {k: est[k] for k in ("peak", *PARTS)},
+                "estimated_peak_phase": est["peak_phase"],
+                "trace": m["trace"],
+                "step_seconds": m["step_seconds"],
+                "error_pct": {k: _pct(est[k], measured[k]) for k in ("peak", *PARTS)},
+                "substituted": launched["memtest"]["environment"]["substituted"],
+                "libraries": launched["memtest"]["environment"]["libraries"],
+            }
+        )
+    return rows
+
+
+def report(rows: list[dict[str, Any]], wall: float) -> str:
+    mib = 2**20
+    head = (
+        f"{'N':>2} {'rank':>4} {'ckpt':<10}{'prec':<6}{'seq':>5}{'meas MiB':>10}{'est MiB':>9}"
+        f"{'peak %':>8}  {'weights/states/transient/forward err %':<40}est. peak phase"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        parts = "/".join(
+            "-" if r["error_pct"][k] is None else f"{r['error_pct'][k]:+.1f}" for k in PARTS
+        )
+        lines.append(
+            f"{r['ranks']:>2} {r['rank']:>4} {r['checkpointing']:<10}{r['precision']:<6}"
+            f"{r['seq']:>5}{r['measured']['peak'] / mib:>10.2f}{r['estimated']['peak'] / mib:>9.2f}"
+            f"{r['error_pct']['peak']:>+8.1f}  {parts:<40}{r['estimated_peak_phase']}"
+        )
+    lines.append("")
+    lines.append(f"{len(rows)} rank-rows, wall {wall:.0f} s. |error| median / max, %:")
+    for key in ("peak", *PARTS):
+        errs = [abs(r["error_pct"][key]) for r in rows if r["error_pct"][key] is not None]
+        if errs:
+            lines.append(f"  {key:<17}{statistics.median(errs):7.1f} / {max(errs):7.1f}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--setup", help=argparse.SUPPRESS)
+    p.add_argument("--config", default=str(CONFIG), help=argparse.SUPPRESS)
+    p.add_argument("--sweep", default=SEQS, help=argparse.SUPPRESS)
+    p.add_argument("--raw", help=argparse.SUPPRESS)
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--quick", action="store_true", help="no AC only, 1 and 2 ranks")
+    p.add_argument("--json", help="write the rows to this file")
+    p.add_argument("--out", help="write the table to this file too")
+    args = p.parse_args()
+    if args.worker:
+        return worker(args)
+    started = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    for setup in GRID[:1] if args.quick else GRID:
+        for n in RANKS:
+            rows.extend(rows_for(n, setup, _launch(n, setup, args.steps)))
+            print(f"  {n} rank(s) {setup}: done", file=sys.stderr)
+    text = report(rows, time.perf_counter() - started)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
