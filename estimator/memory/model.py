@@ -220,7 +220,14 @@ def memory_breakdown(
                 for a, count in acts
             )
             recompute = np.max(
-                [a.transient_per_token * tokens + a.transient_per_layer for a, _ in acts], axis=0
+                [
+                    np.maximum(
+                        a.transient_per_token * tokens + a.transient_per_layer,
+                        a.other_transient_per_token * tokens,
+                    )
+                    for a, _ in acts
+                ],
+                axis=0,
             )
         elif setup.checkpointing == "selective":
             checkpoints = tokens * selective_saved(ctx, spec) * layers
@@ -427,7 +434,8 @@ def _recompute_peak(
     spec: ModelSpec, profile: Profile, acts: list[Any], tokens: Any, seq: Any, cb: int
 ) -> Any:
     """`saved_tensors`: the worst layer's saved activations (rebuilt by the recompute, less
-    what is the checkpoint itself, `checkpoint_reused`) plus its backward transient.
+    what is the checkpoint itself, `checkpoint_reused`) plus its backward transient (the larger
+    of the layer's two moments where it has two, `other_transient_per_token`).
     `mlp_tensors` (seed 000's hand rule): `recompute_mlp_tensors` tensors of tokens x
     intermediate plus a fixed attention allowance."""
     if profile.get("memory", "recompute_model") == "mlp_tensors":
@@ -439,10 +447,13 @@ def _recompute_peak(
     for a, _ in acts:
         worst = np.maximum(
             worst,
-            (a.per_token - a.checkpoint_reused + a.transient_per_token) * tokens
+            (a.per_token - a.checkpoint_reused) * tokens
             + a.per_token_seq * tokens * seq
             + a.per_layer
-            + a.transient_per_layer,
+            + np.maximum(
+                a.transient_per_token * tokens + a.transient_per_layer,
+                a.other_transient_per_token * tokens,
+            ),
         )
     return worst
 
