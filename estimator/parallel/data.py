@@ -231,7 +231,8 @@ def _pipelined(
 @dataclass(frozen=True)
 class SeparateUnits:
     """The embedding and / or lm_head wrapped as FSDP2 units of their own (`Layout.
-    separate_units`, torchtune's `custom_sharded_layers`) instead of belonging to the root.
+    separate_units`, torchtune's `custom_sharded_layers`, torchtitan's `apply_fsdp_to_decoder`)
+    instead of belonging to the root.
 
     torchtune@30b8519e8 recipes/full_finetune_distributed.py:416-423 adds `lambda n, m: n in
     custom_sharded_layers` to the shard conditions; torchtune/training/_distributed.py:612-623
@@ -273,12 +274,18 @@ def _separate_units(
     embed_w, head_w = r.root_weights - r.head_weights, r.head_weights
     embed_t, head_t = r.root_trainable - r.head_trainable, r.head_trainable
     out = SeparateUnits()
-    if "lm_head" in layout.separate_units and head_w:
-        gathered = head_w if raf else 0.0
+    # torchtitan's `[norm, lm_head]` unit: `reshard_after_forward=policy == "always"`
+    # (torchtitan 0.3.0 distributed/fsdp.py:200-207), False under the default policy whatever
+    # the layers do: kept unsharded from its forward to its backward. The final norm's weight
+    # (hidden size) stays with the layers' bytes here.
+    head_unit = next((u for u in ("lm_head", "norm_lm_head") if u in layout.separate_units), "")
+    if head_unit and head_w:
+        head_raf = raf and head_unit == "lm_head"
+        gathered = head_w if head_raf else 0.0
         out = dataclasses.replace(
             out,
             weights=out.weights + head_w,
-            kept=out.kept + (0.0 if raf else head_w),
+            kept=out.kept + (0.0 if head_raf else head_w),
             trainable=out.trainable + head_t,
             head_trainable=head_t,
             head_regather=gathered + r.unit_weights,
