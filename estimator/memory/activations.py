@@ -202,6 +202,9 @@ class LayerActivations:
     per_layer: float = 0.0  # independent of tokens (LoRA-merged expert weights)
     transient_per_layer: float = 0.0
     checkpoint_reused: float = 0.0  # of `per_token`: the layer's input itself (`input_reused`)
+    # a second moment of the layer's backward, without `transient_per_layer` (MoE under LoRA on
+    # the expert banks: the combine's temporaries before the merged weights' gradient)
+    other_transient_per_token: float = 0.0
 
 
 def input_reused(ctx: Context, spec: ModelSpec) -> float:
@@ -418,14 +421,17 @@ def layer_activations(
         transient += ctx.adapter_each * width  # d(adapter-dtype copy of down's input), cast
     if mlp_type != MLP_MOE:
         transient = max(transient, _forward_transient(ctx, spec))
-    else:
-        transient = max(transient, cb * h + moe_combine_transient(ctx, spec))
-    per_layer = transient_layer = 0.0
+    per_layer = transient_layer = other = 0.0
     if mlp_type == MLP_MOE and ctx.expert_lora:
+        # peft's merged expert weights: their gradient (per layer) comes later in the block's
+        # backward than the combine's temporaries, which are gone by then: two moments
         per_layer, transient_layer = _merged_expert_weights(ctx, spec)
+        other = cb * h + moe_combine_transient(ctx, spec)
+    elif mlp_type == MLP_MOE:
+        transient = max(transient, cb * h + moe_combine_transient(ctx, spec))
     per_layer += ctx.weight_casts
     return LayerActivations(
-        saved, per_seq, transient, per_layer, transient_layer, input_reused(ctx, spec)
+        saved, per_seq, transient, per_layer, transient_layer, input_reused(ctx, spec), other
     )
 
 

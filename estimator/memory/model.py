@@ -220,7 +220,14 @@ def memory_breakdown(
                 for a, count in acts
             )
             recompute = np.max(
-                [a.transient_per_token * tokens + a.transient_per_layer for a, _ in acts], axis=0
+                [
+                    np.maximum(
+                        a.transient_per_token * tokens + a.transient_per_layer,
+                        a.other_transient_per_token * tokens,
+                    )
+                    for a, _ in acts
+                ],
+                axis=0,
             )
         elif setup.checkpointing == "selective":
             checkpoints = tokens * selective_saved(ctx, spec) * layers
@@ -233,6 +240,7 @@ def memory_breakdown(
             recompute = _recompute_peak(spec, profile, acts, tokens, seq, cb)
             fwd_cache = forward_cache_bytes(setup, profile, _layer_saved(acts, tokens, seq), 0.0)
         checkpoints = checkpoints / layer_split + mask_bytes(spec, setup, seq, tokens, ctx)
+        recompute = recompute + _tied_head_grad_buffer(spec, setup, states)
         host = host / layer_split
 
     host = host + states.paged / (n if sharding in ("fsdp", "zero1", "zero2", "zero3") else 1)
@@ -345,6 +353,21 @@ def _head_grad_bytes(spec: ModelSpec, setup: TrainingSetup) -> float:
     return float(params * (FP32 if setup.precision == "fp32" else BF16))
 
 
+def _tied_head_grad_buffer(spec: ModelSpec, setup: TrainingSetup, states: StateBytes) -> float:
+    """A tied, trained embedding under gradient accumulation: the LM head's weight gradient
+    (vocab x hidden) waits in the engine's input buffer for the embedding's contribution, the
+    last node of the backward (torch/csrc/autograd/input_buffer.cpp `accumulate` adds that one
+    into it), so it is alive through every layer's backward. Once `.grad` exists (from the
+    second micro-batch on) AccumulateGrad adds the sum into it (torch/csrc/autograd/functions/
+    accumulate_grad.h, `variable_grad += new_grad`) and frees it; on the first micro-batch, or
+    without accumulation, it becomes `.grad` itself (counted with the gradients)."""
+    if setup.is_adapter or not spec.tied_embeddings or (setup.grad_accum or 1) <= 1:
+        return 0.0
+    if not states.trainable_params or not spec.vocab or not spec.hidden:
+        return 0.0
+    return float(spec.vocab * spec.hidden * states.grads / states.trainable_params)
+
+
 def _embedding_grad_bytes(spec: ModelSpec, setup: TrainingSetup, states: StateBytes) -> float:
     """Gradient bytes of an untied, trained input embedding (full fine-tuning)."""
     if setup.is_adapter or spec.tied_embeddings or not states.trainable_params:
@@ -411,7 +434,8 @@ def _recompute_peak(
     spec: ModelSpec, profile: Profile, acts: list[Any], tokens: Any, seq: Any, cb: int
 ) -> Any:
     """`saved_tensors`: the worst layer's saved activations (rebuilt by the recompute, less
-    what is the checkpoint itself, `checkpoint_reused`) plus its backward transient.
+    what is the checkpoint itself, `checkpoint_reused`) plus its backward transient (the larger
+    of the layer's two moments where it has two, `other_transient_per_token`).
     `mlp_tensors` (seed 000's hand rule): `recompute_mlp_tensors` tensors of tokens x
     intermediate plus a fixed attention allowance."""
     if profile.get("memory", "recompute_model") == "mlp_tensors":
@@ -423,10 +447,13 @@ def _recompute_peak(
     for a, _ in acts:
         worst = np.maximum(
             worst,
-            (a.per_token - a.checkpoint_reused + a.transient_per_token) * tokens
+            (a.per_token - a.checkpoint_reused) * tokens
             + a.per_token_seq * tokens * seq
             + a.per_layer
-            + a.transient_per_layer,
+            + np.maximum(
+                a.transient_per_token * tokens + a.transient_per_layer,
+                a.other_transient_per_token * tokens,
+            ),
         )
     return worst
 

@@ -78,6 +78,21 @@ def test_full_recipe_step_holds_gradients_and_adamw_moments_for_every_weight(tmp
 
 
 @needs_torchtune
+def test_each_length_is_counted_alone_even_when_the_recipe_is_not_freed(tiny_llama):
+    """An optimizer_in_bwd recipe is never freed (its per-parameter optimizers hang off its
+    parameters' gradient hooks); the next length must not count its weights and states."""
+    from probe import run_probe
+
+    setup = {"stack": "torchtune", "method": "full", "optimizer_impl": "in-backward"}
+    doc = run_probe(tiny_llama, setup, [32, 64], steps=1, device="cpu")
+    first, second = (r["component_maxima"] for r in doc["results"])
+    assert [r["status"] for r in doc["results"]] == ["ok", "ok"]
+    assert second["weights"] == first["weights"]
+    # twice the tokens at most doubles what the step makes (the leak made it 4.8x)
+    assert second["activations"] <= 2 * first["activations"]
+
+
+@needs_torchtune
 def test_qlora_recipe_step_keeps_the_base_in_nf4():
     """lora_llama3_2(quantize_base=True): torchao NF4Tensor weights, counted by their inner
     tensors (packed 4-bit data + int8 scalers), well below the bf16 model's 2 bytes/param."""
