@@ -20,7 +20,7 @@ from estimator.setup_choices import (
     Sharding,
     StackName,
 )
-from estimator.stacks import OVERRIDES, load_stack
+from estimator.stacks import OPTIONAL_OVERRIDES, OVERRIDES, load_stack
 
 MAX_BATCH = 1_000_000
 MAX_GPUS = 100_000
@@ -73,7 +73,8 @@ class TrainingSetup(BaseModel):
     attention: Attention = "sdpa"
     # multi-GPU layout (estimator/parallel/): `fsdp=8,tp=8`, `zero3`, `dp`, `hsdp`, ...
     parallel: str | None = Field(None, max_length=200)
-    # FSDP unit: layer | block-of-N, + embeddings / lm_head as units of their own
+    # FSDP unit: layer | block-of-N, + embeddings / lm_head as units of their own; unset: the
+    # stack's (OPTIONAL_OVERRIDES), else `layer`
     fsdp_wrap: str = Field("layer", max_length=60)
     reshard_after_forward: bool = True
     offload: Offload = "none"  # ZeRO optimizer offload, FSDP / ZeRO-3 parameter offload
@@ -116,6 +117,9 @@ class TrainingSetup(BaseModel):
             unset = name not in self.model_fields_set
             if getattr(self, name) is None or (name in ("checkpointing", "loss") and unset):
                 setattr(self, name, stack.get(name))
+        for name in OPTIONAL_OVERRIDES:
+            if name not in self.model_fields_set:
+                setattr(self, name, stack.get_optional(name, getattr(self, name)))
         if self.base is None:
             self.base = "nf4" if self.method == "qlora" else "bf16"
         _check_combinations(self)

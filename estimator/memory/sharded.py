@@ -44,7 +44,11 @@ from estimator.parallel.data import (
 from estimator.parallel.layout import Layout
 from estimator.parallel.nccl import ASSUMED_CHANNELS, nccl_buffer_bytes
 from estimator.parallel.ring import ring_backward_extra_per_token
-from estimator.parallel.schedule import boundary_tensors
+from estimator.parallel.schedule import (
+    boundary_tensors,
+    held_at_chunk_backwards,
+    reduced_per_chunk,
+)
 from estimator.parallel.split import (
     Stage,
     attention_score_term,
@@ -270,13 +274,16 @@ def _phases(
     profile: Profile,
     keep_grads: bool,
     layers: int,
-    in_flight: float = 1.0,
+    held: tuple[float, float] = (0.0, 0.0),
     pipe: Any = 0.0,
 ) -> dict[str, dict[str, Any]]:
     """What is alive at each moment, by part (the same moments as `model._phases`). Under a
     pipeline with FSDP2 the unsharded accumulated gradients exist from the first
     micro-batch's backward on, when that micro-batch's checkpoints are gone: the backward holds
-    the larger of all checkpoints and (in_flight - 1) micro-batches' plus the gradients."""
+    the larger of all checkpoints and, for each moment of `held`
+    (`schedule.held_at_chunk_backwards`: the rank's first backward, and chunk 0's first when
+    the chunks are reduced one after the other), that fraction of them plus the gradients then
+    accumulating (`dp.accumulated`, `dp.accumulated_last`)."""
     checkpoints, recompute, logits = acts
     zero = checkpoints * 0.0
     states = zero + dp.states + (dp.grads if keep_grads else 0.0)
@@ -291,13 +298,15 @@ def _phases(
         }
         return {"all": parts}
     made = zero + (0.0 if keep_grads else dp.grads)
-    held = checkpoints
+    held_now = checkpoints
     accumulated = zero
-    if dp.accumulated:
-        rest = checkpoints * max(in_flight - 1.0, 0.0) / max(in_flight, 1.0)
-        later = rest + dp.accumulated >= checkpoints
-        held = np.where(later, rest, checkpoints)
-        accumulated = np.where(later, zero + dp.accumulated, 0.0)
+    for fraction, acc in zip(held, (dp.accumulated, dp.accumulated_last), strict=True):
+        if not acc:
+            continue
+        rest = checkpoints * fraction
+        later = rest + acc >= held_now + accumulated
+        held_now = np.where(later, rest, held_now)
+        accumulated = np.where(later, zero + acc, accumulated)
     # Two moments of a unit's backward, the larger counts: while the layer recomputes and runs
     # its backward (the previous unit's reduce-scatter input kept), and after it, when its
     # reduce buffers exist and its own activations (one layer's share) are freed. Both are
@@ -305,8 +314,8 @@ def _phases(
     # the sequence (subtracting the layer's share from the recompute term alone did not when
     # the gradients were the larger: found by test_fsdp2_units_monotone_in_sequence_and_ranks).
     per_layer = checkpoints / max(layers, 1)
-    counted = np.maximum(held, made)
-    after_unit = np.maximum(held - per_layer, made) + dp.reduce_buffers
+    counted = np.maximum(held_now, made)
+    after_unit = np.maximum(held_now - per_layer, made) + dp.reduce_buffers
     # FSDP2 during a unit's backward: its unsharded gradients are made as its own saved
     # tensors are released (`data.fsdp_bytes`), so they count beyond the layer's share; the
     # previous unit's kept reduce-scatter input outlives that unit's activations (a second
@@ -314,8 +323,8 @@ def _phases(
     during = zero
     if dp.unit_grads or dp.reduce_kept or dp.reduce_kept_first:
         own = np.maximum(per_layer, dp.unit_grads)
-        first = np.maximum(held - per_layer, made) + own + dp.reduce_kept_first
-        later = np.maximum(held - 2 * per_layer, made) + own + dp.reduce_kept
+        first = np.maximum(held_now - per_layer, made) + own + dp.reduce_kept_first
+        later = np.maximum(held_now - 2 * per_layer, made) + own + dp.reduce_kept
         during = np.maximum(np.maximum(first, later) - counted, 0.0)
     layer_work = np.maximum(recompute + during, after_unit - counted)
     return {
@@ -333,8 +342,8 @@ def _phases(
             "trainable_states": states,
             "buckets": zero + dp.persistent,
             "unsharded_params_and_grads": zero + dp.backward_extra,
-            "checkpoints": np.where(held >= made, held, 0.0),
-            "gradients": np.where(held >= made, 0.0, made),
+            "checkpoints": np.where(held_now >= made, held_now, 0.0),
+            "gradients": np.where(held_now >= made, 0.0, made),
             "accumulated_grads": accumulated,
             "recompute_peak_or_reduce": layer_work,
             "pipeline_buffers": zero + pipe,
@@ -381,10 +390,14 @@ def layout_breakdown(
     overhead = np.asarray(base.components["overhead"]) + nccl_buffer_bytes(layout)
     # gradients accumulate over micro-batches: grad_accum, or a pipeline's micro-batches
     keep = (setup.grad_accum or 1) > 1 or layout.pp > 1
+    m = micro_batches(layout, setup.grad_accum)
+    # FSDP2 reduces each stage at its own last backward (parallel/schedule.py reduced_per_chunk)
+    per_chunk = reduced_per_chunk(layout.schedule, m, layout.pp, layout.virtual)
+    chunks = layout.virtual if per_chunk else 1
     best: tuple[Any, dict[str, Any], DataParallelBytes, Any, Stage, Any, ReplicaBytes] | None = None
     for stage in stages(spec, layout, setup.grad_accum):
         replica = _replica(spec, setup, base, stage, layout)
-        dp = data_parallel_bytes(replica, layout, reduce_bytes(setup))
+        dp = data_parallel_bytes(replica, layout, reduce_bytes(setup), chunks)
         acts = _activations(spec, setup, base, stage, layout, tokens)
         if stage.last:
             acts = (
@@ -393,7 +406,8 @@ def layout_breakdown(
                 acts[2] + _tp_loss_extra(spec, setup, profile, tokens, layout),
             )
         pipe = _pipeline_buffers(spec, setup, layout, stage, tokens)
-        phases = _phases(dp, acts, profile, keep, stage.layers, stage.in_flight, pipe)
+        held = held_at_chunk_backwards(m, layout.virtual, stage.in_flight)
+        phases = _phases(dp, acts, profile, keep, stage.layers, held, pipe)
         allocated = _largest(phases)
         host = np.asarray(base.host) * stage.layers / (spec.layers or 1) + dp.host
         components = {

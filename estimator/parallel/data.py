@@ -29,7 +29,10 @@ FSDP2 (torch 2.13 torch/distributed/fsdp/_fully_shard/):
   accumulate unsharded, upcast to `reduce_dtype` (_fsdp_param.py:802-821,
   _fsdp_param_group.py:603-612); the last backward reduce-scatters every group
   (stage.py:1169-1186). torchtitan also keeps units unsharded after forward under PP
-  (torchtitan@9dec370 parallelize_llama.py:326-329).
+  (torchtitan@9dec370 parallelize_llama.py:326-329). That last backward is each stage's own
+  (one REDUCE_GRAD per stage, schedules.py:1252-1282), so a rank with several model chunks
+  (interleaved, one round) holds one chunk's unsharded gradients at a time
+  (`schedule.reduced_per_chunk`).
 - offload_policy=CPUOffloadPolicy moves the sharded parameters, gradients and optimizer states
   to the host (the optimizer steps on the CPU).
 
@@ -105,6 +108,9 @@ class DataParallelBytes:
     accumulated: float = (
         0.0  # FSDP2 under a pipeline: unsharded gradients kept across micro-batches
     )
+    # of a rank whose chunks are reduced one after the other: the last chunk reduced's
+    # (chunk 0, `accumulated` is then the first's, chunk v - 1)
+    accumulated_last: float = 0.0
     step_transient: float = 0.0
     persistent: float = 0.0  # buffers alive all step (DDP / ZeRO buckets)
     host: float = 0.0  # offloaded bytes
@@ -129,8 +135,11 @@ def ddp_bytes(r: ReplicaBytes, layout: Layout) -> DataParallelBytes:
     )
 
 
-def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataParallelBytes:
-    """FSDP2 with `layout.wrap_layers` decoder layers per unit (see the module docstring)."""
+def fsdp_bytes(
+    r: ReplicaBytes, layout: Layout, reduce_bytes: float, chunks: int = 1
+) -> DataParallelBytes:
+    """FSDP2 with `layout.wrap_layers` decoder layers per unit (see the module docstring);
+    `chunks`: model chunks of a pipeline rank reduced one after the other (`_pipelined`)."""
     n = shard_degree(layout)
     if r.masters:  # mixed precision: the sharded parameter is the fp32 master
         shard_params, shard_grads = r.masters / n, r.masters / n
@@ -197,7 +206,7 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
     if layout.pp > 1:
         out.reduce_buffers = unit_reduce  # the gradients stay unsharded (`_pipelined`)
         out.unit_grads = 0.0  # counted in `_pipelined`'s backward_extra
-        _pipelined(out, r, layers_unsharded, reduce_bytes)
+        _pipelined(out, r, layers_unsharded, reduce_bytes, chunks)
     if layout.offload == "optimizer":
         raise EstimatorInputError(
             "setup.offload",
@@ -212,26 +221,50 @@ def fsdp_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataPara
 
 
 def _pipelined(
-    out: DataParallelBytes, r: ReplicaBytes, layers_unsharded: float, reduce_bytes: float
+    out: DataParallelBytes,
+    r: ReplicaBytes,
+    layers_unsharded: float,
+    reduce_bytes: float,
+    chunks: int = 1,
 ) -> None:
     """FSDP2 inside a pipeline stage (module docstring): every unit unsharded, the gradients
-    accumulated unsharded in `reduce_bytes` (the first micro-batch's in the autograd dtype)."""
+    accumulated unsharded in `reduce_bytes` (the first micro-batch's in the autograd dtype).
+
+    `chunks` > 1 (`schedule.reduced_per_chunk`): the rank's chunks run their backwards one after
+    the other, v - 1 first, and each is reduce-scattered by its own REDUCE_GRAD before the next
+    one's first backward (torch 2.13 schedules.py:1252-1282, stage.py:1164-1180), leaving its
+    1/N shard (counted in `grads`). One chunk's accumulation exists at a time: chunk v - 1's
+    (1/v of the layers, plus the lm_head on the last rank: stage p v - 1) through the first
+    backwards, then chunk 0's (1/v of the layers, plus the embedding on the first rank: stage
+    0), whose reduce ends the backward. The parameters' resharding at each REDUCE_GRAD
+    (set_reshard_after_backward(True), stage.py:1176) is not modelled: every unit is counted
+    unsharded through the backward."""
     gb = r.grad_bytes
-    acc = r.trainable * max(reduce_bytes, gb)
+    each = max(reduce_bytes, gb)
+    acc = r.trainable * each
     unit_grads = r.unit_trainable * gb
-    out.accumulated = acc
+    first, last = acc, 0.0
+    if chunks > 1:
+        layers_acc = max(r.trainable - r.root_trainable, 0.0) * each / chunks
+        first = layers_acc + r.head_trainable * each
+        last = layers_acc + (r.root_trainable - r.head_trainable) * each
+    out.accumulated = first
+    out.accumulated_last = last
     out.reduce_kept = out.reduce_kept_first = 0.0  # no reduce-scatter in a micro-batch's backward
     out.forward_extra = r.root_weights + layers_unsharded
     out.backward_extra = r.root_weights + layers_unsharded + unit_grads
-    out.end_extra = r.root_weights + layers_unsharded + acc + out.reduce_buffers
+    out.end_extra = (
+        r.root_weights + layers_unsharded + (last if chunks > 1 else acc) + out.reduce_buffers
+    )
     out.terms["fsdp_gathered_units"] = layers_unsharded
-    out.terms["fsdp_pipeline_accumulated_grads"] = acc
+    out.terms["fsdp_pipeline_accumulated_grads"] = max(first, last)
 
 
 @dataclass(frozen=True)
 class SeparateUnits:
     """The embedding and / or lm_head wrapped as FSDP2 units of their own (`Layout.
-    separate_units`, torchtune's `custom_sharded_layers`) instead of belonging to the root.
+    separate_units`, torchtune's `custom_sharded_layers`, torchtitan's `apply_fsdp_to_decoder`)
+    instead of belonging to the root.
 
     torchtune@30b8519e8 recipes/full_finetune_distributed.py:416-423 adds `lambda n, m: n in
     custom_sharded_layers` to the shard conditions; torchtune/training/_distributed.py:612-623
@@ -273,12 +306,18 @@ def _separate_units(
     embed_w, head_w = r.root_weights - r.head_weights, r.head_weights
     embed_t, head_t = r.root_trainable - r.head_trainable, r.head_trainable
     out = SeparateUnits()
-    if "lm_head" in layout.separate_units and head_w:
-        gathered = head_w if raf else 0.0
+    # torchtitan's `[norm, lm_head]` unit: `reshard_after_forward=policy == "always"`
+    # (torchtitan 0.3.0 distributed/fsdp.py:200-207), False under the default policy whatever
+    # the layers do: kept unsharded from its forward to its backward. The final norm's weight
+    # (hidden size) stays with the layers' bytes here.
+    head_unit = next((u for u in ("lm_head", "norm_lm_head") if u in layout.separate_units), "")
+    if head_unit and head_w:
+        head_raf = raf and head_unit == "lm_head"
+        gathered = head_w if head_raf else 0.0
         out = dataclasses.replace(
             out,
             weights=out.weights + head_w,
-            kept=out.kept + (0.0 if raf else head_w),
+            kept=out.kept + (0.0 if head_raf else head_w),
             trainable=out.trainable + head_t,
             head_trainable=head_t,
             head_regather=gathered + r.unit_weights,
@@ -353,7 +392,11 @@ def zero_bytes(r: ReplicaBytes, layout: Layout) -> DataParallelBytes:
     return out
 
 
-def data_parallel_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) -> DataParallelBytes:
+def data_parallel_bytes(
+    r: ReplicaBytes, layout: Layout, reduce_bytes: float, chunks: int = 1
+) -> DataParallelBytes:
+    """Per-device bytes under `layout`'s data-parallel kind; `chunks`: a pipeline rank's model
+    chunks reduced one after the other (FSDP2, `schedule.reduced_per_chunk`)."""
     if layout.data == "dp":
         if layout.offload != "none":
             raise EstimatorInputError(
@@ -361,7 +404,7 @@ def data_parallel_bytes(r: ReplicaBytes, layout: Layout, reduce_bytes: float) ->
             )
         return ddp_bytes(r, layout)
     if layout.data == "fsdp":
-        return fsdp_bytes(r, layout, reduce_bytes)
+        return fsdp_bytes(r, layout, reduce_bytes, chunks)
     return zero_bytes(r, layout)
 
 

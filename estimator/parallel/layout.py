@@ -43,7 +43,13 @@ SEPARATE_UNITS = {
     "embed_tokens": "embeddings",
     "lm_head": "lm_head",
     "output": "lm_head",
+    # torchtitan's `fully_shard([model.norm, model.lm_head], reshard_after_forward=policy ==
+    # "always")`: the head (with the final norm) as one unit kept unsharded after its forward
+    # under the default policy (torchtitan 0.3.0 distributed/fsdp.py:200-207)
+    "norm_lm_head": "norm_lm_head",
 }
+# Names of the same module: at most one of them in a wrap.
+_SAME_MODULE = ("lm_head", "norm_lm_head")
 WRAP_FIELD = "setup.fsdp_wrap"
 
 
@@ -123,14 +129,17 @@ def parse_wrap(text: str) -> int:
 
 
 def parse_wrap_units(text: str) -> tuple[int, tuple[str, ...]]:
-    """`layer` / `block-of-N`, optionally `+embeddings` and / or `+lm_head`: (layers per unit,
-    the modules wrapped as units of their own, sorted). torchtune's `custom_sharded_layers:
-    ['tok_embeddings', 'output']` is `layer+embeddings+lm_head` (its names are accepted too)."""
+    """`layer` / `block-of-N`, optionally `+embeddings` and / or `+lm_head` (or
+    `+norm_lm_head`): (layers per unit, the modules wrapped as units of their own, sorted).
+    torchtune's `custom_sharded_layers: ['tok_embeddings', 'output']` is
+    `layer+embeddings+lm_head` (its names are accepted too); torchtitan's is
+    `layer+embeddings+norm_lm_head` (the head's unit not resharded after forward)."""
     head, *extra = text.strip().lower().replace(" ", "").split("+")
     m = _WRAP.match(head)
     if m is None:
         raise EstimatorInputError(
-            WRAP_FIELD, f"{text!r}: use layer or block-of-N, optionally +embeddings / +lm_head"
+            WRAP_FIELD,
+            f"{text!r}: use layer or block-of-N, optionally +embeddings / +lm_head / +norm_lm_head",
         )
     n = int(m.group("n") or 1)
     if not 1 <= n <= MAX_DEGREE:
@@ -143,6 +152,8 @@ def parse_wrap_units(text: str) -> tuple[int, tuple[str, ...]]:
             raise EstimatorInputError(WRAP_FIELD, f"+{name}: not a module to wrap; known: {known}")
         if unit in units:
             raise EstimatorInputError(WRAP_FIELD, f"+{name}: {unit} is given twice")
+        if unit in _SAME_MODULE and any(u in _SAME_MODULE for u in units):
+            raise EstimatorInputError(WRAP_FIELD, f"+{name}: the lm_head is given twice")
         units.append(unit)
     return n, tuple(sorted(units))
 

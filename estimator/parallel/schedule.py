@@ -66,6 +66,39 @@ def in_flight(schedule: str, m: int, p: int, v: int, rank: int) -> float:
     return float(min(m, p - rank))
 
 
+def reduced_per_chunk(schedule: str, m: int, p: int, v: int) -> bool:
+    """Whether a rank's model chunks have their accumulated gradients reduced one after the
+    other, so that only one chunk's unsharded gradients exist at a time (FSDP2 under PP).
+
+    torch reduces a stage's gradients at that stage's own last backward: `_add_reduce_grad`
+    (torch 2.13 pipelining/schedules.py:1252-1282) puts one REDUCE_GRAD per stage right after
+    its m-th backward ("reduce_grad frees memory and we want to schedule it just after the last
+    backward-like stage"), and `perform_reduce_grad` (stage.py:1164-1180) runs FSDP's
+    post_backward with gradient sync on, which reduce-scatters the stage's gradients and frees
+    their unsharded accumulation. Interleaved backwards run chunk by chunk, v - 1 first:
+    `backward_stage_index` (schedules.py:2986-2993) takes the local chunk
+    v - 1 - ((step - warmup) // mpr) % v, mpr micro-batches per chunk. With one round
+    (m < 2p, mpr = m) every chunk's m backwards run back to back and it is reduced before the
+    next chunk's first backward; with more rounds each chunk runs mpr backwards per round, so
+    from the second round on every chunk holds a partial accumulation. A single-stage schedule
+    (1F1B, GPipe) has one chunk."""
+    return schedule == "interleaved-1f1b" and v > 1 and rounds(m, p) == 1
+
+
+def held_at_chunk_backwards(m: int, v: int, in_flight_mb: float) -> tuple[float, float]:
+    """Fractions of a rank's peak checkpoints (`in_flight_mb` micro-batches of v chunks) still
+    held just after (a) the rank's first backward, which follows its in-flight peak
+    (`_get_1f1b_rank_ops` appends the steady-state forward before the backward, :2793-2808) and
+    is of chunk v - 1 (`backward_stage_index`), and (b) chunk 0's first backward when the chunks
+    are reduced one after the other (`reduced_per_chunk`): every forward has run by then
+    (warmup >= (v - 1) m, and chunk v - 1's m steady-state steps cover the rest), every later
+    chunk's backwards are done, so only chunk 0's m micro-batches were left."""
+    chunks = in_flight_mb * v
+    if chunks <= 1:
+        return 0.0, 0.0
+    return (chunks - 1) / chunks, max(m - 1, 0) / chunks
+
+
 def losses_in_flight(schedule: str, m: int, p: int) -> int:
     """Micro-batches whose loss (logits) the last rank keeps for their backward: the loss is
     computed right after each last-stage forward (schedules.py:299 `_maybe_compute_loss`,

@@ -44,6 +44,10 @@ OVERRIDES = (
     "compile",
 )
 
+# TrainingSetup fields a stack file may give a default for; without one the field's own default
+# stands (`fsdp_wrap`: `layer`, the decoder layers as units, the rest in the root).
+OPTIONAL_OVERRIDES = ("fsdp_wrap",)
+
 # Behaviour of the stack that is not a setup option.
 FACTS = (
     "quantize_experts",
@@ -77,6 +81,11 @@ class Stack:
 
     def get(self, key: str) -> Any:
         return self.entries[key].value
+
+    def get_optional(self, key: str, default: Any) -> Any:
+        """An OPTIONAL_OVERRIDES entry's value, or `default` when the file gives none."""
+        fact = self.entries.get(key)
+        return default if fact is None else fact.value
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
         return {k: {"value": f.value, "source": f.source} for k, f in sorted(self.entries.items())}

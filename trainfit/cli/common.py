@@ -131,9 +131,10 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
     )
     g.add_argument(
         "--fsdp-wrap",
-        default="layer",
+        default=None,
         help="FSDP unit: layer or block-of-N, +embeddings / +lm_head as units of their own "
-        "(torchtune custom_sharded_layers: layer+embeddings+lm_head)",
+        "(torchtune custom_sharded_layers: layer+embeddings+lm_head); default: the stack's "
+        "(torchtitan: layer+embeddings+norm_lm_head), else layer",
     )
     g.add_argument(
         "--reshard-after-forward",
@@ -200,7 +201,7 @@ def setup_input(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str
         setup.update(
             {
                 "parallel": args.parallel,
-                "fsdp_wrap": args.fsdp_wrap,
+                **({"fsdp_wrap": args.fsdp_wrap} if args.fsdp_wrap is not None else {}),
                 "reshard_after_forward": args.reshard_after_forward == "true",
                 "offload": args.offload,
             }

@@ -15,8 +15,11 @@ from estimator.parallel.schedule import (
     boundary_sends,
     boundary_tensors,
     bubble,
+    held_at_chunk_backwards,
     in_flight,
     interleaved_warmup_ops,
+    reduced_per_chunk,
+    rounds,
 )
 from estimator.parallel.split import Stage, stages
 from estimator.presets import preset_config
@@ -108,6 +111,97 @@ def test_fsdp_under_a_pipeline_keeps_units_unsharded_and_accumulates_gradients()
     assert plain.parallel["fsdp_pipeline_accumulated_grads"] > 0
     assert plain.phases is not None
     assert "accumulated_grads" in plain.phases["backward"]
+
+
+def _torch_replay_with_reduce(m: int, p: int, v: int, rank: int) -> list[tuple[str, int]]:
+    """torch's own interleaved op order for `rank` with its REDUCE_GRAD actions
+    (ScheduleInterleaved1F1B._calculate_single_rank_operations + _add_reduce_grad), as
+    (F | B | REDUCE_GRAD, local chunk)."""
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    from types import SimpleNamespace
+
+    per_round = m // rounds(m, p)
+    fake = SimpleNamespace(
+        n_local_stages=v, microbatches_per_round=per_round, pp_group_size=p, _n_microbatches=m
+    )
+    ops = schedules.ScheduleInterleaved1F1B._calculate_single_rank_operations(fake, rank)
+    ops = schedules._add_reduce_grad(ops, m)
+    return [(a.computation_type.name, a.stage_index // p) for a in ops if a is not None]
+
+
+@pytest.mark.parametrize(
+    ("m", "p", "v"), [(8, 8, 2), (8, 4, 2), (4, 4, 3), (12, 8, 2), (16, 4, 2), (12, 4, 3)]
+)
+def test_interleaved_chunks_are_reduced_apart_in_torchs_op_order(m, p, v) -> None:
+    """Replaying torch 2.13's order: with one round each chunk's REDUCE_GRAD comes before the
+    next chunk's first backward (one chunk's unsharded gradients at a time), the first backward
+    is chunk v - 1's at the in-flight peak, and chunk 0's first leaves m - 1 micro-batches;
+    with more rounds every chunk accumulates at once."""
+    for rank in range(p):
+        alive = most = 0
+        accumulating: set[int] = set()
+        after_first_b: dict[int, int] = {}
+        first_chunk = None
+        for kind, chunk in _torch_replay_with_reduce(m, p, v, rank):
+            if kind == "FORWARD":
+                alive += 1
+            elif kind == "FULL_BACKWARD":
+                alive -= 1
+                first_chunk = chunk if first_chunk is None else first_chunk
+                after_first_b.setdefault(chunk, alive)
+                accumulating.add(chunk)
+                most = max(most, len(accumulating))
+            elif kind == "REDUCE_GRAD":
+                accumulating.discard(chunk)
+        assert first_chunk == v - 1
+        assert reduced_per_chunk("interleaved-1f1b", m, p, v) == (most == 1)
+        chunks = in_flight("interleaved-1f1b", m, p, v, rank) * v
+        first, last = held_at_chunk_backwards(m, v, chunks / v)
+        assert first * chunks == pytest.approx(after_first_b[v - 1])
+        if most == 1:
+            assert last * chunks == pytest.approx(after_first_b[0])
+        else:
+            assert most == v
+    assert not reduced_per_chunk("1f1b", m, p, 1)
+
+
+def test_interleaved_holds_one_chunks_accumulated_gradients_and_1f1b_all() -> None:
+    """FSDP2 under PP: torch reduces each stage at its own last backward, so interleaved's
+    backward peak holds 1/v of the rank's layer gradients (the first-backwarded chunk), not all
+    of them; 1F1B's single stage, and interleaved with two rounds, hold all of them."""
+
+    def mem(schedule: str, accum: int | None = None):
+        s = TrainingSetup(
+            num_gpus=8,
+            method="full",
+            precision="bf16",
+            checkpointing="gpu",
+            parallel="fsdp=2,pp=4",
+            pp_schedule=schedule,
+            grad_accum=accum,
+        )
+        b = memory_breakdown(LLAMA8B, s, [4096], 1, DEFAULT, devices=8)
+        assert b.phases is not None
+        acc = float(b.phases["backward"]["accumulated_grads"][0])
+        end = float(b.phases["end_of_backward"]["root_reduce"][0])
+        return acc, end, float(b.peak[0]), b.parallel["stage"]
+
+    one_acc, one_end, one_peak, stage = mem("1f1b")
+    inter_acc, inter_end, inter_peak, inter_stage = mem("interleaved-1f1b")
+    two_rounds_acc, *_ = mem("interleaved-1f1b", 8)
+    # both schedules give each rank 8 of the 32 layers (1F1B: 8; interleaved: 2 chunks of 4)
+    layer_grads = 8 * 218_112_000 * 2  # llama-3.1-8b decoder layer, bf16 reduce dtype
+    embed = 128_256 * 4096 * 2  # the first rank's embedding, in chunk 0 (stage 0)
+    assert stage == inter_stage == "first"
+    assert one_acc == pytest.approx(layer_grads + embed, rel=1e-3)
+    assert two_rounds_acc == pytest.approx(one_acc, rel=1e-3)
+    # at 4k the first rank's peak moment is chunk 0's first backward (its 4 layers and the
+    # embedding, 3 of 11 chunk-micro-batches of checkpoints left), not chunk 1's (4 layers)
+    assert inter_acc == pytest.approx(layer_grads / 2 + embed, rel=1e-3)
+    # the peak drops by about (v - 1)/v of the layers' accumulated gradients; the end of the
+    # backward reduces chunk 0 only
+    assert one_peak - inter_peak == pytest.approx(layer_grads / 2, rel=0.15)
+    assert one_end - inter_end == pytest.approx(layer_grads / 2, rel=1e-3)
 
 
 def test_bad_schedule_input_names_the_field() -> None:
