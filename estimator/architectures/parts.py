@@ -164,7 +164,17 @@ def base_fields(c: ConfigReader, family: str, hidden: int, layers: int) -> dict[
         "hidden": hidden,
         "layers": layers,
         "vocab": vocab or c.integer("vocab_size"),
+        "max_positions": _max_positions(c),
     }
+
+
+def _max_positions(c: ConfigReader) -> int | None:
+    """`max_position_embeddings` if the config gives a positive integer (only the torchtune
+    stack's RoPE cache reads it), else None."""
+    value = c.data.get("max_position_embeddings")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    return value
 
 
 def norms(hidden: int, layers: int, per_layer: int, extra: int = 0) -> ParamGroup:

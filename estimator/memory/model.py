@@ -42,6 +42,7 @@ from estimator.memory.weights import (
     kbit_fp32,
     quantized_base,
     quantized_params,
+    rope_buffer_bytes,
     weight_bytes,
 )
 from estimator.parallel.of_setup import layout_of
@@ -181,6 +182,7 @@ def memory_breakdown(
     key = (*setup_key(setup), amp_full(setup))
     states = _STATES.get((spec,), key, lambda: trainable_state_bytes(spec, setup))
     weights, trainable = _shard(states, weight_bytes(spec, setup, profile), sharding, n)
+    weights += rope_buffer_bytes(spec, setup)  # buffers, on every device unsharded
     if sharding in ("fsdp", "zero3") and n > 1:
         weights += _gathered_layer_bytes(spec, setup, profile)
 

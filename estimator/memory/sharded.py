@@ -33,7 +33,12 @@ from estimator.memory.logits import loss_parallel_extra_bytes
 from estimator.memory.model import MemoryBreakdown, memory_breakdown
 from estimator.memory.reserved import allocator_slack
 from estimator.memory.states import largest_tensor
-from estimator.memory.weights import kbit_fp32, masters_layout, quantized_base
+from estimator.memory.weights import (
+    kbit_fp32,
+    masters_layout,
+    quantized_base,
+    rope_buffer_bytes,
+)
 from estimator.parallel.data import (
     DataParallelBytes,
     ReplicaBytes,
@@ -76,7 +81,8 @@ def _replica(
     s = base.states
     total = float(spec.params_total) or 1.0
     frac = stage.params / total
-    weights = _scalar(base.components["weights"])
+    # the stack's RoPE buffers are not parameters: added whole per rank in layout_breakdown
+    weights = _scalar(base.components["weights"]) - rope_buffer_bytes(spec, setup)
     trainable = float(s.trainable_params)
     full = not setup.is_adapter
     embed, head, _, _ = param_groups(spec)
@@ -398,6 +404,8 @@ def layout_breakdown(
     for stage in stages(spec, layout, setup.grad_accum):
         replica = _replica(spec, setup, base, stage, layout)
         dp = data_parallel_bytes(replica, layout, reduce_bytes(setup), chunks)
+        # RoPE buffers (weights.rope_buffer_bytes): FSDP2 shards parameters, not buffers
+        dp = dataclasses.replace(dp, weights=dp.weights + rope_buffer_bytes(spec, setup))
         acts = _activations(spec, setup, base, stage, layout, tokens)
         if stage.last:
             acts = (

@@ -27,6 +27,35 @@ def counted_params(spec: ModelSpec, profile: Profile) -> int:
     return total
 
 
+# torch's CUDA caching allocator rounds every allocation up to 512 bytes (torch 2.13
+# c10/core/AllocatorConfig.h:17-25 kMinBlockSize; `memory/reserved.py` K_MIN_BLOCK), which
+# max_memory_allocated counts.
+MIN_BLOCK = 512
+
+
+def _blocks(nbytes: int) -> int:
+    return -(-nbytes // MIN_BLOCK) * MIN_BLOCK
+
+
+def rope_buffer_bytes(spec: ModelSpec, setup: TrainingSetup) -> float:
+    """Device buffers of the stack's rotary embedding that are not parameters (stack fact
+    `rope_cache_buffers`). torchtune (v0.6.1 and 1814feb17 alike) builds one RoPE module per
+    model, shared by every layer's attention (models/llama3_1/_component_builders.py:85, :98;
+    llama3_2/_component_builders.py:89, :102), with `max_seq_len` = the named builders' 131072
+    for Llama 3.1/3.2 (llama3_1/_model_builders.py:34, llama3_2/_model_builders.py:37), i.e.
+    the config's `max_position_embeddings`. Its `rope_init` registers two non-persistent fp32
+    buffers on the model's device (models/llama3_1/_position_embeddings.py:62-101): `theta`
+    (head_dim/2 values) and `cache` = (max_seq_len, head_dim/2, 2) cos and sin: 32 MiB for
+    Llama 3.2 1B (head_dim 64), 64 MiB for Llama 3.1 8B (head_dim 128). Not sharded by FSDP
+    (fully_shard shards parameters, not buffers): every rank holds them."""
+    if not load_stack(setup.stack).get("rope_cache_buffers"):
+        return 0.0
+    if not spec.max_positions or not spec.head_dim:
+        return 0.0
+    half = spec.head_dim // 2
+    return float(_blocks(spec.max_positions * half * 2 * FP32) + _blocks(half * FP32))
+
+
 def quantized_base(setup: TrainingSetup) -> bool:
     return setup.is_adapter and setup.base in ("nf4", "int8")
 
@@ -99,7 +128,8 @@ def weight_bytes(spec: ModelSpec, setup: TrainingSetup, profile: Profile) -> flo
     LoRA: the frozen base in bf16 (fp32 if precision fp32).
     QLoRA / LLM.int8 LoRA: the quantized Linear weights (QLoRA paper; bitsandbytes), the rest
     (embeddings, norms, lm_head, unquantized expert banks) in bf16, or fp32 after peft's
-    prepare_model_for_kbit_training (`kbit_prepare`)."""
+    prepare_model_for_kbit_training (`kbit_prepare`).
+    The stack's RoPE buffers (`rope_buffer_bytes`) are added by the callers, unsharded."""
     params = counted_params(spec, profile)
     dense_bytes = FP32 if setup.precision == "fp32" or amp_full(setup) else BF16
     if not quantized_base(setup) or not spec.geometry_known:

@@ -64,6 +64,7 @@ FACTS = (
     "selective_saves",
     "expandable_segments",
     "mixed_precision",
+    "rope_cache_buffers",
 )
 
 

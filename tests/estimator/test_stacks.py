@@ -545,3 +545,26 @@ def test_amp_keeps_autocasts_bf16_weight_copies_through_the_forward() -> None:
     forward = tokens * vocab * 10 + 2 * body + 2 * h * vocab
     backward = tokens * vocab * 12 + 2 * h * vocab
     assert amp - bf16 == pytest.approx(max(forward, backward) - tokens * vocab * 12, rel=1e-6)
+
+
+def test_torchtune_rope_cache_buffers_count_in_weights_on_every_rank() -> None:
+    """torchtune's one RoPE module per model registers fp32 `theta` (head_dim/2) and `cache`
+    (max_seq_len x head_dim/2 x cos, sin) on the device (v0.6.1
+    models/llama3_1/_position_embeddings.py:62-101), max_seq_len = the config's 131072:
+    64 MiB for Llama 3.1 8B, 32 MiB for a head_dim-64 model (Llama 3.2 1B); FSDP does not
+    shard buffers. transformers' rotary embedding keeps no such cache."""
+    lora = {"method": "lora", "optimizer_impl": "foreach"}
+    tt = _c(_mem(TrainingSetup(stack="torchtune", **lora)), "weights")
+    hf = _c(_mem(TrainingSetup(stack="hf", **lora)), "weights")
+    assert tt - hf == 131072 * 64 * 2 * 4 + 512 == 64 * 2**20 + 512
+    config = preset_config("llama-3.1-8b")
+    config.update(hidden_size=2048, num_attention_heads=32, num_key_value_heads=8)
+    small = spec_from_config(config)
+    assert small.head_dim == 64 and small.max_positions == 131072
+    tt1 = _c(_mem(TrainingSetup(stack="torchtune", **lora), spec=small), "weights")
+    hf1 = _c(_mem(TrainingSetup(stack="hf", **lora), spec=small), "weights")
+    assert tt1 - hf1 == 32 * 2**20 + 512
+    fsdp = {"method": "full", "precision": "bf16", "sharding": "fsdp", "num_gpus": 8}
+    tt8 = _c(_mem(TrainingSetup(stack="torchtune", **fsdp), devices=8), "weights")
+    hf8 = _c(_mem(TrainingSetup(stack="hf", **fsdp), devices=8), "weights")
+    assert tt8 - hf8 == 64 * 2**20 + 512

@@ -175,8 +175,8 @@ def test_estimate_vs_the_lora_recipe_step_per_component():
     The bounds are the known, sourced differences, each worked out independently:
     - weights: torchtune's RoPE buffers, non-persistent fp32 `theta` (head_dim/2) and `cache`
       (max_seq_len x head_dim/2 x (cos, sin)) built with the model
-      (models/llama3_1/_position_embeddings.py:62-99), which the estimator does not count:
-      exact after them.
+      (models/llama3_1/_position_embeddings.py:62-101), which the estimator counts since
+      i10tt (weights.rope_buffer_bytes): exact.
     - trainable states: fused AdamW keeps each parameter's `step` as a 0-dim fp32 tensor on the
       device (torch 2.13 torch/optim/adam.py:168-176), one 512-byte block per trained tensor,
       which the estimator does not count: exact after it.
@@ -189,8 +189,13 @@ def test_estimate_vs_the_lora_recipe_step_per_component():
     import json
     from pathlib import Path
 
+    from estimator.architectures import spec_from_config
     from estimator.document import compare_memtest
+    from estimator.memory.weights import rope_buffer_bytes
+    from estimator.setup import TrainingSetup
     from probe import run_probe
+
+    torchtune = TrainingSetup(stack="torchtune", method="lora")
 
     root = Path(__file__).resolve().parents[2]
     config = json.loads((root / "bench" / "configs" / "small-llama.json").read_text())
@@ -206,7 +211,8 @@ def test_estimate_vs_the_lora_recipe_step_per_component():
     head_dim = config["hidden_size"] // config["num_attention_heads"]
     rope_cache = config["max_position_embeddings"] * (head_dim // 2) * 2 * 4
     theta = 512  # Llama3ScaledRoPE's `theta` buffer: head_dim/2 fp32 values, one block
-    assert measured["weights"] - rope_cache - theta == parts["params"]["estimated"]
+    assert measured["weights"] == parts["params"]["estimated"]
+    assert rope_cache + theta == rope_buffer_bytes(spec_from_config(config), torchtune)
 
     trained_tensors = 2 * 7 * config["num_hidden_layers"]  # lora_a, lora_b on 7 projections
     step_tensors = 512 * trained_tensors
