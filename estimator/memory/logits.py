@@ -74,6 +74,28 @@ def loss_parallel_extra_bytes(
     return local_logits * float(max(extra, 0))
 
 
+def chunked_output_loss_bytes(
+    tokens: Any, chunk: Any, vocab: int, logit_dtype: int, grad_hidden: Any
+) -> Any:
+    """torchtune 0.6.1's `CEWithChunkedOutputLoss` (the last release; the recipes' loss,
+    recipes/configs/llama3_1/8B_lora_single_device.yaml:70-71), eager. The model returns a
+    list of `num_output_chunks` logit chunks made together (modules/transformer.py:482-501
+    `chunked_output`: `self.output(chunk)` for each `last_hidden_state.chunk(n, dim=1)`), so
+    every chunk's logits are alive in the compute dtype; the loss upcasts one chunk at a time
+    (modules/loss/ce_chunked_output_loss.py:35-43 `F.cross_entropy(logits.float(), ...)`,
+    :80-81 the loop) and each chunk's fp32 log-softmax output is saved for the backward.
+    Forward peak, at the last chunk: all logits + all log-softmax outputs + that chunk's fp32
+    upcast (none when the logits are fp32: `.float()` returns them). The recipe drops the logit
+    list before the backward (recipes/lora_finetune_single_device.py:658-659 `del logits`);
+    the backward then holds the saved log-softmax outputs, one chunk's nll and log-softmax
+    gradients (fp32) and the hidden states' gradient. (torchtune main's LinearCrossEntropyLoss
+    makes the logits inside the loss per chunk instead; not a release yet.)"""
+    upcast = 0 if logit_dtype == FP32 else FP32
+    forward = tokens * vocab * (logit_dtype + FP32) + chunk * vocab * upcast
+    backward = tokens * vocab * FP32 + chunk * vocab * 2 * FP32 + grad_hidden
+    return np.maximum(forward, backward)
+
+
 def _next_pow2(x: Any) -> Any:
     return 2.0 ** np.ceil(np.log2(np.maximum(x, 1)))
 
@@ -85,8 +107,8 @@ def _chunk_positions(tokens: Any, seq: Any, setup: TrainingSetup) -> Any:
     `loss_num_chunks` splits the tokens into that many chunks (torchtune)."""
     stack = load_stack(setup.stack)
     n = stack.get("loss_num_chunks")
-    if n:
-        return np.ceil(tokens / n)
+    if n:  # torch.chunk(n, dim=1) of every row: ceil(seq / n) positions each
+        return tokens / np.maximum(seq, 1) * np.ceil(seq / n)
     chunk = setup.loss_chunk or 4096
     if stack.get("loss_chunk_scope") == "row":
         batch = tokens / np.maximum(seq, 1)
@@ -106,9 +128,8 @@ def logits_bytes(
     dtype). full: tokens x vocab x bytes-per-logit. chunked (checkpointed per chunk, probe and
     TRL chunked_nll): one chunk's logits plus the gradient of the hidden states being
     accumulated; with `loss_upcasts_head` also TRL's fp32 copy of lm_head's weight
-    (sft_trainer.py:101); with `loss_num_chunks` (torchtune LinearCrossEntropyLoss, chunks not
-    recomputed, modules/loss/cross_entropy_loss.py:107-110, 177-182) every chunk's fp32
-    log-softmax is saved plus one chunk's bf16 logits, fp32 upcast and gradients.
+    (sft_trainer.py:101); with `loss_num_chunks` torchtune 0.6.1's CEWithChunkedOutputLoss
+    (`chunked_output_loss_bytes`).
     liger: see the module note. cce: Cut Cross-Entropy never materialises the logits: an fp32
     log-sum-exp per token and the hidden-state gradient (Wijmans et al. 2024, "Cut Your Losses
     in Large-Vocabulary Language Models", section 4). unsloth: the hidden-state gradient made in
@@ -149,8 +170,7 @@ def logits_bytes(
         if compiled:
             return chunk * vocab * 2 * logit_dtype + rows + grad_hidden
         if stack.get("loss_num_chunks"):
-            every = tokens * vocab * FP32
-            return every + chunk * vocab * (logit_dtype + 2 * FP32) + grad_hidden
+            return chunked_output_loss_bytes(tokens, chunk, vocab, logit_dtype, grad_hidden)
         head = FP32 * vocab * hidden if stack.get("loss_upcasts_head") else 0
         return chunk * vocab * per_logit + head + grad_hidden
     if loss == "liger":

@@ -230,13 +230,28 @@ def test_fused_losses_never_materialise_all_logits(loss: str) -> None:
 
 
 def test_torchtune_chunked_output_loss_keeps_every_chunks_log_softmax() -> None:
+    """torchtune 0.6.1's CEWithChunkedOutputLoss: the model returns all 8 chunks' bf16 logits
+    (modules/transformer.py:482-501), the loss keeps every chunk's fp32 log-softmax and upcasts
+    one chunk at a time (ce_chunked_output_loss.py:35-43, 80-81): the forward peak is
+    tokens x vocab x (2 + 4) + one chunk's fp32 upcast. (main's LinearCrossEntropyLoss, modelled
+    before, made the logits per chunk: 4 bytes per logit + one chunk's 10.)"""
     seq = 8192
     tt = _c(_mem(TrainingSetup(stack="torchtune", method="lora"), seq=seq), "logits")
     vocab = LLAMA8B.vocab
     chunk = seq / 8
-    expected = seq * vocab * 4 + chunk * vocab * (2 + 8) + seq * LLAMA8B.hidden * 2
+    expected = seq * vocab * (2 + 4) + chunk * vocab * 4
     expected += seq * (4 * LLAMA8B.hidden + 4)  # the frozen last norm's fp32 input and rsqrt
     assert tt == pytest.approx(expected)
+    # batch 2: each row is split into 8 chunks (chunk(8, dim=1)), 2 x ceil(seq / 8) positions
+    odd = 8190
+    tt2 = _c(_mem(TrainingSetup(stack="torchtune", method="lora"), seq=odd, batch=2), "logits")
+    tokens = 2 * odd
+    expected2 = tokens * vocab * 6 + 2 * 1024 * vocab * 4 + tokens * (4 * LLAMA8B.hidden + 4)
+    assert tt2 == pytest.approx(expected2)
+    # fp32 logits: `.float()` returns them, no upcast
+    fp32 = TrainingSetup(stack="torchtune", method="lora", precision="fp32")
+    tt32 = _c(_mem(fp32, seq=seq), "logits")
+    assert tt32 >= seq * vocab * (4 + 4)
 
 
 def test_unsloth_fused_kernels_save_less_than_peft_per_layer() -> None:
