@@ -100,6 +100,7 @@ def _replica(
         root_trainable=stage.root if full else 0.0,
         head_trainable=(head / layout.tp if stage.last else 0.0) if full else 0.0,
         head_weights=(head / layout.tp if stage.last else 0.0) * root_bpp,
+        tied=spec.tied_embeddings,
         unit_weights=stage.layer * layout.wrap_layers * _gather_bytes_per_param(setup, layer_bpp),
         unit_trainable=trainable * stage.layer * layout.wrap_layers / total,
         largest_module=largest if full else min(largest, trainable * frac),

@@ -83,6 +83,7 @@ class ReplicaBytes:
     unit_trainable: float  # trainable parameters of one unit (count)
     largest_module: float  # parameters of the largest module (ZeRO-3's fetch unit)
     head_weights: float = 0.0  # of root_weights, the lm_head's (the rest: the embedding)
+    tied: bool = False  # the lm_head is the embedding's weight (ModelSpec.tied_embeddings)
 
     @property
     def grad_bytes(self) -> float:
@@ -323,11 +324,15 @@ def _separate_units(
             head_regather=gathered + r.unit_weights,
         )
     if "embeddings" in layout.separate_units and embed_w:
-        gathered = embed_w if raf else 0.0
+        # tied weights under torchtitan: one unit [tok_embeddings, norm, lm_head] with
+        # `reshard_after_forward=policy == "always"` (0.3.0 distributed/fsdp.py:180-192), kept
+        # unsharded like its head unit; its gradient is still reduced last (the embedding's)
+        embed_raf = raf and not (r.tied and head_unit == "norm_lm_head")
+        gathered = embed_w if embed_raf else 0.0
         out = dataclasses.replace(
             out,
             weights=out.weights + embed_w,
-            kept=out.kept + (0.0 if raf else embed_w),
+            kept=out.kept + (0.0 if embed_raf else embed_w),
             trainable=out.trainable + embed_t,
             end_work=gathered + embed_t * (grad_bytes + reduce_bytes * (1 + 1 / n)),
         )

@@ -69,3 +69,23 @@ def test_torchtitans_head_unit_stays_unsharded_after_forward() -> None:
     # last layer is prefetched beside it
     assert kept.parallel["fsdp_gathered_at_loss"] == pytest.approx(layer * 2)
     assert resharded.parallel["fsdp_gathered_at_loss"] == pytest.approx((head + layer) * 2)
+
+
+def test_torchtitan_keeps_a_tied_embedding_unsharded_after_forward() -> None:
+    """Tied weights: torchtitan shards [tok_embeddings, norm, lm_head] as one unit with
+    `reshard_after_forward=policy == "always"` (0.3.0 distributed/fsdp.py:180-192), so the
+    embedding stays gathered from the forward through the loss; `+embeddings` alone (torchtune)
+    reshards it with the layers."""
+    gpt2 = spec_from_config(preset_config("gpt2"))
+    assert gpt2.tied_embeddings
+    embed, head, _, _ = param_groups(gpt2)
+    assert head == 0.0
+
+    def loss_phase(wrap: str | None) -> float:
+        extra = {} if wrap is None else {"fsdp_wrap": wrap}
+        s = TrainingSetup(num_gpus=4, method="full", parallel="fsdp=4", stack="torchtitan", **extra)
+        mem = memory_breakdown(gpt2, s, [1024], 1, DEFAULT, devices=4)
+        return float(sum(mem.phases["loss"].values())[0])
+
+    kept, resharded = loss_phase(None), loss_phase("layer+embeddings+lm_head")
+    assert kept - resharded == pytest.approx(embed * 2, rel=1e-6)
