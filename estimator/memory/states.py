@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from estimator.dtypes import BF16, FP32, INT8
 from estimator.errors import EstimatorInputError
 from estimator.lora import lora_params, lora_targets
-from estimator.memory.weights import amp_full, kbit_fp32
+from estimator.memory.weights import MIN_BLOCK, amp_full, kbit_fp32
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 from estimator.stacks import load_stack
@@ -231,17 +231,51 @@ def _paged_fraction(spec: ModelSpec, setup: TrainingSetup) -> float:
     return paged / total if total else 1.0
 
 
+def trained_tensors(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Parameter tensors the optimizer steps. Adapters: lora_A and lora_B per adapted Linear,
+    plus peft's `modules_to_save` copies (embedding, untied lm_head). Full fine-tuning: every
+    Linear's weight (an expert bank is one tensor) and bias, the RMSNorm weights
+    (`norms_per_layer` per layer, q/k norms, the final norm), the embedding, and one tensor per
+    other parameter group (a lower bound for groups repeated per layer)."""
+    if setup.is_adapter:
+        n = 2 * sum(t.count for t in lora_targets(spec, setup))
+        if saved_module_params(spec, setup):
+            n += 1 if spec.tied_embeddings else 2
+        return n
+    linears = sum(lin.count * (2 if lin.bias else 1) for lin in spec.linears)
+    layers = spec.layers or 0
+    norms = layers * (spec.norms_per_layer + (2 if spec.qk_norm else 0)) + 1
+    others = sum(1 for g in spec.others if g.name != "norms")
+    return linears + norms + others
+
+
+def step_tensor_bytes(spec: ModelSpec, setup: TrainingSetup) -> float:
+    """torch.optim.AdamW keeps each parameter's `step` count as a 0-dim fp32 tensor on the
+    parameter's device when `fused` (or capturable), on the CPU otherwise (torch 2.13
+    torch/optim/adam.py:168-176, `_get_scalar_dtype(is_fused=True)` = float32,
+    optimizer.py:210-215): one 512-byte allocator block per trained tensor (`MIN_BLOCK`).
+    Only torch's AdamW: bitsandbytes' optimizers (8-bit, paged) keep `step` as a Python int.
+    Needs the tensor inventory (a config), else 0."""
+    if setup.optimizer != "adamw" or setup.optimizer_impl != "fused" or setup.paged:
+        return 0.0
+    if not spec.geometry_known:
+        return 0.0
+    return float(trained_tensors(spec, setup) * MIN_BLOCK)
+
+
 def _finish(spec: ModelSpec, setup: TrainingSetup, s: StateBytes, largest: int) -> StateBytes:
     """Stack effects on the state: `paged` optimizer states live in CUDA managed memory
     (bitsandbytes 0.50.2 functional.py:91-93 get_paged: cudaMallocManaged), outside torch's
     allocator and evictable to the host, so they leave the device figure; `in-backward`
-    frees each gradient right after its parameter's step, so only the largest one is alive."""
+    frees each gradient right after its parameter's step, so only the largest one is alive;
+    fused AdamW's per-parameter `step` tensors (`step_tensor_bytes`) are optimizer state."""
     grads, optimizer, paged = s.grads, s.optimizer, 0.0
     if setup.paged and setup.optimizer in ("adamw", "adamw-8bit", "lion"):
         paged = optimizer * (_paged_fraction(spec, setup) if spec.geometry_known else 1.0)
         optimizer -= paged
     if setup.optimizer_impl == "in-backward" and s.trainable_params:
         grads = s.grads * min(largest, s.trainable_params) / s.trainable_params
+    optimizer += step_tensor_bytes(spec, setup)
     return StateBytes(
         s.trainable_params, s.weights, grads, s.masters, optimizer, s.step_transient, paged
     )

@@ -518,7 +518,7 @@ def test_hf_mixed_full_fine_tuning_is_amp_fp32_weights_and_no_masters() -> None:
     assert _c(masters, "weights") == pytest.approx(2 * n, rel=0.01)
     assert amp.states.masters == 0 and masters.states.masters == 4 * n
     assert amp.states.grads == 4 * n and masters.states.grads == 2 * n
-    assert amp.states.optimizer == 8 * n
+    assert amp.states.optimizer == 8 * n + 512 * 291  # + fused AdamW's 291 step tensors
     assert amp.states.step_transient == 0  # fused AdamW steps the fp32 weights in place
     # the layer input kept by each checkpoint is fp32: the residual stream stays fp32
     per_layer = 4096 * LLAMA8B.hidden
@@ -568,3 +568,29 @@ def test_torchtune_rope_cache_buffers_count_in_weights_on_every_rank() -> None:
     tt8 = _c(_mem(TrainingSetup(stack="torchtune", **fsdp), devices=8), "weights")
     hf8 = _c(_mem(TrainingSetup(stack="hf", **fsdp), devices=8), "weights")
     assert tt8 - hf8 == 64 * 2**20 + 512
+
+
+def test_fused_adamw_keeps_a_step_tensor_per_parameter_on_the_device() -> None:
+    """torch.optim.AdamW(fused=True) creates each parameter's `step` as a 0-dim fp32 tensor on
+    the parameter's device (torch 2.13 torch/optim/adam.py:168-176), foreach keeps it on the
+    CPU: one 512-byte block per trained tensor. Llama 3.1 8B has 291 parameter tensors
+    (224 decoder Linears, lm_head, embed_tokens, 65 RMSNorms); LoRA all-linear, 448 adapters."""
+    from estimator.memory.states import trainable_state_bytes
+
+    for method, extra, tensors in (
+        ("full", {"precision": "bf16"}, 291),
+        ("lora", {"lora_targets": ["all-linear"]}, 2 * 7 * 32),
+    ):
+        fused = trainable_state_bytes(
+            LLAMA8B, TrainingSetup(method=method, optimizer_impl="fused", **extra)
+        )
+        foreach = trainable_state_bytes(
+            LLAMA8B, TrainingSetup(method=method, optimizer_impl="foreach", **extra)
+        )
+        assert fused.optimizer - foreach.optimizer == 512 * tensors
+    eight = {"method": "lora", "optimizer": "adamw-8bit"}  # bitsandbytes: a Python int step
+    assert trainable_state_bytes(
+        LLAMA8B, TrainingSetup(optimizer_impl="fused", **eight)
+    ).optimizer == trainable_state_bytes(
+        LLAMA8B, TrainingSetup(optimizer_impl="foreach", **eight)
+    ).optimizer
