@@ -30,6 +30,7 @@ test: setup
 	.venv/bin/ruff check .
 	.venv/bin/mypy estimator gpu_catalog
 	.venv/bin/python -m pytest
+	.venv-torchtune/bin/python -m pytest tests/probe/test_torchtune_stack.py
 
 bench: setup
 	.venv/bin/python bench/speed.py

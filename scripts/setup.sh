@@ -16,10 +16,25 @@ fi
 # imports), above setup's budget, and its datasets<4.8 pin moves huggingface_hub 2.4 -> 1.33
 # and fsspec back under transformers; torch stays 2.13.0. Install it into a venv of its own.
 .venv/bin/python -m pip install -q -e ".[service,probe,dev,inputs]" 2>&1 | grep -v "^WARNING: Location" || true
-# the probe's torchtune stack, so its tests run (about 50 s; leaves torch as it is, checked below)
-.venv/bin/python -m pip install -q -e ".[torchtune]" 2>&1 | grep -v "^WARNING: Location" || true
 version=$(.venv/bin/python -m pip show torch | awk '/^Version:/{print $2}')
 case "$version" in
   2.13.0*) ;;
   *) echo "setup: expected torch 2.13.0, found $version" >&2; exit 1 ;;
+esac
+
+# The probe's torchtune stack runs in a venv of its own, .venv-torchtune: torchtune 0.6.1 imports
+# torchao.dtypes.nf4tensor (gone from torchao 0.16), and peft 0.21 refuses to apply LoRA at all
+# beside a torchao older than 0.16 (peft/import_utils.py:162 raises ImportError), so the two
+# cannot share .venv. `make test` runs tests/probe/test_torchtune_stack.py with it (~50 s here).
+if [ ! -x .venv-torchtune/bin/python ]; then
+  "$PY" -m venv .venv-torchtune
+fi
+if ! .venv-torchtune/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
+  .venv-torchtune/bin/python -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
+fi
+.venv-torchtune/bin/python -m pip install -q -e ".[torchtune]" "pytest>=8" 2>&1 | grep -v "^WARNING: Location" || true
+version=$(.venv-torchtune/bin/python -m pip show torch | awk '/^Version:/{print $2}')
+case "$version" in
+  2.13.0*) ;;
+  *) echo "setup: expected torch 2.13.0 in .venv-torchtune, found $version" >&2; exit 1 ;;
 esac

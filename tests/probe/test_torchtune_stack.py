@@ -1,7 +1,8 @@
 """`--stack torchtune`: steps run by torchtune's own single-device recipes on the CPU.
 
-Needs the `torchtune` extra (torchtune 0.6.1 + torchao 0.11); without it the recipe tests skip
-and the CLI must exit 2 naming `setup.stack`.
+Needs the `torchtune` extra (torchtune 0.6.1 + torchao 0.11), which `make setup` installs in
+`.venv-torchtune` (peft refuses LoRA beside that torchao) and `make test` runs this file with;
+without it the recipe tests skip and the CLI must exit 2 naming `setup.stack`.
 """
 
 from __future__ import annotations
