@@ -164,9 +164,23 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _save(args: argparse.Namespace, doc: dict[str, Any]) -> int:
+    """Write the memtest to `--out` (or its default name) and print its summary."""
+    from probe.runner import default_out_name
+
+    out = Path(args.out) if args.out else Path(default_out_name(doc))
+    try:
+        _write(out, doc)
+    except OSError as exc:
+        print(f"trainfit-probe: error: out: cannot write {out}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(_summary(doc))
+    print(f"wrote {out}")
+    return EXIT_OK
+
+
 def _run_torchtitan(args: argparse.Namespace, raw: list[str], config: dict[str, Any]) -> int:
     """`--stack torchtitan` (probe/torchtitan_stack.py); rank 0 writes the memtest."""
-    from probe.runner import default_out_name
     from probe.stacks import check_stack
     from probe.torchtitan_stack import run_torchtitan, torchtitan_setup
 
@@ -183,15 +197,7 @@ def _run_torchtitan(args: argparse.Namespace, raw: list[str], config: dict[str, 
     )
     if int(os.environ.get("RANK", "0")) != 0:
         return EXIT_OK
-    out = Path(args.out) if args.out else Path(default_out_name(doc))
-    try:
-        _write(out, doc)
-    except OSError as exc:
-        print(f"trainfit-probe: error: out: cannot write {out}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    print(_summary(doc))
-    print(f"wrote {out}")
-    return EXIT_OK
+    return _save(args, doc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,14 +256,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if DistributedRun.from_env(args.device).rank != 0:
         return EXIT_OK  # rank 0 writes the file
-    out = Path(args.out) if args.out else Path(default_out_name(doc))
-    try:
-        _write(out, doc)
-    except OSError as exc:
-        print(f"trainfit-probe: error: out: cannot write {out}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    print(_summary(doc))
-    print(f"wrote {out}")
+    saved = _save(args, doc)
+    if saved != EXIT_OK:
+        return saved
     if args.upload:
         from probe.upload import UploadError, upload_memtest
 

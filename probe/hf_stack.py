@@ -30,7 +30,14 @@ from torch import nn
 from probe.environment import package_version
 from probe.model import BuiltModel, count_params
 from probe.optim import optimizer_state_tensors
-from probe.results import cuda_free_bytes, device_memory, is_oom, new_result, record_measurement
+from probe.results import (
+    cuda_free_bytes,
+    device_memory,
+    is_oom,
+    new_result,
+    record_measurement,
+    tokens_per_second,
+)
 from probe.tracker import StorageTracker
 
 __all__ = ["build_hf_model", "HFSession", "hf_optim", "hf_weight_dtype", "HF_LIBRARIES"]
@@ -456,12 +463,9 @@ class HFSession:
             res["device_memory"] = device_memory(free_before)
         if failure is not None:
             res["status"], res["error"] = failure
-        elif self.device != "fake" and len(res["step_seconds"]) > 0:
-            timed = res["step_seconds"][1:] or res["step_seconds"]
-            mean = sum(timed) / len(timed)
-            if mean > 0:
-                tokens = self.setup["batch"] * self.setup["grad_accum"] * seq
-                res["tokens_per_second"] = round(tokens / mean, 3)
+        elif self.device != "fake":
+            tokens = self.setup["batch"] * self.setup["grad_accum"] * seq
+            res["tokens_per_second"] = tokens_per_second(res["step_seconds"], tokens)
         return res
 
     def _train(self, seq: int, steps: int, callback: Any) -> tuple[str, str] | None:

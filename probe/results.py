@@ -47,6 +47,16 @@ def new_result(seq: int, batch: int, status: str, error: str | None = None) -> d
     }
 
 
+def tokens_per_second(step_seconds: list[float], tokens_per_step: int) -> float | None:
+    """Tokens per second over the timed steps; the first step is left out when there are
+    others (it includes warm-up: allocator growth, optimizer state creation)."""
+    if not step_seconds:
+        return None
+    timed = step_seconds[1:] or step_seconds
+    mean = sum(timed) / len(timed)
+    return round(tokens_per_step / mean, 3) if mean > 0 else None
+
+
 def record_measurement(
     res: dict[str, Any],
     device: str,

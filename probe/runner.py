@@ -42,7 +42,7 @@ from probe.loss import chunked_loss, full_loss
 from probe.model import BuiltModel, UnsupportedSetup, build_model
 from probe.optim import make_training_optimizer, optimizer_state_tensors
 from probe.options import ProbeInputError, normalize_setup, parse_sweep
-from probe.results import cuda_free_bytes, device_memory, record_measurement
+from probe.results import cuda_free_bytes, device_memory, record_measurement, tokens_per_second
 from probe.results import is_oom as _is_oom
 from probe.results import new_result as _result
 from probe.stacks import check_stack
@@ -211,13 +211,10 @@ class _Session:
         return res
 
     def _throughput(self, res: dict[str, Any], seq: int) -> None:
-        if self.device == "fake" or not res["step_seconds"]:
-            return
-        # the first step includes warm-up (allocator growth, optimizer state creation)
-        timed = res["step_seconds"][1:] or res["step_seconds"]
-        mean = sum(timed) / len(timed)
-        if mean > 0:
-            res["tokens_per_second"] = round(self.setup["batch"] * seq / mean, 3)
+        if self.device != "fake":
+            res["tokens_per_second"] = tokens_per_second(
+                res["step_seconds"], self.setup["batch"] * seq
+            )
 
 
 def _attention_kernel(setup: dict[str, Any], kernels: set[str], device: str) -> str:

@@ -52,7 +52,14 @@ from probe.environment import package_version
 from probe.model import BuiltModel, count_params
 from probe.optim import optimizer_state_tensors
 from probe.options import ProbeInputError
-from probe.results import cuda_free_bytes, device_memory, is_oom, new_result, record_measurement
+from probe.results import (
+    cuda_free_bytes,
+    device_memory,
+    is_oom,
+    new_result,
+    record_measurement,
+    tokens_per_second,
+)
 from probe.tracker import StorageTracker
 
 __all__ = [
@@ -769,12 +776,9 @@ class TorchtuneSession:
             gc.collect()
         if failure is not None:
             res["status"], res["error"] = failure
-        elif self.device != "fake" and res["step_seconds"]:
-            timed = res["step_seconds"][1:] or res["step_seconds"]
-            mean = sum(timed) / len(timed)
-            if mean > 0:
-                tokens = self.setup["batch"] * self.setup["grad_accum"] * seq
-                res["tokens_per_second"] = round(tokens / mean, 3)
+        elif self.device != "fake":
+            tokens = self.setup["batch"] * self.setup["grad_accum"] * seq
+            res["tokens_per_second"] = tokens_per_second(res["step_seconds"], tokens)
         return res
 
     def _start(self, recipe: Any, recorder: _StepRecorder) -> tuple[int, int]:

@@ -195,3 +195,12 @@ def test_upload_to_an_unreachable_server_exits_1(capsys, tmp_path):
         "--no-progress",
     )
     assert code == 1 and "upload" in err
+
+
+def test_tokens_per_second_leaves_out_the_warm_up_step():
+    from probe.results import tokens_per_second
+
+    assert tokens_per_second([9.0, 1.0, 3.0], 100) == 50.0  # mean of the timed steps: 2 s
+    assert tokens_per_second([4.0], 100) == 25.0  # one step: it is all there is
+    assert tokens_per_second([], 100) is None
+    assert tokens_per_second([1.0, 0.0], 100) is None
