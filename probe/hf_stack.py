@@ -33,10 +33,10 @@ from probe.optim import optimizer_state_tensors
 from probe.results import (
     cuda_free_bytes,
     device_memory,
+    finish_result,
     is_oom,
     new_result,
     record_measurement,
-    tokens_per_second,
 )
 from probe.tracker import StorageTracker
 
@@ -461,12 +461,8 @@ class HFSession:
         record_measurement(res, self.device, self.tracker, callback.best[1])
         if self.device == "cuda":
             res["device_memory"] = device_memory(free_before)
-        if failure is not None:
-            res["status"], res["error"] = failure
-        elif self.device != "fake":
-            tokens = self.setup["batch"] * self.setup["grad_accum"] * seq
-            res["tokens_per_second"] = tokens_per_second(res["step_seconds"], tokens)
-        return res
+        tokens = self.setup["batch"] * self.setup["grad_accum"] * seq
+        return finish_result(res, failure, self.device, tokens)
 
     def _train(self, seq: int, steps: int, callback: Any) -> tuple[str, str] | None:
         """One `Trainer(...).train()`; returns (status, error) on failure, else None."""

@@ -57,6 +57,18 @@ def tokens_per_second(step_seconds: list[float], tokens_per_step: int) -> float 
     return round(tokens_per_step / mean, 3) if mean > 0 else None
 
 
+def finish_result(
+    res: dict[str, Any], failure: tuple[str, str] | None, device: str, tokens_per_step: int
+) -> dict[str, Any]:
+    """A stack's result after its steps: the failure's (status, error), else the throughput
+    (none in fake mode, where steps take no real time)."""
+    if failure is not None:
+        res["status"], res["error"] = failure
+    elif device != "fake":
+        res["tokens_per_second"] = tokens_per_second(res["step_seconds"], tokens_per_step)
+    return res
+
+
 def record_measurement(
     res: dict[str, Any],
     device: str,

@@ -55,10 +55,10 @@ from probe.options import ProbeInputError
 from probe.results import (
     cuda_free_bytes,
     device_memory,
+    finish_result,
     is_oom,
     new_result,
     record_measurement,
-    tokens_per_second,
 )
 from probe.tracker import StorageTracker
 
@@ -774,12 +774,8 @@ class TorchtuneSession:
                 self._count(recipe)
             del recipe
             gc.collect()
-        if failure is not None:
-            res["status"], res["error"] = failure
-        elif self.device != "fake":
-            tokens = self.setup["batch"] * self.setup["grad_accum"] * seq
-            res["tokens_per_second"] = tokens_per_second(res["step_seconds"], tokens)
-        return res
+        tokens = self.setup["batch"] * self.setup["grad_accum"] * seq
+        return finish_result(res, failure, self.device, tokens)
 
     def _start(self, recipe: Any, recorder: _StepRecorder) -> tuple[int, int]:
         """After `recipe.setup`: hooks attached, the model's weights adopted by the tracker
