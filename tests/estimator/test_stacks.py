@@ -284,6 +284,20 @@ def test_selective_checkpointing_keeps_every_other_matmul() -> None:
     assert _c(gpu, "checkpoints") < _c(sel, "checkpoints") < _c(none, "checkpoints")
 
 
+def test_compiled_selective_checkpointing_drops_the_unread_down_output() -> None:
+    """Eager SAC caches every MUST_SAVE output; the compiled block saves only what its backward
+    reads, and a dense layer's down projection output feeds only the residual add
+    (bench/titan_sac_saved.py on torchtitan@9dec370). An MoE keeps its expert outputs."""
+    eager = TrainingSetup(stack="torchtitan-2024", method="full", precision="mixed")
+    assert eager.checkpointing == "selective" and not eager.compile
+    compiled = eager.model_copy(update={"compile": True})
+    h = 4096
+    drop = _c(_mem(eager), "checkpoints") - _c(_mem(compiled), "checkpoints")
+    assert drop == 4096 * 2 * h * LLAMA8B.layers
+    moe = _c(_mem(eager, spec=MOE), "checkpoints") - _c(_mem(compiled, spec=MOE), "checkpoints")
+    assert moe == 0
+
+
 def test_optimizer_in_backward_frees_each_gradient_after_its_step() -> None:
     setup = TrainingSetup(method="full", precision="bf16", optimizer_impl="in-backward")
     states = _mem(setup).states
