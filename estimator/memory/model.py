@@ -139,7 +139,6 @@ def _gathered_layer_bytes(spec: ModelSpec, setup: TrainingSetup, profile: Profil
 
 
 _STATES: Memo[StateBytes] = Memo()
-_SCALARS = (int, float)
 _ACTS: Memo[tuple[Context, list[tuple[Any, int]]]] = Memo()
 
 
@@ -173,13 +172,8 @@ def memory_breakdown(
     sharding = setup.sharding
     if n > 1 and sharding == "none":
         sharding = "device_map"
-    seq: Any
-    if type(seq_len) in _SCALARS and type(batch) in _SCALARS:  # one length: Python floats,
-        seq = float(seq_len)  # several times faster than numpy's 0-d arrays (same IEEE values)
-        tokens = seq * float(batch)
-    else:
-        seq = np.asarray(seq_len, dtype=np.float64)
-        tokens = seq * np.asarray(batch, dtype=np.float64)
+    seq = np.asarray(seq_len, dtype=np.float64)
+    tokens = seq * np.asarray(batch, dtype=np.float64)
     cb = compute_bytes(setup.precision)
     missing: dict[str, str] = {}
 
