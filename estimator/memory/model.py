@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from estimator import lazy_numpy as np
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.errors import EstimatorInputError
 from estimator.memo import Memo, setup_key
