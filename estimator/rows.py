@@ -6,8 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
+from estimator import lazy_numpy as np
 from estimator.fit import VERDICTS, verdict_code
 from estimator.gpu_options import GpuOption, devices_for
 from estimator.memo import Memo

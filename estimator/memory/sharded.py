@@ -17,9 +17,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import numpy as np
-
 from estimator.dtypes import BF16, FP32, compute_bytes
+from estimator.lazy_numpy import numpy as np
 from estimator.memory.activations import (
     Context,
     head_input_saved,
