@@ -17,6 +17,7 @@ from estimator.memo import Memo, setup_key
 from estimator.memory.activations import (
     Context,
     autocast_forward_casts,
+    frozen_head_cast,
     head_input_saved,
     layer_activations,
     selective_saved,
@@ -139,7 +140,6 @@ def _gathered_layer_bytes(spec: ModelSpec, setup: TrainingSetup, profile: Profil
 
 
 _STATES: Memo[StateBytes] = Memo()
-_SCALARS = (int, float)
 _ACTS: Memo[tuple[Context, list[tuple[Any, int]]]] = Memo()
 
 
@@ -173,13 +173,8 @@ def memory_breakdown(
     sharding = setup.sharding
     if n > 1 and sharding == "none":
         sharding = "device_map"
-    seq: Any
-    if type(seq_len) in _SCALARS and type(batch) in _SCALARS:  # one length: Python floats,
-        seq = float(seq_len)  # several times faster than numpy's 0-d arrays (same IEEE values)
-        tokens = seq * float(batch)
-    else:
-        seq = np.asarray(seq_len, dtype=np.float64)
-        tokens = seq * np.asarray(batch, dtype=np.float64)
+    seq = np.asarray(seq_len, dtype=np.float64)
+    tokens = seq * np.asarray(batch, dtype=np.float64)
     cb = compute_bytes(setup.precision)
     missing: dict[str, str] = {}
 
@@ -260,7 +255,7 @@ def memory_breakdown(
                 setup, profile, grad_tensor_sizes(spec, setup, states),
                 tokens * vocab * logit_dtype, checkpoints,
             )  # fmt: skip
-        logits = logits + _head_grad_bytes(spec, setup)
+        logits = logits + _head_grad_bytes(spec, setup) + frozen_head_cast(spec, setup)
         # the probe stack and a profile's hand rule for the loss (seed 000) predate this term
         hand_rule = profile.get("memory", "logits_bytes_per_logit")
         if ctx is not None and setup.stack != "probe" and not hand_rule:
