@@ -27,7 +27,11 @@ from estimator.memory.activations import (
     rms_norm_saved,
     stream_bytes,
 )
-from estimator.memory.fragmentation import gather_pool_bytes, reserved_with_fragmentation
+from estimator.memory.fragmentation import (
+    gather_pool_bytes,
+    reduce_pool_bytes,
+    reserved_with_fragmentation,
+)
 from estimator.memory.logits import loss_parallel_extra_bytes
 from estimator.memory.model import MemoryBreakdown, memory_breakdown
 from estimator.memory.reserved import allocator_slack
@@ -452,6 +456,9 @@ def layout_breakdown(
         if layout.data == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
         else 0.0
     )
+    # the last step's sharded gradients, cached on the reduce-scatter stream (fragmentation 5)
+    if layout.data == "fsdp" and not keep:
+        hole = hole + reduce_pool_bytes(setup, profile, dp.grads)
     loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
     reserved = reserved_with_fragmentation(allocated, loss_phase, hole, pool, slack)
     detail = {

@@ -490,6 +490,22 @@ def test_fsdp_all_gather_buffers_stay_reserved_on_their_stream() -> None:
     assert float(probe.reserved[0]) - float(probe.allocated[0]) < root
 
 
+def test_fsdp_sharded_gradients_stay_reserved_on_the_reduce_scatter_stream() -> None:
+    """memory/fragmentation.py (5): FSDP2's sharded gradients are views of reduce-scatter
+    outputs allocated on that stream; freed by zero_grad they stay cached there, so at the loss
+    they reserve what gradients kept over micro-batches (grad_accum 2) allocate."""
+    setup = TrainingSetup(
+        stack="torchtitan-2024", method="full", precision="mixed", sharding="fsdp", num_gpus=8
+    )
+    one, two = _mem(setup, 8192, 2), _mem(setup.model_copy(update={"grad_accum": 2}), 8192, 2)
+    grads = LLAMA8B.params_total * 4 / 8  # fp32 sharded gradients
+    kept_grads = float(two.allocated[0]) - float(one.allocated[0])
+    assert kept_grads == pytest.approx(grads, rel=1e-3)
+    assert float(one.reserved[0]) == pytest.approx(float(two.reserved[0]))
+    probe = _mem(setup.model_copy(update={"stack": "probe"}), 8192, 2)
+    assert float(probe.reserved[0]) - float(probe.allocated[0]) < grads
+
+
 def test_bitsandbytes_8bit_adam_stepped_in_backward_makes_no_temporary() -> None:
     """bitsandbytes' 8-bit update is one in-place kernel (optimizer.py:535-590 update_step),
     also when torchtune steps each parameter from its gradient hook: the step phase holds no
