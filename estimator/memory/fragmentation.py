@@ -78,7 +78,10 @@ probe/allocator.py, not fitted to them.
    use them (as in 2). So at the loss reserved >= loss-phase allocated + every sharded
    gradient of the rank. Not counted where the gradients are kept across micro-batches
    (gradient accumulation, a pipeline's micro-batches): there they are allocated at the loss,
-   and counted as such.
+   and counted as such. Applied to every `fsdp` layout, as 2 is: FSDP1 (accelerate's default)
+   also makes the sharded gradient on a stream of its own (torch 2.13 distributed/fsdp/
+   _runtime_utils.py:755 `stream(state._post_backward_stream)`, :848 and :901
+   `new_sharded_grad = torch.empty_like(chunks[0])`).
 """
 
 from __future__ import annotations
