@@ -14,14 +14,17 @@ terms). Verified against real CPU steps by bench/accuracy.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from estimator.dtypes import BF16, FP32
 from estimator.lora import expert_banks, lora_targets
 from estimator.memory.activations_compiled import adapted_count, compiled_layer_saved
 from estimator.memory.weights import amp_full, kbit_fp32
-from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_LINEAR, MLP_MOE, ModelSpec
 from estimator.stacks import load_stack
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 GDN_CHUNK = 64  # fla chunk size for chunk_gated_delta_rule
 

@@ -69,13 +69,15 @@ probe/allocator.py, not fitted to them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator import lazy_numpy as np
 from estimator.dtypes import FP32
 from estimator.profile import Profile
-from estimator.setup import TrainingSetup
 from estimator.stacks import load_stack
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 
 def counts_fragmentation(setup: TrainingSetup, profile: Profile) -> bool:

@@ -15,7 +15,7 @@ A pipeline's first rank (embedding, the schedule's most micro-batches in flight)
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.lazy_numpy import numpy as np
@@ -63,9 +63,11 @@ from estimator.parallel.split import (
     tp_activation_factor,
 )
 from estimator.profile import Profile
-from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_FULL, LAYER_SLIDING, MLP_DENSE, ModelSpec
 from estimator.stacks import load_stack
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 
 def _scalar(value: Any) -> float:
