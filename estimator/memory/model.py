@@ -8,7 +8,7 @@ step (see `_peak`); the seed-000 profile adds every component (`peak_rule: sum`)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator import lazy_numpy as np
 from estimator.dtypes import BF16, FP32, compute_bytes
@@ -47,9 +47,11 @@ from estimator.memory.weights import (
 )
 from estimator.parallel.of_setup import layout_of
 from estimator.profile import Profile
-from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_SLIDING, ModelSpec
 from estimator.stacks import load_stack
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 COMPONENTS = ("weights", "trainable_states", "checkpoints", "recompute_peak", "logits", "overhead")
 

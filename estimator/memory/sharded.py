@@ -15,7 +15,7 @@ A pipeline's first rank (embedding, the schedule's most micro-batches in flight)
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.lazy_numpy import numpy as np
@@ -27,7 +27,11 @@ from estimator.memory.activations import (
     rms_norm_saved,
     stream_bytes,
 )
-from estimator.memory.fragmentation import gather_pool_bytes, reserved_with_fragmentation
+from estimator.memory.fragmentation import (
+    gather_pool_bytes,
+    reduce_pool_bytes,
+    reserved_with_fragmentation,
+)
 from estimator.memory.logits import loss_parallel_extra_bytes
 from estimator.memory.model import MemoryBreakdown, memory_breakdown
 from estimator.memory.reserved import allocator_slack
@@ -65,9 +69,11 @@ from estimator.parallel.split import (
     tp_activation_factor,
 )
 from estimator.profile import Profile
-from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_FULL, LAYER_SLIDING, MLP_DENSE, ModelSpec
 from estimator.stacks import load_stack
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 
 def _scalar(value: Any) -> float:
@@ -409,11 +415,14 @@ def _reserved(
     replica: ReplicaBytes,
     phases: dict[str, dict[str, Any]],
     outputs_kept: bool = False,
+    freed_grads: float = 0.0,
 ) -> Any:
     """The stage's reserved bytes: its allocated peak with the allocator's slack and holes
     (memory/fragmentation.py, memory/reserved.py). `outputs_kept`: the last rank keeps its
     micro-batches' logits (`_kept_outputs`), so they leave no hole at the loss's backward
-    (fragmentation.py 1: a held model output is allocated, not a hole)."""
+    (fragmentation.py 1: a held model output is allocated, not a hole). `freed_grads`: the
+    sharded gradients the last step freed (none where they are kept across micro-batches),
+    cached on FSDP2's reduce-scatter stream at the loss (fragmentation.py 5)."""
     allocated = _largest(phases)
     # the allocator's per-tensor slack on the tensors as the layout shards them: FSDP2 / ZeRO-3
     # over the shard group (the same rule the one-device model applies to `sharding`), so a
@@ -433,6 +442,8 @@ def _reserved(
         if layout.data == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
         else 0.0
     )
+    if layout.data == "fsdp":
+        hole = hole + reduce_pool_bytes(setup, profile, freed_grads)
     loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
     return reserved_with_fragmentation(allocated, loss_phase, hole, pool, slack)
 
@@ -512,7 +523,10 @@ def layout_breakdown(
             "overhead": overhead,
         }
         kept = bool(np.any(np.asarray(outputs) > 0))
-        reserved = _reserved(spec, setup, profile, layout, base, stage, replica, phases, kept)
+        freed = 0.0 if keep else dp.grads
+        reserved = _reserved(
+            spec, setup, profile, layout, base, stage, replica, phases, kept, freed
+        )
         # the worst rank by what the caching allocator holds (torchtitan's benchmark takes the
         # maximum of max_memory_reserved over all GPUs, llama3_h100_202412_torchtitan.md
         # footnote 1); the last rank's loss holes count only there

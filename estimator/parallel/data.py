@@ -52,11 +52,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from estimator.dtypes import BF16, FP32
 from estimator.errors import EstimatorInputError
 from estimator.parallel.layout import Layout
-from estimator.setup import TrainingSetup
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 DDP_BUCKET_CAP_MB = 25  # torch/nn/parallel/distributed.py:31
 ZERO_REDUCE_BUCKET = 5e8  # elements, config.py reduce_bucket_size
