@@ -20,6 +20,7 @@ from estimator.memory.activations import (
     frozen_head_cast,
     head_input_saved,
     layer_activations,
+    rope_table_bytes,
     selective_saved,
     stream_bytes,
 )
@@ -241,7 +242,11 @@ def memory_breakdown(
             checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
             recompute = _recompute_peak(spec, profile, acts, tokens, seq, cb)
             fwd_cache = forward_cache_bytes(setup, profile, _layer_saved(acts, tokens, seq), 0.0)
-        checkpoints = checkpoints / layer_split + mask_bytes(spec, setup, seq, tokens, ctx)
+        checkpoints = (
+            checkpoints / layer_split
+            + mask_bytes(spec, setup, seq, tokens, ctx)
+            + rope_table_bytes(spec, setup, seq)
+        )
         recompute = recompute + _tied_head_grad_buffer(spec, setup, states)
         host = host / layer_split
 
