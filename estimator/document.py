@@ -19,10 +19,8 @@ from estimator.model_source import resolve_model
 from estimator.presets import PRESET_SOURCES, preset_config, preset_ids
 from estimator.profile import Profile, load_profile
 from estimator.profile import list_profiles as _list_profiles
-from estimator.request import CheckRequest, EstimateRequest, RecommendRequest, SolverRequest
 from estimator.rows import estimate_rows, model_summary
 from estimator.scenario import Scenario
-from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 from estimator.time.cost import Price, gpu_price, normalise_prices
 from estimator.time.flops import step_flops_totals
@@ -31,6 +29,8 @@ from estimator.time.step import option_rates
 from estimator.time.tokens import RunTokens, resolve_tokens, seq_len_report
 
 if TYPE_CHECKING:
+    from estimator.request import CheckRequest, EstimateRequest, RecommendRequest, SolverRequest
+    from estimator.setup import TrainingSetup
     from estimator.time.calibration import Calibration
 
 SCHEMA = "trainfit.estimate/1"
@@ -174,6 +174,8 @@ def estimate(
     by_key: dict[tuple[str, str], TrainingSetup] = {}
     for setup in setups:
         if variants:
+            from estimator.setup import TrainingSetup  # (loaded with the request models)
+
             TrainingSetup.model_validate(setup.model_dump())  # overrides re-validated
         by_key[(setup.checkpointing, setup.loss)] = setup
         setup_rows, mem = estimate_rows(

@@ -10,12 +10,15 @@ import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from estimator.architectures import spec_from_config
 from estimator.hub import fetch_config
 from estimator.presets import preset_config
-from estimator.request import ModelInput
 from estimator.spec import ModelSpec, params_only_spec
+
+if TYPE_CHECKING:
+    from estimator.request import ModelInput
 
 CACHE_SIZE = 256
 _specs: OrderedDict[str, ModelSpec] = OrderedDict()

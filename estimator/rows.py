@@ -4,7 +4,7 @@ device) and a verdict per GPU option; and the model summary at its head."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator import lazy_numpy as np
 from estimator.fit import VERDICTS, verdict_code
@@ -13,8 +13,10 @@ from estimator.memo import Memo
 from estimator.memory import memory_breakdown
 from estimator.memory.model import COMPONENTS, MemoryBreakdown
 from estimator.profile import Profile
-from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 
 def _ints(values: Any, shape: tuple[int, ...]) -> list[int]:
@@ -29,6 +31,8 @@ def _ints(values: Any, shape: tuple[int, ...]) -> list[int]:
 
 def _int(value: Any) -> int:
     """`_ints` of one row: whole bytes, rounded up, of a scalar."""
+    if type(value) is float:  # the one-length case (estimator/lazy_numpy.py)
+        return math.ceil(value)
     if type(value) is np.ndarray and value.ndim:
         return _ints(value, (1,))[0]
     return math.ceil(float(value))

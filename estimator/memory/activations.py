@@ -14,15 +14,17 @@ terms). Verified against real CPU steps by bench/accuracy.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.lora import expert_banks, lora_targets
 from estimator.memory.activations_compiled import adapted_count, compiled_layer_saved
 from estimator.memory.weights import amp_full, kbit_fp32
-from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_LINEAR, MLP_MOE, ModelSpec
 from estimator.stacks import load_stack
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 GDN_CHUNK = 64  # fla chunk size for chunk_gated_delta_rule
 
@@ -560,7 +562,21 @@ def selective_saved(ctx: Context, spec: ModelSpec) -> float:
     SDPA; :271 recomputes every second mm). A dense decoder's mms in forward order are q, k, v,
     o, gate, up, down: q, v, gate and down outputs are kept, with SDPA's output and logsumexp
     and the layer's input (the checkpoint's own input). MoE / linear-attention layers use the
-    routed width as the MLP width (approximation)."""
+    routed width as the MLP width (approximation).
+
+    Eager, the policy's cache keeps the output of every MUST_SAVE op whether the backward reads
+    it or not (torch 2.6.0 utils/checkpoint.py:1296-1297 `_CachingTorchDispatchMode`:
+    `storage[func].append(...)`). Compiled (`ctx.compiled`: torchtitan compiles each wrapped
+    block, torchtitan@9dec370 parallelisms/parallelize_llama.py:297-306 apply_compile), the
+    tags only ban or force recomputation, and AOTAutograd saves what its min cut between the
+    forward and the backward's required nodes crosses (torch 2.6.0
+    _functorch/partitioners.py:906, :1003, :1010-1029): a forward value no backward op reads
+    is never saved. A dense layer's down projection output feeds only the residual add
+    (torchtitan@9dec370 models/llama/model.py:324 `out = h + self.feed_forward(...)`), whose
+    backward reads nothing, so compiled it is not kept; an MoE's expert outputs are read by the
+    routing weights' gradient and a post-FFN norm reads its input, so those keep it.
+    bench/titan_sac_saved.py runs torchtitan@9dec370's block and policy both ways: eager keeps
+    the four mm outputs, compiled all but down's."""
     cb = ctx.compute_bytes
     h = spec.hidden or 0
     heads, hd = spec.num_heads or 0, spec.head_dim or 0
@@ -568,7 +584,13 @@ def selective_saved(ctx: Context, spec: ModelSpec) -> float:
     m = spec.intermediate or 0
     if spec.moe is not None:
         m = spec.moe.experts_per_token * spec.moe.expert_intermediate
-    return cb * (h + q + kv + m + h) + cb * q + FP32 * heads
+    down = 0 if ctx.compiled and _down_output_unread(spec) else h
+    return cb * (h + q + kv + m + down) + cb * q + FP32 * heads
+
+
+def _down_output_unread(spec: ModelSpec) -> bool:
+    """The MLP's output feeds only the residual add (a dense MLP with no post-FFN norm)."""
+    return spec.moe is None and spec.norms_per_layer <= 2 and spec.model_type != "gpt2"
 
 
 def _merged_expert_weights(ctx: Context, spec: ModelSpec) -> tuple[float, float]:

@@ -65,17 +65,36 @@ probe/allocator.py, not fitted to them.
    device (`sharding` none): sharded gradients are flat or DTensor shards whose blocks this
    rule does not follow, and the term is not counted there (nor in estimator/memory/
    sharded.py's layouts).
+5. FSDP2's sharded gradients (`reduce_pool_bytes`). foreach_reduce allocates each unit's
+   reduce-scatter output on the reduce-scatter stream and makes the unit's sharded gradients
+   views of it, or its cast to the parameters' dtype made on that stream too (torch 2.6.0
+   distributed/fsdp/_fully_shard/_fsdp_collectives.py:382-383 `reduce_output =
+   reduce_scatter_input.new_empty(...)` under `device_handle.stream(reduce_scatter_stream)`,
+   :425-446 `torch.as_strided(reduce_output, ...)`, :458-460 and :479-481: "the GPU sharded
+   gradient is allocated in the RS stream"; the same in torch 2.13 _fsdp_collectives.py:611-612,
+   :685-696, :734, :763). The step frees them (torchtitan@9dec370 train.py:266
+   `optimizers.zero_grad()` at the start of each step; torch's set_to_none default), and their
+   blocks stay cached for that stream: the next forward and loss, on the default stream, cannot
+   use them (as in 2). So at the loss reserved >= loss-phase allocated + every sharded
+   gradient of the rank. Not counted where the gradients are kept across micro-batches
+   (gradient accumulation, a pipeline's micro-batches): there they are allocated at the loss,
+   and counted as such. Applied to every `fsdp` layout, as 2 is: FSDP1 (accelerate's default)
+   also makes the sharded gradient on a stream of its own (torch 2.13 distributed/fsdp/
+   _runtime_utils.py:755 `stream(state._post_backward_stream)`, :848 and :901
+   `new_sharded_grad = torch.empty_like(chunks[0])`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator import lazy_numpy as np
 from estimator.dtypes import FP32
 from estimator.profile import Profile
-from estimator.setup import TrainingSetup
 from estimator.stacks import load_stack
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 
 def counts_fragmentation(setup: TrainingSetup, profile: Profile) -> bool:
@@ -107,6 +126,15 @@ def gather_pool_bytes(setup: TrainingSetup, profile: Profile, root: float, unit:
     if not counts_fragmentation(setup, profile):
         return 0.0
     return root + unit
+
+
+def reduce_pool_bytes(setup: TrainingSetup, profile: Profile, grads: float) -> float:
+    """FSDP2's reduce-scatter stream pool at the loss (module note, 5): the rank's sharded
+    gradients (`grads`, their bytes at the end of the backward), freed by the step and cached
+    for that stream."""
+    if not counts_fragmentation(setup, profile):
+        return 0.0
+    return grads
 
 
 def forward_cache_bytes(

@@ -286,6 +286,20 @@ def test_selective_checkpointing_keeps_every_other_matmul() -> None:
     assert _c(gpu, "checkpoints") < _c(sel, "checkpoints") < _c(none, "checkpoints")
 
 
+def test_compiled_selective_checkpointing_drops_the_unread_down_output() -> None:
+    """Eager SAC caches every MUST_SAVE output; the compiled block saves only what its backward
+    reads, and a dense layer's down projection output feeds only the residual add
+    (bench/titan_sac_saved.py on torchtitan@9dec370). An MoE keeps its expert outputs."""
+    eager = TrainingSetup(stack="torchtitan-2024", method="full", precision="mixed")
+    assert eager.checkpointing == "selective" and not eager.compile
+    compiled = eager.model_copy(update={"compile": True})
+    h = 4096
+    drop = _c(_mem(eager), "checkpoints") - _c(_mem(compiled), "checkpoints")
+    assert drop == 4096 * 2 * h * LLAMA8B.layers
+    moe = _c(_mem(eager, spec=MOE), "checkpoints") - _c(_mem(compiled, spec=MOE), "checkpoints")
+    assert moe == 0
+
+
 def test_optimizer_in_backward_frees_each_gradient_after_its_step() -> None:
     setup = TrainingSetup(method="full", precision="bf16", optimizer_impl="in-backward")
     states = _mem(setup).states
@@ -476,6 +490,22 @@ def test_fsdp_all_gather_buffers_stay_reserved_on_their_stream() -> None:
     assert slack_free >= root + layer
     probe = _mem(TrainingSetup(stack="probe", **setup), seq=2048)
     assert float(probe.reserved[0]) - float(probe.allocated[0]) < root
+
+
+def test_fsdp_sharded_gradients_stay_reserved_on_the_reduce_scatter_stream() -> None:
+    """memory/fragmentation.py (5): FSDP2's sharded gradients are views of reduce-scatter
+    outputs allocated on that stream; freed by zero_grad they stay cached there, so at the loss
+    they reserve what gradients kept over micro-batches (grad_accum 2) allocate."""
+    setup = TrainingSetup(
+        stack="torchtitan-2024", method="full", precision="mixed", sharding="fsdp", num_gpus=8
+    )
+    one, two = _mem(setup, 8192, 2), _mem(setup.model_copy(update={"grad_accum": 2}), 8192, 2)
+    grads = LLAMA8B.params_total * 4 / 8  # fp32 sharded gradients
+    kept_grads = float(two.allocated[0]) - float(one.allocated[0])
+    assert kept_grads == pytest.approx(grads, rel=1e-3)
+    assert float(one.reserved[0]) == pytest.approx(float(two.reserved[0]))
+    probe = _mem(setup.model_copy(update={"stack": "probe"}), 8192, 2)
+    assert float(probe.reserved[0]) - float(probe.allocated[0]) < grads
 
 
 def test_bitsandbytes_8bit_adam_stepped_in_backward_makes_no_temporary() -> None:

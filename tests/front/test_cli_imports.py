@@ -37,11 +37,20 @@ def test_help_loads_no_heavy_module() -> None:
     assert _loaded("--help") == (0, [])
 
 
-def test_one_preset_on_one_gpu_estimate_loads_no_numpy() -> None:
+def test_one_preset_on_one_gpu_estimate_loads_no_heavy_module() -> None:
+    """No numpy (one length: Python floats), no pydantic (`estimator.plain_request`), no
+    catalog schema (`gpu_catalog.card`)."""
     code, loaded = _loaded("estimate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb")
-    assert code == 0
-    assert "numpy" not in loaded
-    assert "gpu_catalog.schema" not in loaded
+    assert (code, loaded) == (0, [])
+    args = ("estimate", "--model", "qwen3-8b", "--method", "qlora", "--gpu", "h200,2xh200")
+    assert _loaded(*args, "--format", "json") == (0, [])
+
+
+def test_bad_input_still_gets_pydantic_s_message() -> None:
+    """A value the plain request does not vouch for goes to the pydantic model (exit 2)."""
+    code, loaded = _loaded("estimate", "--model", "llama-3.1-8b", "--lora-rank", "0")
+    assert code == 2
+    assert "pydantic" in loaded
 
 
 def test_several_lengths_still_compute_with_numpy() -> None:
