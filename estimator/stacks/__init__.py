@@ -65,6 +65,7 @@ FACTS = (
     "expandable_segments",
     "mixed_precision",
     "rope_cache_buffers",
+    "rope_tables_per_forward",
     "pp_keeps_outputs",
     "pp_keeps_last_reduce_input",
 )
