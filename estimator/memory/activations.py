@@ -14,9 +14,9 @@ terms). Verified against real CPU steps by bench/accuracy.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from estimator.dtypes import BF16, FP32
+from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.lora import expert_banks, lora_targets
 from estimator.memory.activations_compiled import adapted_count, compiled_layer_saved
 from estimator.memory.weights import amp_full, kbit_fp32
@@ -151,6 +151,22 @@ def frozen_head_cast(spec: ModelSpec, setup: TrainingSetup) -> float:
     if not (kbit_fp32(setup) and setup.autocast) or setup.loss not in ("full", "chunked"):
         return 0.0
     return float(BF16 * (spec.hidden or 0) * (spec.vocab or 0))
+
+
+def rope_table_bytes(spec: ModelSpec, setup: TrainingSetup, seq: Any) -> Any:
+    """The rotary cos and sin tables the model's forward builds once (stack fact
+    `rope_tables_per_forward`: transformers 5.24.0 models/llama/modeling_llama.py:110-116,
+    called at :391): (1, seq, `rope_width`) each, position_ids being
+    `arange(seq).unsqueeze(0)` (:379-380; a collator that passes position_ids makes them batch
+    wide), in the dtype of the hidden states (`cos.to(dtype=x.dtype)`: fp32 under AMP full
+    fine-tuning and kbit preparation, whose embeddings are fp32). Every decoder layer takes them
+    as its `position_embeddings` input (:397), which a checkpointed layer keeps for its
+    recompute and `q * cos` saves without checkpointing, so they live through the backward,
+    like the mask (`mask_bytes`)."""
+    if not spec.rope_width or not load_stack(setup.stack).get("rope_tables_per_forward"):
+        return seq * 0.0
+    dtype = FP32 if amp_full(setup) else stream_bytes(setup, compute_bytes(setup.precision))
+    return 2 * seq * spec.rope_width * dtype
 
 
 def stream_bytes(setup: TrainingSetup, compute_bytes: int) -> int:
@@ -471,6 +487,16 @@ def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_pro
         held += cb * m  # down_proj's input, not saved by a frozen Linear
     if down and not ctx.full:
         held += ctx.adapter_transient * m
+    if down and not ctx.full and not ctx.autocast and ctx.adapter_bytes != cb:
+        # peft 0.21.2 tuners/lora/layer.py Linear.forward adds the branch in the adapter's
+        # dtype, `result = result + lora_B(lora_A(dropout(x))) * scaling`, then casts back,
+        # `result.to(torch_result_dtype)`. The backward of those three ops needs no saved
+        # tensor, so it runs before the recompute and leaves, besides the incoming gradient,
+        # the base output's gradient cast back to its dtype (the engine casts a gradient to
+        # its input's dtype) and the branch's scaled gradient in the adapter's dtype pending
+        # for the two matmuls' backward; under autocast the branch is bf16 and the base
+        # output's gradient is the incoming one itself
+        held += ctx.adapter_bytes * h
     return float(held)
 
 

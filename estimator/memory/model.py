@@ -20,6 +20,7 @@ from estimator.memory.activations import (
     frozen_head_cast,
     head_input_saved,
     layer_activations,
+    rope_table_bytes,
     selective_saved,
     stream_bytes,
 )
@@ -234,7 +235,11 @@ def memory_breakdown(
             checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
             recompute = _recompute_peak(spec, profile, acts, tokens, seq, f.cb)
             fwd_cache = forward_cache_bytes(setup, profile, _layer_saved(acts, tokens, seq), 0.0)
-        checkpoints = checkpoints / layer_split + mask_bytes(spec, setup, seq, tokens, ctx)
+        checkpoints = (
+            checkpoints / layer_split
+            + mask_bytes(spec, setup, seq, tokens, ctx)
+            + f.rope_per_position * seq
+        )
         recompute = recompute + f.tied_head_grad
         host = host / layer_split
 
@@ -310,6 +315,7 @@ class _Fixed:
     grad_sizes: list[tuple[float, int]]
     head_grad: float
     head_cast: float
+    rope_per_position: float  # rope's cos/sin bytes per position (rope_table_bytes)
     head_input: float | None  # bytes per token the last norm and the head keep
     per_logit: tuple[Any, Any]  # loss bytes per logit: the forward's, all
     context: float  # the CUDA context (the `overhead` component)
@@ -395,6 +401,7 @@ def _fixed(
         grad_sizes=grad_sizes,
         head_grad=head_grad,
         head_cast=head_cast,
+        rope_per_position=float(rope_table_bytes(spec, setup, 1.0)),
         head_input=head_input,
         per_logit=per_logit,
         context=profile.number("memory", "cuda_context_bytes"),

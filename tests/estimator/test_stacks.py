@@ -115,8 +115,9 @@ def test_kbit_preparation_makes_the_residual_stream_and_the_rest_fp32() -> None:
     prepared = _mem(TrainingSetup(**QLORA, kbit_prepare=True))
     bare = _mem(TrainingSetup(**QLORA))
     per_layer = 4096 * LLAMA8B.hidden
-    assert _c(prepared, "checkpoints") == 4 * per_layer * LLAMA8B.layers
-    assert _c(bare, "checkpoints") == 2 * per_layer * LLAMA8B.layers
+    rope = 2 * 4096 * 128  # cos and sin per forward (activations.rope_table_bytes), per byte
+    assert _c(prepared, "checkpoints") == 4 * (per_layer * LLAMA8B.layers + rope)
+    assert _c(bare, "checkpoints") == 2 * (per_layer * LLAMA8B.layers + rope)
     rest = LLAMA8B.params_total - LLAMA8B.params_linear
     assert _c(prepared, "weights") - _c(bare, "weights") == pytest.approx(2 * rest)
     ctx = Context.build(LLAMA8B, TrainingSetup(**QLORA, kbit_prepare=True), 2)
@@ -174,8 +175,9 @@ def test_sliding_window_mask_is_materialised_beyond_the_window() -> None:
     flash = _mem(setup.model_copy(update={"attention": "flash"}), seq=16384, spec=MISTRAL)
     probe = _mem(setup.model_copy(update={"stack": "probe"}), seq=16384, spec=MISTRAL)
     assert _c(long, "checkpoints") - _c(flash, "checkpoints") == 16384**2
-    assert _c(long, "checkpoints") - _c(probe, "checkpoints") == 16384**2
-    assert _c(short, "checkpoints") == 4096 * MISTRAL.hidden * 2 * MISTRAL.layers
+    rope = 2 * 128 * 2  # bf16 cos and sin per token per forward (activations.rope_table_bytes)
+    assert _c(long, "checkpoints") - _c(probe, "checkpoints") == 16384**2 + 16384 * rope
+    assert _c(short, "checkpoints") == 4096 * MISTRAL.hidden * 2 * MISTRAL.layers + 4096 * rope
 
 
 def test_hf_trainer_keeps_embeddings_in_32bit_under_8bit_adam() -> None:
@@ -552,7 +554,8 @@ def test_hf_mixed_full_fine_tuning_is_amp_fp32_weights_and_no_masters() -> None:
     assert amp.states.step_transient == 0  # fused AdamW steps the fp32 weights in place
     # the layer input kept by each checkpoint is fp32: the residual stream stays fp32
     per_layer = 4096 * LLAMA8B.hidden
-    assert _c(amp, "checkpoints") == 4 * per_layer * LLAMA8B.layers
+    rope = 2 * 4096 * 128  # cos and sin of the fp32 hidden states' dtype (rope_table_bytes)
+    assert _c(amp, "checkpoints") == 4 * (per_layer * LLAMA8B.layers + rope)
     # with autocast off, `mixed` is not AMP
     plain = _mem(TrainingSetup(method="full", precision="mixed", autocast=False))
     assert _c(plain, "weights") == pytest.approx(2 * n, rel=0.01)
