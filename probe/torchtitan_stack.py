@@ -472,7 +472,7 @@ def _local_bytes(tensors: Any) -> int:
             continue
         local = t.to_local() if isinstance(t, DTensor) else t
         storage = local.untyped_storage()
-        key = storage.data_ptr()
+        key = storage._cdata  # not data_ptr(): a fake tensor's storage has none
         if key in seen or storage.nbytes() == 0:
             continue
         seen.add(key)
@@ -489,17 +489,30 @@ def _state_tensors(optimizers: Any) -> list[torch.Tensor]:
 
 
 def _hook_phases(
-    trainer: Any, resident: dict[str, int], ends: list[float], phase: Any
+    trainer: Any, resident: dict[str, int], ends: list[float], phase: Any, current: Any = None
 ) -> list[Any]:
     """Phase ends at the model's output (a forward hook), the optimizer step's start (backward
     and loss done) and its end; at the step's end the resident weights, gradients and
-    optimizer states are measured from the tensors and the time is taken (`ends`)."""
+    optimizer states are measured from the tensors and the time is taken (`ends`). With
+    `current` (the counter's bytes now), the model's output hook also records the bytes alive
+    then (`at_output`), the output's own bytes (`output`) and the buffers' (`buffers`): what
+    the forward keeps for the backward is at_output - params - optimizer - output - buffers
+    (no gradients then: zero_grad(set_to_none=True) ran before the forward)."""
     model = trainer.model_parts[0]
     opts = trainer.optimizers.optimizers
-    handles = [model.register_forward_hook(lambda *a: phase("forward"))]
 
     def params() -> list[torch.Tensor]:
         return [p for m in trainer.model_parts for p in m.parameters()]
+
+    def at_output(module: Any, args: Any, output: Any) -> None:
+        phase("forward")
+        if current is None:
+            return
+        resident["at_output"] = int(current())
+        resident["output"] = _local_bytes([output] if isinstance(output, torch.Tensor) else [])
+        resident["buffers"] = _local_bytes(b for m in trainer.model_parts for b in m.buffers())
+
+    handles = [model.register_forward_hook(at_output)]
 
     def before_step(*a: Any) -> None:
         phase("backward")
@@ -555,7 +568,7 @@ def measure_length(
 
     trainer = Trainer(cfg)
     _gloo_sum_reductions(trainer)
-    handles = _hook_phases(trainer, resident, ends, phase)
+    handles = _hook_phases(trainer, resident, ends, phase, lambda: counter.current() - base)
     # global element counts (a DTensor's numel is the whole parameter's)
     params_total = sum(p.numel() for m in trainer.model_parts for p in m.parameters())
     gc.collect()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from estimator.dtypes import BF16, FP32
 from estimator.lora import expert_banks, lora_targets
 from estimator.memory.activations_compiled import adapted_count, compiled_layer_saved
+from estimator.memory.torchtitan import norm_input_reused, norm_saved_per_row, torch_rms_norm
 from estimator.memory.weights import amp_full, kbit_fp32
 from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_LINEAR, MLP_MOE, ModelSpec
@@ -55,6 +56,7 @@ class Context:
     weight_casts: float = 0.0  # bytes per layer of autocast's bf16 copies of fp32 trained weights
     autocast: bool = False
     input_bytes: int = 0  # bytes per element of a decoder layer's input (the checkpoint)
+    torch_norm: bool = False  # torch.nn.RMSNorm's CUDA kernel (memory/torchtitan.py)
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -100,6 +102,7 @@ class Context:
             casts,
             autocast,
             FP32 if amp_full(setup) else stream,
+            torch_rms_norm(setup),
         )
 
 
@@ -221,6 +224,8 @@ def input_reused(ctx: Context, spec: ModelSpec) -> float:
         return 0.0 if ctx.autocast else float(ctx.input_bytes * h)
     if ctx.fused or ctx.compiled:
         return 0.0
+    if ctx.torch_norm:  # torch.nn.RMSNorm saves the layer input itself (memory/torchtitan.py)
+        return norm_input_reused(ctx.input_bytes, h)
     return float(FP32 * h) if ctx.input_bytes == FP32 else 0.0
 
 
@@ -241,7 +246,10 @@ def inputs_saved(ctx: Context, consumers: list[str], width: int) -> float:
 
 def rms_norm_saved(ctx: Context, width: int, rows: int = 1) -> float:
     """HF RMSNorm: fp32 input (the upcast copy, or the fp32 input itself), rsqrt per row, and
-    the normalised tensor when the norm's weight trains (weight * normed saves normed)."""
+    the normalised tensor when the norm's weight trains (weight * normed saves normed).
+    torch.nn.RMSNorm on CUDA (torchtitan, `ctx.torch_norm`): its input and the fp32 rstd."""
+    if ctx.torch_norm:
+        return norm_saved_per_row(ctx.compute_bytes, width, rows)
     return FP32 * width + FP32 * rows + (width * ctx.compute_bytes if ctx.full else 0)
 
 

@@ -23,6 +23,7 @@ from estimator.memory.activations import (
     selective_saved,
     stream_bytes,
 )
+from estimator.memory import torchtitan
 from estimator.memory.fragmentation import (
     forward_cache_bytes,
     gather_pool_bytes,
@@ -179,7 +180,7 @@ def memory_breakdown(
     missing: dict[str, str] = {}
 
     # what follows up to the length is memoised (estimator/memo.py), AMP or not (`amp_full`)
-    key = (*setup_key(setup), amp_full(setup))
+    key = (*setup_key(setup), amp_full(setup), torchtitan.on_cpu_referee())
     states = _STATES.get((spec,), key, lambda: trainable_state_bytes(spec, setup))
     weights, trainable = _shard(states, weight_bytes(spec, setup, profile), sharding, n)
     weights += rope_buffer_bytes(spec, setup)  # buffers, on every device unsharded
@@ -286,6 +287,7 @@ def memory_breakdown(
     )
     keep_grads = (setup.grad_accum or 1) > 1
     phases = _phases(components, profile, grads, step, embed, keep_grads)
+    torchtitan.add_rope_cache(phases, spec, setup, seq)  # torchtitan's per-layer RoPE caches
     allocated = _peak(phases, overhead) - overhead
     slack = (
         allocator_slack(spec, setup, allocated, n)

@@ -28,6 +28,7 @@ from estimator.memory.activations import (
     rms_norm_saved,
     stream_bytes,
 )
+from estimator.memory import torchtitan
 from estimator.memory.fragmentation import gather_pool_bytes, reserved_with_fragmentation
 from estimator.memory.logits import loss_parallel_extra_bytes
 from estimator.memory.model import MemoryBreakdown, memory_breakdown
@@ -304,7 +305,7 @@ def _phases(
             "logits": logits,
         }
         return {"all": parts}
-    made = zero + (0.0 if keep_grads else dp.grads)
+    made = zero + (0.0 if keep_grads else dp.grads - dp.grads_late)
     held_now = checkpoints
     accumulated = zero
     for fraction, acc in zip(held, (dp.accumulated, dp.accumulated_last), strict=True):
@@ -405,6 +406,7 @@ def layout_breakdown(
     for stage in stages(spec, layout, setup.grad_accum):
         replica = _replica(spec, setup, base, stage, layout)
         dp = data_parallel_bytes(replica, layout, reduce_bytes(setup), chunks)
+        dp = torchtitan.fsdp_units(dp, replica, layout, reduce_bytes(setup), setup)
         # RoPE buffers (weights.rope_buffer_bytes): FSDP2 shards parameters, not buffers
         dp = dataclasses.replace(dp, weights=dp.weights + rope_buffer_bytes(spec, setup))
         acts = _activations(spec, setup, base, stage, layout, tokens)
@@ -417,6 +419,7 @@ def layout_breakdown(
         pipe = _pipeline_buffers(spec, setup, layout, stage, tokens)
         held = held_at_chunk_backwards(m, layout.virtual, stage.in_flight)
         phases = _phases(dp, acts, profile, keep, stage.layers, held, pipe)
+        torchtitan.add_rope_cache(phases, spec, setup, seq)
         allocated = _largest(phases)
         host = np.asarray(base.host) * stage.layers / (spec.layers or 1) + dp.host
         components = {
