@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from estimator.dtypes import BF16, FP32
 from estimator.lora import expert_banks, lora_targets
 from estimator.memory.activations_compiled import adapted_count, compiled_layer_saved
-from estimator.memory.torchtitan import norm_input_reused, norm_saved_per_row, torch_rms_norm
+from estimator.memory.torchtitan import (
+    norm_input_reused,
+    norm_saved_per_row,
+    selective_saved_fused_qkv,
+    torch_rms_norm,
+)
 from estimator.memory.weights import amp_full, kbit_fp32
 from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_LINEAR, MLP_MOE, ModelSpec
@@ -56,7 +61,7 @@ class Context:
     weight_casts: float = 0.0  # bytes per layer of autocast's bf16 copies of fp32 trained weights
     autocast: bool = False
     input_bytes: int = 0  # bytes per element of a decoder layer's input (the checkpoint)
-    torch_norm: bool = False  # torch.nn.RMSNorm's CUDA kernel (memory/torchtitan.py)
+    torch_norm: bool = False  # torchtitan 0.3.0's modules: nn.RMSNorm, fused wqkv (torchtitan.py)
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -541,7 +546,10 @@ def selective_saved(ctx: Context, spec: ModelSpec) -> float:
     SDPA; :271 recomputes every second mm). A dense decoder's mms in forward order are q, k, v,
     o, gate, up, down: q, v, gate and down outputs are kept, with SDPA's output and logsumexp
     and the layer's input (the checkpoint's own input). MoE / linear-attention layers use the
-    routed width as the MLP width (approximation)."""
+    routed width as the MLP width (approximation). torchtitan 0.3.0's fused wqkv:
+    `torchtitan.selective_saved`."""
+    if ctx.torch_norm and spec.moe is None:
+        return selective_saved_fused_qkv(ctx.compute_bytes, spec)
     cb = ctx.compute_bytes
     h = spec.hidden or 0
     heads, hd = spec.num_heads or 0, spec.head_dim or 0

@@ -14,6 +14,7 @@ from estimator import lazy_numpy as np
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.errors import EstimatorInputError
 from estimator.memo import Memo, setup_key
+from estimator.memory import torchtitan
 from estimator.memory.activations import (
     Context,
     autocast_forward_casts,
@@ -23,7 +24,6 @@ from estimator.memory.activations import (
     selective_saved,
     stream_bytes,
 )
-from estimator.memory import torchtitan
 from estimator.memory.fragmentation import (
     forward_cache_bytes,
     gather_pool_bytes,

@@ -19,6 +19,7 @@ from typing import Any
 
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.lazy_numpy import numpy as np
+from estimator.memory import torchtitan
 from estimator.memory.activations import (
     Context,
     head_input_saved,
@@ -27,7 +28,6 @@ from estimator.memory.activations import (
     rms_norm_saved,
     stream_bytes,
 )
-from estimator.memory import torchtitan
 from estimator.memory.fragmentation import gather_pool_bytes, reserved_with_fragmentation
 from estimator.memory.logits import loss_parallel_extra_bytes
 from estimator.memory.model import MemoryBreakdown, memory_breakdown

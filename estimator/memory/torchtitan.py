@@ -178,3 +178,22 @@ def add_rope_cache(
     for parts in phases.values():
         zero = next(iter(parts.values())) * 0.0 if parts else 0.0
         parts["rope_cache"] = zero + cache
+
+
+def selective_saved_fused_qkv(compute_bytes: int, spec: ModelSpec) -> float:
+    """Bytes per token per dense layer torchtitan 0.3.0's per-op SAC keeps. Its llama3 layers
+    fuse q, k and v into one `wqkv` Linear (models/llama3/__init__.py: every flavor builds
+    with fuse_qkv=True; models/common/attention.py FusedQKVLinear), so a layer runs five
+    mms, wqkv, wo, w1, w3, w2 (FeedForward `w2(silu(w1(x)) * w3(x))`), and the policy saves
+    the odd ones (distributed/activation_checkpoint.py:258-274: a per-layer counter,
+    PREFER_RECOMPUTE on every second mm/linear): wqkv's whole output (q + 2 kv), w1's and
+    w2's, plus SDPA's output and logsumexp (torch 2.13 _functorch/partitioners.py:2971-2983
+    compute_intensive_ops: `_scaled_dot_product_flash_attention` and the efficient kernel)
+    and the layer's input (the checkpoint). Under `cpu_referee` SDPA is recomputed: the CPU
+    kernel `_scaled_dot_product_flash_attention_for_cpu` is on neither list."""
+    cb = compute_bytes
+    h, m = spec.hidden or 0, spec.intermediate or 0
+    heads, hd = spec.num_heads or 0, spec.head_dim or 0
+    q, kv = heads * hd, (spec.num_kv_heads or 0) * hd
+    sdpa = 0.0 if _CPU_REFEREE.get() else float(cb * q + FP32 * heads)
+    return float(cb * (h + q + 2 * kv + m + h)) + sdpa
