@@ -180,7 +180,7 @@ def add_rope_cache(
         parts["rope_cache"] = zero + cache
 
 
-def selective_saved_fused_qkv(compute_bytes: int, spec: ModelSpec) -> float:
+def selective_saved_fused_qkv(compute_bytes: int, spec: ModelSpec, keep_down: bool = True) -> float:
     """Bytes per token per dense layer torchtitan 0.3.0's per-op SAC keeps. Its llama3 layers
     fuse q, k and v into one `wqkv` Linear (models/llama3/__init__.py: every flavor builds
     with fuse_qkv=True; models/common/attention.py FusedQKVLinear), so a layer runs five
@@ -190,10 +190,12 @@ def selective_saved_fused_qkv(compute_bytes: int, spec: ModelSpec) -> float:
     w2's, plus SDPA's output and logsumexp (torch 2.13 _functorch/partitioners.py:2971-2983
     compute_intensive_ops: `_scaled_dot_product_flash_attention` and the efficient kernel)
     and the layer's input (the checkpoint). Under `cpu_referee` SDPA is recomputed: the CPU
-    kernel `_scaled_dot_product_flash_attention_for_cpu` is on neither list."""
+    kernel `_scaled_dot_product_flash_attention_for_cpu` is on neither list. `keep_down`
+    False: compiled, w2's output is not kept (`activations.selective_saved`)."""
     cb = compute_bytes
     h, m = spec.hidden or 0, spec.intermediate or 0
     heads, hd = spec.num_heads or 0, spec.head_dim or 0
     q, kv = heads * hd, (spec.num_kv_heads or 0) * hd
     sdpa = 0.0 if _CPU_REFEREE.get() else float(cb * q + FP32 * heads)
-    return float(cb * (h + q + 2 * kv + m + h)) + sdpa
+    down = h if keep_down else 0
+    return float(cb * (h + q + 2 * kv + m + down)) + sdpa
