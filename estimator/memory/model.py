@@ -23,6 +23,7 @@ from estimator.memory.activations import (
     selective_saved,
     stream_bytes,
 )
+from estimator.memory.dequant import dequant_moment
 from estimator.memory.fragmentation import (
     forward_cache_bytes,
     gather_pool_bytes,
@@ -77,6 +78,10 @@ class MemoryBreakdown:
     loss_hole: Any = 0.0  # bytes the eager full loss leaves cached (memory/fragmentation.py)
     forward_cache: Any = 0.0  # the last layer's forward, cached at the loss (fragmentation.py 3)
     grad_cache: Any = 0.0  # the last step's gradient blocks, cached at the loss (fragmentation 4)
+    # of `logits`, what the loss moment holds that is not a vocab-wide tensor, by storage kind:
+    # `gradients` (a trained head's weight gradient, `_head_grad_bytes`), `activations` (the
+    # last norm's and the head's saved inputs, `activations.head_input_saved`)
+    logits_other: dict[str, Any] = field(default_factory=dict)
     parallel: dict[str, Any] | None = None  # the --parallel layout's terms (memory/sharded.py)
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # moment -> part -> bytes
 
@@ -198,6 +203,7 @@ def memory_breakdown(
     checkpoints: Any
     recompute: Any
     ctx: Context | None = None
+    logits_other: dict[str, Any] = {}
     fwd_cache: Any = tokens * 0.0
     grads_cached: Any = tokens * 0.0
     if not spec.geometry_known:
@@ -231,15 +237,16 @@ def memory_breakdown(
                 ],
                 axis=0,
             )
+            recompute = np.maximum(recompute, dequant_moment(ctx, spec, setup, tokens))
         elif setup.checkpointing == "selective":
             checkpoints = tokens * selective_saved(ctx, spec) * layers
-            recompute = _recompute_peak(spec, profile, acts, tokens, seq, cb)
+            recompute = _recompute_peak(spec, profile, acts, tokens, seq, cb, ctx, setup)
             fwd_cache = forward_cache_bytes(
                 setup, profile, _layer_saved(acts, tokens, seq), tokens * selective_saved(ctx, spec)
             )
         else:
             checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
-            recompute = _recompute_peak(spec, profile, acts, tokens, seq, cb)
+            recompute = _recompute_peak(spec, profile, acts, tokens, seq, cb, ctx, setup)
             fwd_cache = forward_cache_bytes(setup, profile, _layer_saved(acts, tokens, seq), 0.0)
         checkpoints = checkpoints / layer_split + mask_bytes(spec, setup, seq, tokens, ctx)
         recompute = recompute + _tied_head_grad_buffer(spec, setup, states)
@@ -255,11 +262,14 @@ def memory_breakdown(
                 setup, profile, grad_tensor_sizes(spec, setup, states),
                 tokens * vocab * logit_dtype, checkpoints,
             )  # fmt: skip
-        logits = logits + _head_grad_bytes(spec, setup)
+        head_grad = _head_grad_bytes(spec, setup)
+        logits = logits + head_grad
+        logits_other["gradients"] = tokens * 0.0 + head_grad
         # the probe stack and a profile's hand rule for the loss (seed 000) predate this term
         hand_rule = profile.get("memory", "logits_bytes_per_logit")
         if ctx is not None and setup.stack != "probe" and not hand_rule:
-            logits = logits + tokens * head_input_saved(ctx, spec, setup.loss)
+            logits_other["activations"] = tokens * head_input_saved(ctx, spec, setup.loss)
+            logits = logits + logits_other["activations"]
         hold = bool(profile.get("memory", "hold_model_output"))
         per_logit = (
             tokens * vocab,
@@ -286,6 +296,7 @@ def memory_breakdown(
     )
     keep_grads = (setup.grad_accum or 1) > 1
     phases = _phases(components, profile, grads, step, embed, keep_grads)
+    _head_grad_at_loss(phases, logits_other.get("gradients"))
     allocated = _peak(phases, overhead) - overhead
     slack = (
         allocator_slack(spec, setup, allocated, n)
@@ -313,6 +324,7 @@ def memory_breakdown(
         reserved=reserved,
         phases=phases,
         loss_hole=hole,
+        logits_other=logits_other,
         forward_cache=fwd_cache,
         grad_cache=grads_cached,
     )
@@ -433,11 +445,19 @@ def _layer_saved(acts: list[Any], tokens: Any, seq: Any) -> Any:
 
 
 def _recompute_peak(
-    spec: ModelSpec, profile: Profile, acts: list[Any], tokens: Any, seq: Any, cb: int
+    spec: ModelSpec,
+    profile: Profile,
+    acts: list[Any],
+    tokens: Any,
+    seq: Any,
+    cb: int,
+    ctx: Context,
+    setup: TrainingSetup,
 ) -> Any:
     """`saved_tensors`: the worst layer's saved activations (rebuilt by the recompute, less
     what is the checkpoint itself, `checkpoint_reused`) plus its backward transient (the larger
-    of the layer's two moments where it has two, `other_transient_per_token`).
+    of the layer's two moments where it has two, `other_transient_per_token`, or the quantized
+    down projection's dequantization, `dequant.dequant_moment`).
     `mlp_tensors` (seed 000's hand rule): `recompute_mlp_tensors` tensors of tokens x
     intermediate plus a fixed attention allowance."""
     if profile.get("memory", "recompute_model") == "mlp_tensors":
@@ -446,6 +466,7 @@ def _recompute_peak(
             "memory", "recompute_attention_bytes"
         )
     worst = tokens * 0.0
+    dequant = dequant_moment(ctx, spec, setup, tokens)
     for a, _ in acts:
         worst = np.maximum(
             worst,
@@ -453,11 +474,24 @@ def _recompute_peak(
             + a.per_token_seq * tokens * seq
             + a.per_layer
             + np.maximum(
-                a.transient_per_token * tokens + a.transient_per_layer,
-                a.other_transient_per_token * tokens,
+                np.maximum(
+                    a.transient_per_token * tokens + a.transient_per_layer,
+                    a.other_transient_per_token * tokens,
+                ),
+                dequant,
             ),
         )
     return worst
+
+
+def _head_grad_at_loss(phases: dict[str, dict[str, Any]], head_grad: Any) -> None:
+    """The loss moment's trained-head gradient (part of `logits`, `_head_grad_bytes`) as a
+    part of its own, `gradients`, as the backward moment's: the kind a memtest counts it as."""
+    loss = phases.get("loss")
+    if loss is None or head_grad is None or not np.any(head_grad):
+        return
+    loss["logits"] = loss["logits"] - head_grad
+    loss["gradients"] = head_grad
 
 
 def _phases(

@@ -67,6 +67,9 @@ FACTS = (
     "rope_cache_buffers",
 )
 
+# Behaviour only some stacks have: a file without the entry has none of it (`get_optional`).
+OPTIONAL_FACTS = ("nf4_dequant",)
+
 
 @dataclass(frozen=True)
 class Fact:
@@ -84,7 +87,8 @@ class Stack:
         return self.entries[key].value
 
     def get_optional(self, key: str, default: Any) -> Any:
-        """An OPTIONAL_OVERRIDES entry's value, or `default` when the file gives none."""
+        """An OPTIONAL_OVERRIDES or OPTIONAL_FACTS entry's value, or `default` when the file
+        gives none."""
         fact = self.entries.get(key)
         return default if fact is None else fact.value
 
