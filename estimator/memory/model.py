@@ -255,16 +255,18 @@ def memory_breakdown(
     host = host + states.paged / (n if sharding in ("fsdp", "zero1", "zero2", "zero3") else 1)
     if vocab and h:
         logit_dtype = BF16 if setup.autocast and setup.precision != "fp32" else stream
-        logits = logits_bytes(tokens, seq, (vocab, h), setup, profile, (logit_dtype, stream))
+        shape, dtypes = (vocab, h), (logit_dtype, stream)
+        head_grad = _head_grad_bytes(spec, setup)
+        logits = logits_bytes(tokens, seq, shape, setup, profile, dtypes, head_grad)
+        if head_grad:  # what the head's gradient adds to the loss's peak
+            without = logits_bytes(tokens, seq, shape, setup, profile, dtypes)
+            logits_other["gradients"] = logits - without
         hole = loss_hole_bytes(setup, profile, tokens * vocab * logit_dtype, logit_dtype)
         if checkpoints is not None and sharding == "none":  # last step's grads (fragmentation 4)
             grads_cached = grad_cache_bytes(
                 setup, profile, grad_tensor_sizes(spec, setup, states),
                 tokens * vocab * logit_dtype, checkpoints,
             )  # fmt: skip
-        head_grad = _head_grad_bytes(spec, setup)
-        logits = logits + head_grad
-        logits_other["gradients"] = tokens * 0.0 + head_grad
         # the probe stack and a profile's hand rule for the loss (seed 000) predate this term
         hand_rule = profile.get("memory", "logits_bytes_per_logit")
         if ctx is not None and setup.stack != "probe" and not hand_rule:
