@@ -30,8 +30,13 @@ after the dequantization. Its backward dequantizes again with the layer's saved 
 incoming gradient alive, less than that. Checked on `--stack torchtune` QLoRA of small-llama at
 256 tokens (the tracker's live storages at the activations' most, bench/accuracy.py): the
 recompute's down projection, the 8 get_original_weight tensors above (2,528,768 B) on the
-layer's saved tensors. The loss has none (the output projection is a plain bf16 Linear,
-torchtune 0.6.1 models/llama3_2/_component_builders.py:266-268).
+layer's saved tensors. Without checkpointing the moment is the first forward's last layer:
+no gradients yet, but the layer's input, which the decoder's loop holds (torchtune 0.6.1
+modules/transformer.py `for layer in self.layers: h = layer(h, ...)`; a checkpoint otherwise),
+with its attention output and residual (modules/transformer.py TransformerSelfAttentionLayer:
+`attn_out`, `h = attn_out + x`, both bound until the layer returns): 3 x hidden (measured the
+same way, QLoRA without checkpointing, 256 tokens). The loss has none (the output projection
+is a plain bf16 Linear, torchtune 0.6.1 models/llama3_2/_component_builders.py:266-268).
 
 Not modelled: `compile` (inductor fuses the dequantization into the layer's graph) and the
 FSDP2 paths (memory/sharded.py).
@@ -76,5 +81,8 @@ def dequant_moment(ctx: Context, spec: ModelSpec, setup: TrainingSetup, tokens: 
     peak = dequant_peak(spec, setup, ctx.compute_bytes)
     if not peak:
         return tokens * 0.0
-    held = _forward_transient(ctx, spec) - ctx.compute_bytes * (spec.hidden or 0)
+    width = ctx.compute_bytes * (spec.hidden or 0)
+    held = _forward_transient(ctx, spec) - width  # the base output comes after the dequant
+    if setup.checkpointing == "none":
+        held -= width  # no gradients (2 x hidden) yet, but the layer's input (the loop holds it)
     return tokens * held + peak

@@ -23,6 +23,7 @@ from estimator.memory.activations import (
     selective_saved,
     stream_bytes,
 )
+from estimator.memory.activations_torchtune import final_norm_backward, first_norm_unsaved
 from estimator.memory.dequant import dequant_moment
 from estimator.memory.fragmentation import (
     forward_cache_bytes,
@@ -226,7 +227,7 @@ def memory_breakdown(
             checkpoints = sum(
                 count * (a.per_token * tokens + a.per_token_seq * tokens * seq + a.per_layer)
                 for a, count in acts
-            )
+            ) - tokens * first_norm_unsaved(ctx, spec, setup)
             recompute = np.max(
                 [
                     np.maximum(
@@ -238,6 +239,7 @@ def memory_breakdown(
                 axis=0,
             )
             recompute = np.maximum(recompute, dequant_moment(ctx, spec, setup, tokens))
+            recompute = np.maximum(recompute, tokens * final_norm_backward(ctx, spec))
         elif setup.checkpointing == "selective":
             checkpoints = tokens * selective_saved(ctx, spec) * layers
             recompute = _recompute_peak(spec, profile, acts, tokens, seq, cb, ctx, setup)

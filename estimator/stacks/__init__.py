@@ -68,7 +68,7 @@ FACTS = (
 )
 
 # Behaviour only some stacks have: a file without the entry has none of it (`get_optional`).
-OPTIONAL_FACTS = ("nf4_dequant",)
+OPTIONAL_FACTS = ("nf4_dequant", "torchtune_modules")
 
 
 @dataclass(frozen=True)

@@ -443,7 +443,8 @@ def test_chunked_losses_keep_the_heads_weight_gradient_with_the_chunks() -> None
     forward = tokens * vocab * (2 + 4) + chunk * vocab * 4
     backward = tokens * vocab * 4 + chunk * vocab * 2 * 4 + tokens * h * 2
     assert backward + head > forward > backward  # the head's gradient decides the moment here
-    norm_and_head_input = tokens * h * 4  # trained last norm's bf16 normed + the head input
+    # the trained last norm's fp32 normed (torchtune's composite RMSNorm) + the head's input
+    norm_and_head_input = tokens * h * (4 + 2)
     full_mem = _mem(full)
     assert _c(full_mem, "logits") - _c(_mem(lora), "logits") == pytest.approx(
         backward + head - forward + norm_and_head_input, rel=1e-9
