@@ -24,31 +24,33 @@ from estimator.rows import estimate_rows, model_summary
 from estimator.scenario import Scenario
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
-from estimator.time.cost import gpu_price, normalise_prices
+from estimator.time.cost import Price, gpu_price, normalise_prices
 from estimator.time.flops import step_flops_totals
-from estimator.time.plan import cell_time_and_cost, training_summary
-from estimator.time.step import OptionRates, option_rates
+from estimator.time.plan import CellFn, option_cells, training_summary
+from estimator.time.step import option_rates
 from estimator.time.tokens import RunTokens, resolve_tokens, seq_len_report
 
 if TYPE_CHECKING:
     from estimator.time.calibration import Calibration
 
 SCHEMA = "trainfit.estimate/1"
-# each GPU option's rates per (spec, profile, GPU) and (setup, option, cards, prices,
-# efficiency): seq-independent, so shared by every row and every request that asks again
-_RATES: Memo[OptionRates] = Memo(1024)
+# each GPU option's cells (its rates, `option_cells`) per (spec, profile, GPU) and (setup,
+# option, cards, prices, efficiency): seq-independent, so shared by every row and every
+# request that asks again
+_RATES: Memo[CellFn] = Memo(1024)
 
 
-def _kept_rates(
+def _kept_cells(
     spec: ModelSpec,
     setup: TrainingSetup,
     profile: Profile,
     at: tuple[int, int, Any, int, str, dict[str, float]],
     efficiency: float | None,
     source: str | None,
-) -> OptionRates:
-    """`option_rates` of one option (`at`: seq, batch, GPU, cards, option text, prices) on
-    copies of the setup and prices: the memo keeps them past the call."""
+    price: Price,
+) -> CellFn:
+    """`option_cells` of one option's `option_rates` (`at`: seq, batch, GPU, cards, option
+    text, prices) on copies of the setup and prices: the memo keeps them past the call."""
     seq, batch, gpu, devices, option, prices = at
     sc = Scenario(
         spec,
@@ -61,7 +63,7 @@ def _kept_rates(
         option=option,
         prices=dict(prices),
     )
-    return option_rates(sc, efficiency, source)
+    return option_cells(option_rates(sc, efficiency, source), price)
 
 
 def _tokens_for(spec: ModelSpec, request: EstimateRequest, seq: int) -> float | None:
@@ -88,8 +90,8 @@ def add_time_and_cost(
     tokens_at: dict[int, float | None] | None = None,
 ) -> Calibration | None:
     """FLOPs once per row (they do not depend on the GPU); the rates of each GPU option once
-    per setup (`option_rates`); `time` and `cost` per row and option (`cell_time_and_cost`,
-    the cells `estimator.time.plan.row_time_and_cost` makes one at a time)."""
+    per setup (`option_cells`); `time` and `cost` per row and option (the cells
+    `estimator.time.plan.row_time_and_cost` makes one at a time)."""
     cal = None
     if request.calibration is not None:
         from estimator.time.calibration import calibrate  # loaded only when asked for
@@ -107,9 +109,9 @@ def add_time_and_cost(
     prices = normalise_prices(request.prices) if request.prices else {}
     option_prices = {k: gpu_price(o.gpu, prices) for k, o in options.items()}
     price_key = tuple(sorted(request.prices.items())) if request.prices else ()
-    # the rates of each GPU option per setup: once per (setup, option), not per row, and
-    # memoised across requests (they do not depend on the length: `option_rates`)
-    rates: dict[tuple[str, str], dict[str, OptionRates]] = {}
+    # the cells of each GPU option per setup: once per (setup, option), not per row, and
+    # memoised across requests (they do not depend on the length: `option_cells`)
+    cells: dict[tuple[str, str], dict[str, CellFn]] = {}
     tokens_at = {} if tokens_at is None else tokens_at  # the run's tokens per length, filled
     for row in rows:
         key = (row["checkpointing"], row["loss"])
@@ -123,9 +125,9 @@ def add_time_and_cost(
             tokens_at[seq] = _tokens_for(spec, request, seq)
         tokens = tokens_at[seq]
         host = row["host_bytes"] or 0
-        by_option = rates.get(key)
+        by_option = cells.get(key)
         if by_option is None:
-            by_option = rates[key] = {}
+            by_option = cells[key] = {}
             skey = setup_key(setup)
             for option, fit in row["fit"].items():
                 efficiency = source = None
@@ -137,12 +139,19 @@ def add_time_and_cost(
                 by_option[option] = _RATES.get(
                     (spec, profile, o.gpu),
                     (skey, option, devices, price_key, efficiency, source),
-                    partial(_kept_rates, spec, setup, profile, at, efficiency, source),
+                    partial(
+                        _kept_cells,
+                        spec,
+                        setup,
+                        profile,
+                        at,
+                        efficiency,
+                        source,
+                        option_prices[option],
+                    ),
                 )
         for option, fit in row["fit"].items():
-            fit["time"], fit["cost"] = cell_time_and_cost(
-                by_option[option], flops, seq, batch, tokens, host, option_prices[option]
-            )
+            fit["time"], fit["cost"] = by_option[option](flops, seq, batch, tokens, host)
             if cal is not None:
                 fit["time"]["measured"] = cal.is_measured(option, seq, batch)
     return cal

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
+from estimator import lazy_numpy as np
 
 VERDICTS = ("fits", "tight", "no")
 

@@ -21,14 +21,14 @@ class GpuOption:
     """A `--gpu` entry: a catalog GPU and how many cards (`2xh200`)."""
 
     option: str
-    gpu: gpu_catalog.GPU
+    gpu: gpu_catalog.Card
     count: int
 
 
 CUSTOM_CAPACITY = re.compile(r"^(?:(\d+)x)?(\d+(?:\.\d+)?)gib$")
 
 
-def custom_gpu(text: str) -> tuple[gpu_catalog.GPU, int] | None:
+def custom_gpu(text: str) -> tuple[gpu_catalog.Card, int] | None:
     """`16gib` (or `2x16gib`): a card known only by its capacity, for "what fits on a 16 GB
     card" questions; it has no rates or price, so time and cost stay unknown."""
     m = CUSTOM_CAPACITY.match(text.strip().lower())
@@ -38,7 +38,7 @@ def custom_gpu(text: str) -> tuple[gpu_catalog.GPU, int] | None:
     if not 0 < gib <= 100_000:
         return None
     capacity = int(gib * 2**30)
-    gpu = gpu_catalog.GPU.model_construct(
+    gpu = gpu_catalog.Card(
         id=f"{m.group(2)}gib",
         name=f"{m.group(2)} GiB card",
         vendor="generic",

@@ -6,8 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
+from estimator import lazy_numpy as np
 from estimator.fit import VERDICTS, verdict_code
 from estimator.gpu_options import GpuOption, devices_for
 from estimator.memo import Memo
@@ -30,6 +29,8 @@ def _ints(values: Any, shape: tuple[int, ...]) -> list[int]:
 
 def _int(value: Any) -> int:
     """`_ints` of one row: whole bytes, rounded up, of a scalar."""
+    if type(value) is float:  # the one-length case (estimator/lazy_numpy.py)
+        return math.ceil(value)
     if type(value) is np.ndarray and value.ndim:
         return _ints(value, (1,))[0]
     return math.ceil(float(value))

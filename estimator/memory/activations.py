@@ -155,6 +155,21 @@ def autocast_forward_casts(spec: ModelSpec, setup: TrainingSetup) -> float:
     return head + layers
 
 
+def frozen_head_cast(spec: ModelSpec, setup: TrainingSetup) -> float:
+    """Bytes of the bf16 copy of a frozen fp32 LM head that autocast makes at the head's
+    forward and the head's matmul keeps until its backward, i.e. through the loss moment. QLoRA
+    after peft's prepare_model_for_kbit_training (`kbit_fp32`: lm_head, or the tied embedding,
+    cast to fp32) under autocast: `linear` is on autocast's lower-precision list and the weight
+    is cast on every call, uncached (torch aten/src/ATen/autocast_mode.cpp `cached_cast`:
+    `can_try_cache` needs `arg.requires_grad()`, a frozen head has none); the matmul saves that
+    copy for its input's gradient (tools/autograd/derivatives.yaml `mm`: `self:
+    mm_mat1_backward(grad, mat2, ...)`). TRL's chunked loss casts it per chunk, also at the
+    loss. A trained fp32 head (AMP full fine-tuning) is `autocast_forward_casts`'s."""
+    if not (kbit_fp32(setup) and setup.autocast) or setup.loss not in ("full", "chunked"):
+        return 0.0
+    return float(BF16 * (spec.hidden or 0) * (spec.vocab or 0))
+
+
 def stream_bytes(setup: TrainingSetup, compute_bytes: int) -> int:
     """Dtype of the residual stream: fp32 once peft's prepare_model_for_kbit_training has cast
     the embeddings and norms to fp32 (peft 0.21.2 utils/other.py:205-209) and bnb's Linear4bit

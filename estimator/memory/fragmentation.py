@@ -71,8 +71,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
+from estimator import lazy_numpy as np
 from estimator.dtypes import FP32
 from estimator.profile import Profile
 from estimator.setup import TrainingSetup

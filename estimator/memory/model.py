@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from estimator import lazy_numpy as np
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.errors import EstimatorInputError
 from estimator.memo import Memo, setup_key
 from estimator.memory.activations import (
     Context,
     autocast_forward_casts,
+    frozen_head_cast,
     head_input_saved,
     layer_activations,
     selective_saved,
@@ -269,11 +269,15 @@ def memory_breakdown(
                 setup, profile, grad_tensor_sizes(spec, setup, states),
                 tokens * vocab * logit_dtype, checkpoints,
             )  # fmt: skip
+        # the frozen fp32 head's bf16 cast: weight-shaped, not vocab-wide (`logits_other`)
+        logits_other["activations"] = tokens * 0.0 + frozen_head_cast(spec, setup)
+        logits = logits + logits_other["activations"]
         # the probe stack and a profile's hand rule for the loss (seed 000) predate this term
         hand_rule = profile.get("memory", "logits_bytes_per_logit")
         if ctx is not None and setup.stack != "probe" and not hand_rule:
-            logits_other["activations"] = tokens * head_input_saved(ctx, spec, setup.loss)
-            logits = logits + logits_other["activations"]
+            head_input = tokens * head_input_saved(ctx, spec, setup.loss)
+            logits_other["activations"] = logits_other["activations"] + head_input
+            logits = logits + head_input
         hold = bool(profile.get("memory", "hold_model_output"))
         per_logit = (
             tokens * vocab,

@@ -28,8 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
+from estimator import lazy_numpy as np
 from estimator.dtypes import BF16, FP32
 from estimator.memo import Memo, setup_key
 from estimator.memory.states import StateBytes

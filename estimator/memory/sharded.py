@@ -17,9 +17,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import numpy as np
-
 from estimator.dtypes import BF16, FP32, compute_bytes
+from estimator.lazy_numpy import numpy as np
 from estimator.memory.activations import (
     Context,
     head_input_saved,
@@ -50,8 +49,10 @@ from estimator.parallel.layout import Layout
 from estimator.parallel.nccl import ASSUMED_CHANNELS, nccl_buffer_bytes
 from estimator.parallel.ring import ring_backward_extra_per_token
 from estimator.parallel.schedule import (
+    accumulated_at_loss,
     boundary_tensors,
     held_at_chunk_backwards,
+    last_stage_outputs_kept,
     reduced_per_chunk,
 )
 from estimator.parallel.split import (
@@ -269,6 +270,23 @@ def _pipeline_buffers(
     return each * count / (layout.tp if layout.sp else 1)
 
 
+def _kept_outputs(
+    spec: ModelSpec, setup: TrainingSetup, layout: Layout, stage: Stage, tokens: Any
+) -> Any:
+    """Bytes of the model outputs the last pipeline rank keeps until the step ends
+    (`schedule.last_stage_outputs_kept`, the stack's fact `pp_keeps_outputs`): one
+    micro-batch's logits each, vocab-split by tp (torchtitan's loss-parallel output layer is
+    ColwiseParallel with Shard(-1) outputs, torchtitan@9dec370 parallelize_llama.py:129-133),
+    in the dtype `_tp_loss_extra` gives the logits."""
+    if layout.pp == 1 or not stage.last or not spec.vocab:
+        return tokens * 0.0
+    keeps = bool(load_stack(setup.stack).get("pp_keeps_outputs"))
+    count = last_stage_outputs_kept(micro_batches(layout, setup.grad_accum), keeps)
+    cb = compute_bytes(setup.precision)
+    dtype = BF16 if setup.autocast and setup.precision != "fp32" else stream_bytes(setup, cb)
+    return tokens * spec.vocab / layout.tp * dtype * count
+
+
 def _stage_name(stage: Stage) -> str:
     if stage.first and stage.last:
         return "only"
@@ -283,6 +301,8 @@ def _phases(
     layers: int,
     held: tuple[float, float] = (0.0, 0.0),
     pipe: Any = 0.0,
+    loss_accumulated: float = 0.0,
+    outputs: Any = 0.0,
 ) -> dict[str, dict[str, Any]]:
     """What is alive at each moment, by part (the same moments as `model._phases`). Under a
     pipeline with FSDP2 the unsharded accumulated gradients exist from the first
@@ -290,7 +310,10 @@ def _phases(
     the larger of all checkpoints and, for each moment of `held`
     (`schedule.held_at_chunk_backwards`: the rank's first backward, and chunk 0's first when
     the chunks are reduced one after the other), that fraction of them plus the gradients then
-    accumulating (`dp.accumulated`, `dp.accumulated_last`)."""
+    accumulating (`dp.accumulated`, `dp.accumulated_last`). `loss_accumulated`: the gradients
+    a pipeline's last rank has accumulated when it computes its later micro-batches' losses
+    (`schedule.accumulated_at_loss`); `outputs`: the model outputs it keeps through the step
+    (`_kept_outputs`), alive at every moment from the last micro-batch's loss on."""
     checkpoints, recompute, logits = acts
     zero = checkpoints * 0.0
     states = zero + dp.states + (dp.grads if keep_grads else 0.0)
@@ -342,7 +365,9 @@ def _phases(
             "unsharded_params": zero + dp.forward_extra,
             "checkpoints": checkpoints,
             "logits": logits,
+            "accumulated_grads": zero + loss_accumulated,
             "pipeline_buffers": zero + pipe,
+            "pipeline_outputs": zero + outputs,
         },
         "backward": {
             "weights": zero + dp.weights,
@@ -354,6 +379,7 @@ def _phases(
             "accumulated_grads": accumulated,
             "recompute_peak_or_reduce": layer_work,
             "pipeline_buffers": zero + pipe,
+            "pipeline_outputs": zero + outputs,
         },
         "end_of_backward": {
             "weights": zero + dp.weights,
@@ -361,14 +387,54 @@ def _phases(
             "buckets": zero + dp.persistent,
             "root_reduce": zero + dp.end_extra,
             "pipeline_buffers": zero + pipe,
+            "pipeline_outputs": zero + outputs,
         },
         "step": {
             "weights": zero + dp.weights,
             "trainable_states": zero + dp.states + dp.grads,
             "buckets": zero + dp.persistent,
             "optimizer_step": zero + dp.step_extra + dp.step_transient,
+            "pipeline_outputs": zero + outputs,
         },
     }
+
+
+def _reserved(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    profile: Profile,
+    layout: Layout,
+    base: MemoryBreakdown,
+    stage: Stage,
+    replica: ReplicaBytes,
+    phases: dict[str, dict[str, Any]],
+    outputs_kept: bool = False,
+) -> Any:
+    """The stage's reserved bytes: its allocated peak with the allocator's slack and holes
+    (memory/fragmentation.py, memory/reserved.py). `outputs_kept`: the last rank keeps its
+    micro-batches' logits (`_kept_outputs`), so they leave no hole at the loss's backward
+    (fragmentation.py 1: a held model output is allocated, not a hole)."""
+    allocated = _largest(phases)
+    # the allocator's per-tensor slack on the tensors as the layout shards them: FSDP2 / ZeRO-3
+    # over the shard group (the same rule the one-device model applies to `sharding`), so a
+    # legacy `sharding` alias and its `parallel` layout are one model
+    sharded_kind = layout.data if layout.data in ("fsdp", "zero3") else "none"
+    slack_setup = setup.model_copy(update={"sharding": sharded_kind, "parallel": None})
+    slack = (
+        allocator_slack(spec, slack_setup, allocated, shard_degree(layout))
+        if profile.get("memory", "count_allocator_slack")
+        else 0.0
+    )
+    # the loss's hole and the last layer's cached forward (memory/fragmentation.py 1, 3)
+    loss_hole = 0.0 if outputs_kept else np.asarray(base.loss_hole)
+    hole = (loss_hole + np.asarray(base.forward_cache)) / layout.tp if stage.last else 0.0
+    pool = (
+        gather_pool_bytes(setup, profile, replica.root_weights, replica.unit_weights)
+        if layout.data == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
+        else 0.0
+    )
+    loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
+    return reserved_with_fragmentation(allocated, loss_phase, hole, pool, slack)
 
 
 def _largest(phases: dict[str, dict[str, Any]]) -> Any:
@@ -401,10 +467,16 @@ def layout_breakdown(
     # FSDP2 reduces each stage at its own last backward (parallel/schedule.py reduced_per_chunk)
     per_chunk = reduced_per_chunk(layout.schedule, m, layout.pp, layout.virtual)
     chunks = layout.virtual if per_chunk else 1
-    best: tuple[Any, dict[str, Any], DataParallelBytes, Any, Stage, Any, ReplicaBytes] | None = None
+    best: tuple[Any, dict[str, Any], DataParallelBytes, Any, Stage, Any, Any] | None = None
     for stage in stages(spec, layout, setup.grad_accum):
         replica = _replica(spec, setup, base, stage, layout)
-        dp = data_parallel_bytes(replica, layout, reduce_bytes(setup), chunks)
+        dp = data_parallel_bytes(
+            replica,
+            layout,
+            reduce_bytes(setup),
+            chunks,
+            bool(load_stack(setup.stack).get("pp_keeps_last_reduce_input")),
+        )
         # RoPE buffers (weights.rope_buffer_bytes): FSDP2 shards parameters, not buffers
         dp = dataclasses.replace(dp, weights=dp.weights + rope_buffer_bytes(spec, setup))
         acts = _activations(spec, setup, base, stage, layout, tokens)
@@ -416,7 +488,19 @@ def layout_breakdown(
             )
         pipe = _pipeline_buffers(spec, setup, layout, stage, tokens)
         held = held_at_chunk_backwards(m, layout.virtual, stage.in_flight)
-        phases = _phases(dp, acts, profile, keep, stage.layers, held, pipe)
+        at_loss = accumulated_at_loss(layout.schedule, m, layout.pp) and stage.last
+        outputs = _kept_outputs(spec, setup, layout, stage, tokens)
+        phases = _phases(
+            dp,
+            acts,
+            profile,
+            keep,
+            stage.layers,
+            held,
+            pipe,
+            loss_accumulated=dp.accumulated if at_loss else 0.0,
+            outputs=outputs,
+        )
         allocated = _largest(phases)
         host = np.asarray(base.host) * stage.layers / (spec.layers or 1) + dp.host
         components = {
@@ -427,34 +511,16 @@ def layout_breakdown(
             "logits": acts[2],
             "overhead": overhead,
         }
-        if best is None or float(np.max(allocated)) > float(np.max(best[0])):
-            best = (allocated, components, dp, host, stage, phases, replica)
+        kept = bool(np.any(np.asarray(outputs) > 0))
+        reserved = _reserved(spec, setup, profile, layout, base, stage, replica, phases, kept)
+        # the worst rank by what the caching allocator holds (torchtitan's benchmark takes the
+        # maximum of max_memory_reserved over all GPUs, llama3_h100_202412_torchtitan.md
+        # footnote 1); the last rank's loss holes count only there
+        if best is None or float(np.max(reserved)) > float(np.max(best[6])):
+            best = (allocated, components, dp, host, stage, phases, reserved)
     assert best is not None
-    allocated, components, dp, host, stage, phases, replica = best
+    allocated, components, dp, host, stage, phases, reserved = best
     n = layout.gpus
-    # the allocator's per-tensor slack on the tensors as the layout shards them: FSDP2 / ZeRO-3
-    # over the shard group (the same rule the one-device model applies to `sharding`), so a
-    # legacy `sharding` alias and its `parallel` layout are one model
-    sharded_kind = layout.data if layout.data in ("fsdp", "zero3") else "none"
-    slack_setup = setup.model_copy(update={"sharding": sharded_kind, "parallel": None})
-    slack = (
-        allocator_slack(spec, slack_setup, allocated, shard_degree(layout))
-        if profile.get("memory", "count_allocator_slack")
-        else 0.0
-    )
-    # the loss's hole and the last layer's cached forward (memory/fragmentation.py 1, 3)
-    hole = (
-        (np.asarray(base.loss_hole) + np.asarray(base.forward_cache)) / layout.tp
-        if stage.last
-        else 0.0
-    )
-    pool = (
-        gather_pool_bytes(setup, profile, replica.root_weights, replica.unit_weights)
-        if layout.data == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
-        else 0.0
-    )
-    loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
-    reserved = reserved_with_fragmentation(allocated, loss_phase, hole, pool, slack)
     detail = {
         "layout": layout.text,
         "gpus": n,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from estimator.dtypes import BF16, FP32, INT8
 from estimator.errors import EstimatorInputError
-from estimator.lora import lora_params, lora_targets
+from estimator.lora import expert_banks, lora_params, lora_targets
 from estimator.memory.weights import MIN_BLOCK, amp_full, kbit_fp32
 from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
@@ -19,6 +19,12 @@ ADAM8BIT_BLOCK = 256
 # bitsandbytes 0.50.2 optim/optimizer.py:383: a paged optimizer pages only the states of
 # tensors with at least 1e5 elements (get_state_buffer); smaller ones stay in torch's allocator.
 PAGED_MIN_ELEMENTS = 100_000
+# bitsandbytes 0.50.2 optim/optimizer.py:502-503 (Optimizer2State.init_state; Optimizer1State
+# :674-675): `if p.numel() < config["min_8bit_size"]: dtype = torch.float32`, default 4096
+# (:414): a tensor of fewer values gets two fp32 states, not 8-bit ones. torchao's AdamW8bit
+# has the same threshold (torchao 0.11.0 optim/adam.py:66-69, "follow bitsandbytes", plus
+# numel % block_size == 0; its fallback `torch.zeros_like(p)` is in the param's dtype).
+MIN_8BIT_SIZE = 4096
 
 
 @dataclass(frozen=True)
@@ -51,12 +57,19 @@ def _matrix_shapes(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[int, int
 
 
 def optimizer_bytes(
-    spec: ModelSpec, setup: TrainingSetup, params: int, state_bytes: int, embed: int = 0
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    params: int,
+    state_bytes: int,
+    embed: int = 0,
+    small: int = 0,
 ) -> float:
     """Optimizer state per trainable parameter.
     adamw: two moments (Loshchilov & Hutter 2019; torch.optim.AdamW keeps them in the param's
-    dtype, fp32 for fp32 masters/adapters). adamw-8bit: two int8 moments + fp32 absmax per 256.
-    sgd: none. sgd-momentum, lion (Chen et al. 2023): one moment. adafactor (Shazeer & Stern 2018,
+    dtype, fp32 for fp32 masters/adapters). adamw-8bit: two int8 moments + fp32 absmax per 256,
+    but two fp32 moments for `embed` (see trained_embedding_params) and for the `small` params
+    in tensors under MIN_8BIT_SIZE values (`small_tensor_params`). sgd: none.
+    sgd-momentum, lion (Chen et al. 2023): one moment. adafactor (Shazeer & Stern 2018,
     torch.optim.Adafactor, beta1=None): factored second moment, rows + cols per matrix."""
     opt = setup.optimizer
     if opt == "adamw":
@@ -64,7 +77,8 @@ def optimizer_bytes(
     if opt == "adamw-8bit":  # `embed` of the params: nn.Embedding weights kept at 32 bits
         if not load_stack(setup.stack).get("embeddings_32bit_under_8bit_adam"):
             embed = 0
-        return (params - embed) * 2 * (INT8 + FP32 / ADAM8BIT_BLOCK) + embed * 2 * FP32
+        wide = embed + min(small, params - embed)
+        return (params - wide) * 2 * (INT8 + FP32 / ADAM8BIT_BLOCK) + wide * 2 * FP32
     if opt == "sgd":
         return 0.0
     if opt in ("sgd-momentum", "lion"):
@@ -79,6 +93,45 @@ def optimizer_bytes(
     factored = sum((rows + cols) * n for rows, cols, n in matrices)
     vectors = max(params - in_matrices, 0)
     return (factored + vectors) * state_bytes
+
+
+def small_tensor_params(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Trainable parameters in tensors of fewer than MIN_8BIT_SIZE values, which the 8-bit
+    optimizers keep at 32 bits. Adapters: each lora_A (r x in) and lora_B (out x r) apart, the
+    expert banks' A (r*E x in) and B (out x r*E), gate_up's fused pair with the rank doubled
+    (see estimator.lora.expert_lora_params); peft's modules_to_save copies are never that small.
+    Full fine-tuning: every Linear weight (an expert bank is one tensor) and bias, the norms
+    (each at most hidden wide: all of them when hidden < 4096, else the q/k norms of head_dim)
+    and attention sinks (one per head per layer); the other groups (conv1d, dt, A) are counted
+    8-bit, a lower bound. 0 without the shapes (a params-only spec)."""
+    if not spec.geometry_known:
+        return 0
+    sizes: list[tuple[int, int]] = []  # (values in the tensor, parameters of that kind)
+    if setup.is_adapter:
+        r = setup.lora_rank
+        for t in lora_targets(spec, setup):
+            sizes += [(r * t.in_features, r * t.in_features * t.count)]
+            sizes += [(r * t.out_features, r * t.out_features * t.count)]
+        for lin in expert_banks(spec, setup):
+            fused = 2 if lin.name in ("gate_proj", "up_proj") else 1  # half of gate_up each
+            a, b = r * lin.experts * lin.in_features, r * lin.experts * lin.out_features
+            sizes += [(fused * a, a * lin.count), (fused * fused * b, fused * b * lin.count)]
+        return sum(n for size, n in sizes if size < MIN_8BIT_SIZE)
+    for lin in spec.linears:
+        weight = lin.experts * lin.in_features * lin.out_features
+        sizes.append((weight, weight * lin.count))
+        if lin.bias:
+            bias = lin.experts * lin.out_features
+            sizes.append((bias, bias * lin.count))
+    layers, hidden, head_dim = spec.layers or 0, spec.hidden or 0, spec.head_dim or 0
+    for g in spec.others:
+        if g.name == "norms" and hidden < MIN_8BIT_SIZE:
+            sizes.append((hidden, g.params))
+        elif g.name == "norms" and spec.qk_norm:
+            sizes.append((head_dim, min(g.params, 2 * layers * head_dim)))
+        elif g.name == "attention_sinks" and layers:
+            sizes.append((g.params // layers, g.params))
+    return sum(n for size, n in sizes if size < MIN_8BIT_SIZE)
 
 
 def embedding_params(spec: ModelSpec) -> int:
@@ -162,7 +215,7 @@ def trainable_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> StateBytes:
         saved_bytes = FP32 if kbit_fp32(setup) or setup.precision == "fp32" else BF16
         params = adapters + saved
         weights = adapters * own + saved * saved_bytes
-        state = optimizer_bytes(spec, setup, adapters, own)
+        state = optimizer_bytes(spec, setup, adapters, own, small=small_tensor_params(spec, setup))
         if saved:  # the copies' states follow their dtype (torch AdamW: the param's dtype)
             state += optimizer_bytes(
                 spec, setup, saved, saved_bytes, trained_embedding_params(spec, setup)
@@ -190,7 +243,14 @@ def trainable_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> StateBytes:
         grads, masters, state = BF16, 0, BF16
     else:
         grads, masters, state = FP32, 0, FP32
-    opt = optimizer_bytes(spec, setup, params, state, trained_embedding_params(spec, setup))
+    opt = optimizer_bytes(
+        spec,
+        setup,
+        params,
+        state,
+        trained_embedding_params(spec, setup),
+        small_tensor_params(spec, setup),
+    )
     largest = largest_tensor(spec)
     return _finish(
         spec,

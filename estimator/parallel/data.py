@@ -137,10 +137,16 @@ def ddp_bytes(r: ReplicaBytes, layout: Layout) -> DataParallelBytes:
 
 
 def fsdp_bytes(
-    r: ReplicaBytes, layout: Layout, reduce_bytes: float, chunks: int = 1
+    r: ReplicaBytes,
+    layout: Layout,
+    reduce_bytes: float,
+    chunks: int = 1,
+    keeps_reduce_input: bool = False,
 ) -> DataParallelBytes:
     """FSDP2 with `layout.wrap_layers` decoder layers per unit (see the module docstring);
-    `chunks`: model chunks of a pipeline rank reduced one after the other (`_pipelined`)."""
+    `chunks`: model chunks of a pipeline rank reduced one after the other (`_pipelined`);
+    `keeps_reduce_input`: the pipeline's stage leaves its last reduce-scatter input referenced
+    into the next step (`_pipelined`)."""
     n = shard_degree(layout)
     if r.masters:  # mixed precision: the sharded parameter is the fp32 master
         shard_params, shard_grads = r.masters / n, r.masters / n
@@ -207,7 +213,7 @@ def fsdp_bytes(
     if layout.pp > 1:
         out.reduce_buffers = unit_reduce  # the gradients stay unsharded (`_pipelined`)
         out.unit_grads = 0.0  # counted in `_pipelined`'s backward_extra
-        _pipelined(out, r, layers_unsharded, reduce_bytes, chunks)
+        _pipelined(out, r, layers_unsharded, reduce_bytes, chunks, keeps_reduce_input)
     if layout.offload == "optimizer":
         raise EstimatorInputError(
             "setup.offload",
@@ -227,6 +233,7 @@ def _pipelined(
     layers_unsharded: float,
     reduce_bytes: float,
     chunks: int = 1,
+    keeps_reduce_input: bool = False,
 ) -> None:
     """FSDP2 inside a pipeline stage (module docstring): every unit unsharded, the gradients
     accumulated unsharded in `reduce_bytes` (the first micro-batch's in the autograd dtype).
@@ -239,7 +246,21 @@ def _pipelined(
     backwards, then chunk 0's (1/v of the layers, plus the embedding on the first rank: stage
     0), whose reduce ends the backward. The parameters' resharding at each REDUCE_GRAD
     (set_reshard_after_backward(True), stage.py:1176) is not modelled: every unit is counted
-    unsharded through the backward."""
+    unsharded through the backward.
+
+    `keeps_reduce_input` (the stack's fact `pp_keeps_last_reduce_input`): the stage's last
+    backward runs FSDP's post_backward for every group by hand (`for state in
+    _state_ctx.all_states: post_backward()`), each keeping its reduce-scatter input in
+    `comm_ctx.reduce_scatter_state` until the next group's post_backward frees it; only
+    `_root_post_backward_final_callback` with is_last_backward frees the last one (torch 2.13
+    fsdp/_fully_shard/_fsdp_state.py:421-431, "the last module's (which no later module's
+    rs_wait clears)"), and the pipelining of Dec 2024 did not call it after the manual loop
+    (added by pytorch/pytorch#144535, 2025-01: "one key hook was missed for FSDP, the
+    _root_post_backward_final_callback"; torch 2.13 pipelining/stage.py:1191 calls it). The
+    last group in `all_states` (the stage module first, then its layers, `named_modules`
+    order) is the last decoder-layer unit, so one unit's gradients in the reduce dtype stay
+    referenced from the end of a step to the next step's last backward, through its peak
+    (`persistent`)."""
     gb = r.grad_bytes
     each = max(reduce_bytes, gb)
     acc = r.trainable * each
@@ -259,6 +280,10 @@ def _pipelined(
     )
     out.terms["fsdp_gathered_units"] = layers_unsharded
     out.terms["fsdp_pipeline_accumulated_grads"] = max(first, last)
+    if keeps_reduce_input:
+        kept = r.unit_trainable * reduce_bytes
+        out.persistent += kept
+        out.terms["fsdp_pipeline_reduce_input_kept"] = kept
 
 
 @dataclass(frozen=True)
@@ -398,10 +423,15 @@ def zero_bytes(r: ReplicaBytes, layout: Layout) -> DataParallelBytes:
 
 
 def data_parallel_bytes(
-    r: ReplicaBytes, layout: Layout, reduce_bytes: float, chunks: int = 1
+    r: ReplicaBytes,
+    layout: Layout,
+    reduce_bytes: float,
+    chunks: int = 1,
+    keeps_reduce_input: bool = False,
 ) -> DataParallelBytes:
     """Per-device bytes under `layout`'s data-parallel kind; `chunks`: a pipeline rank's model
-    chunks reduced one after the other (FSDP2, `schedule.reduced_per_chunk`)."""
+    chunks reduced one after the other (FSDP2, `schedule.reduced_per_chunk`);
+    `keeps_reduce_input`: see `_pipelined`."""
     if layout.data == "dp":
         if layout.offload != "none":
             raise EstimatorInputError(
@@ -409,7 +439,7 @@ def data_parallel_bytes(
             )
         return ddp_bytes(r, layout)
     if layout.data == "fsdp":
-        return fsdp_bytes(r, layout, reduce_bytes, chunks)
+        return fsdp_bytes(r, layout, reduce_bytes, chunks, keeps_reduce_input)
     return zero_bytes(r, layout)
 
 

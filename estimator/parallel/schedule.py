@@ -107,6 +107,28 @@ def losses_in_flight(schedule: str, m: int, p: int) -> int:
     return m if schedule == "gpipe" and p > 1 else 1
 
 
+def accumulated_at_loss(schedule: str, m: int, p: int) -> bool:
+    """Whether the last rank computes later micro-batches' losses after earlier ones'
+    backwards, i.e. with the stage's gradients accumulating (FSDP2 under PP keeps them
+    unsharded until the stage's last backward, `data._pipelined`). 1F1B: the steady state runs
+    backward i, then forward i + 1 and its loss (torch 2.13 schedules.py:1099-1140, `1B1F`);
+    the interleaved schedule appends each steady-state forward before its backward on the last
+    rank's last chunk, which holds the loss (:2793-2808). GPipe runs every forward and loss
+    before the first backward (:905-922, :933)."""
+    return p > 1 and m > 1 and schedule != "gpipe"
+
+
+def last_stage_outputs_kept(m: int, keeps: bool) -> int:
+    """Micro-batch outputs (the model's output: the logits) the last stage holds at its
+    busiest moment, the last micro-batch's loss and backward, when the stack's pipelining
+    keeps them for the step's merged return value: every one (`_PipelineStageBase.
+    forward_one_chunk` appends each to `output_chunks`, cleared at the next step's start,
+    torch 2.13 stage.py:907-908 and schedules.py:772; `step()` returns
+    `_merge_outputs(output_chunks)`, :795-796). 0 when the trainer passes `return_outputs=False`
+    (pytorch/pytorch#165822) or the stack runs no torch pipelining."""
+    return m if keeps else 0
+
+
 def bubble(schedule: str, m: int, p: int, v: int) -> float:
     """Idle fraction of the ideal compute time: (p - 1) / (v m)."""
     if p <= 1:

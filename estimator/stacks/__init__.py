@@ -65,6 +65,8 @@ FACTS = (
     "expandable_segments",
     "mixed_precision",
     "rope_cache_buffers",
+    "pp_keeps_outputs",
+    "pp_keeps_last_reduce_input",
 )
 
 # Behaviour only some stacks have: a file without the entry has none of it (`get_optional`).

@@ -136,14 +136,26 @@ def attention_core_forward(
     """QK^T and PV of every full/sliding attention layer: 2*pairs*heads*(d_qk + d_v) per
     sequence (torch `sdpa_flop_count` with pairs = s^2 when not causal). GQA does not change the
     count (keys are broadcast to the query heads)."""
+    return _attention_core(spec, _attention_layers(spec), seq_len, batch, causal)
+
+
+def _attention_layers(spec: ModelSpec) -> tuple[int, int, int]:
+    """Full, sliding and chunked attention layers (what `attention_core_forward` counts)."""
+    count = spec.count_layers
+    return count(LAYER_FULL), count(LAYER_SLIDING), count(LAYER_CHUNKED)
+
+
+def _attention_core(
+    spec: ModelSpec, layers: tuple[int, int, int], seq_len: int, batch: int, causal: bool = True
+) -> float:
+    """`attention_core_forward` with the layers of each kind counted (`_attention_layers`)."""
     if not spec.num_heads or not spec.head_dim:
         return 0.0
+    n_full, n_sliding, n_chunked = layers
     per_layer_full = attention_pairs(seq_len, None, causal)
     per_layer_sliding = attention_pairs(seq_len, spec.sliding_window, causal)
-    n_full = spec.count_layers(LAYER_FULL)
-    n_sliding = spec.count_layers(LAYER_SLIDING)
     pairs = n_full * per_layer_full + n_sliding * per_layer_sliding
-    pairs += spec.count_layers(LAYER_CHUNKED) * chunked_pairs(seq_len, spec.attention_chunk, causal)
+    pairs += n_chunked * chunked_pairs(seq_len, spec.attention_chunk, causal)
     return 2.0 * pairs * spec.num_heads * core_head_dims(spec) * batch
 
 
@@ -224,6 +236,10 @@ class _FlopsPlan:
     linears: tuple[tuple[str, float], ...]
     lora: tuple[float, ...] | None
     notes: tuple[str, ...]
+    # `linears` by group, in the order the groups first come (what `step_flops_totals` sums)
+    groups: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    attention_layers: tuple[int, int, int] = (0, 0, 0)
+    linear_attention: bool = False  # Gated DeltaNet layers (`gated_deltanet_forward` > 0)
 
 
 def _flops_plan(spec: ModelSpec, setup: TrainingSetup) -> _FlopsPlan:
@@ -251,7 +267,17 @@ def _flops_plan(spec: ModelSpec, setup: TrainingSetup) -> _FlopsPlan:
             "frozen base: activation gradients only (the first layer's are counted although "
             "autograd skips them when the embeddings are frozen)"
         )
-    return _FlopsPlan(per_token, lora, tuple(notes))
+    groups: dict[str, list[float]] = {}
+    for group, flops in per_token:
+        groups.setdefault(group, []).append(flops)
+    return _FlopsPlan(
+        per_token,
+        lora,
+        tuple(notes),
+        tuple((g, tuple(f)) for g, f in groups.items()),
+        _attention_layers(spec),
+        spec.linear_attention is not None and spec.count_layers(LAYER_LINEAR) > 0,
+    )
 
 
 _PLANS: Memo[_FlopsPlan] = Memo()
@@ -285,15 +311,51 @@ def step_flops(spec: ModelSpec, setup: TrainingSetup, seq_len: int, batch: int) 
 def step_flops_totals(
     spec: ModelSpec, setup: TrainingSetup, seq_len: int, batch: int
 ) -> FlopsTotals:
-    """`step_flops(...).total` and `.model_flops`, the same sums without building the parts."""
+    """`step_flops(...).total` and `.model_flops`: `_group_sums`' sums (each part's, from zero,
+    in the order its terms come; then the parts in the order they first come) without building
+    the parts, the notes or a dict."""
     if not spec.geometry_known:
-        f = _params_only(spec, setup, seq_len * batch)
-        return FlopsTotals(f.total, f.model_flops)
-    sums, _ = _group_sums(spec, setup, seq_len, batch)
-    fwd = sum(v[0] for v in sums.values())
-    bwd = sum(v[1] for v in sums.values())
-    rec = sum(v[2] for v in sums.values())
-    return FlopsTotals(fwd + bwd + rec, sum(v[3] for v in sums.values()))
+        p = _params_only(spec, setup, seq_len * batch)
+        return FlopsTotals(p.total, p.model_flops)
+    tokens = seq_len * batch
+    recompute_on = setup.checkpointing in CHECKPOINTED
+    trainable = not setup.is_adapter  # LoRA/QLoRA: every base weight (and lm_head) is frozen
+    plan = _PLANS.get((spec,), setup_key(setup), lambda: _flops_plan(spec, setup))
+    fwd_total = bwd_total = rec_total = model_total = 0.0
+    for group, per_tokens in plan.groups:
+        f = b = r = m = 0.0
+        recomputed = recompute_on and group != "head"
+        for per_token in per_tokens:
+            fwd = per_token * tokens  # linear_forward_flops
+            bwd = 2.0 * fwd if trainable else fwd
+            f += fwd
+            b += bwd
+            r += fwd if recomputed else 0.0
+            m += fwd + bwd
+        fwd_total += f
+        bwd_total += b
+        rec_total += r
+        model_total += m
+    if plan.lora is not None:
+        fwd = 0.0 + sum(per_token * tokens for per_token in plan.lora)  # a float, even for none
+        fwd_total += fwd
+        bwd_total += 2.0 * fwd
+        rec_total += fwd if recompute_on else 0.0
+        model_total += 3.0 * fwd
+    attn = _attention_core(spec, plan.attention_layers, seq_len, batch)
+    if attn:
+        fwd_total += attn
+        bwd_total += 2.5 * attn
+        rec_total += attn if recompute_on else 0.0
+        model_total += 3.0 * attn
+    if plan.linear_attention:
+        gdn = gated_deltanet_forward(spec, seq_len, batch)
+        if gdn:
+            fwd_total += gdn
+            bwd_total += 2.0 * gdn
+            rec_total += gdn if recompute_on else 0.0
+            model_total += 3.0 * gdn
+    return FlopsTotals(fwd_total + bwd_total + rec_total, model_total)
 
 
 def _group_sums(

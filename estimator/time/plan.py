@@ -9,14 +9,14 @@ functions over plain JSON types (seconds and USD as floats).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from estimator.errors import EstimatorInputError
 from estimator.scenario import Scenario
 from estimator.time.cost import Price, gpu_price, normalise_prices, rank_options, run_cost
 from estimator.time.flops import FlopsTotals, StepFlops, step_flops
-from estimator.time.step import OptionRates, cell, option_rates, step_cell
+from estimator.time.step import OptionRates, _rate, cell, comm_bytes, option_rates, step_cell
 
 
 def row_time_and_cost(
@@ -115,6 +115,122 @@ def cell_time_and_cost(
     if step is None and price.usd_per_gpu_hour is not None:
         cost["reason"] = "; ".join(unknown)
     return time, cost
+
+
+CellFn = Callable[
+    [StepFlops | FlopsTotals, int, int, float | None, int], tuple[dict[str, Any], dict[str, Any]]
+]
+
+
+def option_cells(rates: OptionRates, price: Price) -> CellFn:
+    """`cell_time_and_cost` of one option as a function of the row (flops, seq_len, batch,
+    tokens, host_bytes), with what does not depend on the row read once: the estimate
+    document calls it for every row x option. The arithmetic is `step_cell`'s and
+    `cell_time_and_cost`'s, term for term and in the same order
+    (tests/estimator/test_fast_paths.py compares them with `step_time`); a `parallel`
+    layout's cells are `cell`'s."""
+    if rates.layout is not None:
+
+        def layout_cell(
+            flops: StepFlops | FlopsTotals,
+            seq_len: int,
+            batch: int,
+            tokens: float | None,
+            host_bytes: int,
+        ) -> tuple[dict[str, Any], dict[str, Any]]:
+            return cell_time_and_cost(rates, flops, seq_len, batch, tokens, host_bytes, price)
+
+        return layout_cell
+    sc, gpu = rates.sc, rates.gpu
+    setup, profile = sc.setup, sc.profile
+    peak, efficiency, memory = rates.peak_flops, rates.efficiency, rates.memory_seconds
+    per_flop = peak * efficiency if peak else None  # `step_cell`'s divisor
+    source, ranks, cards, sharding = (
+        rates.efficiency_source,
+        rates.ranks,
+        rates.count,
+        rates.sharding,
+    )
+    option_unknown, gpu_id = rates.unknown, gpu.id
+    # `_rate`'s values, and its messages for a row that needs a rate the catalog lacks
+    link = _rate(gpu.host_link_bytes_per_s, "host_link_bytes_per_s", gpu_id, [])
+    net = _rate(gpu.interconnect_bytes_per_s, "interconnect_bytes_per_s", gpu_id, [])
+    link_missing: list[str] = []
+    net_missing: list[str] = []
+    _rate(None, "host_link_bytes_per_s", gpu_id, link_missing)
+    _rate(None, "interconnect_bytes_per_s", gpu_id, net_missing)
+    offload_on = setup.checkpointing == "offload"
+    fixed_volume = rates.comm_volume
+
+    def one_cell(
+        flops: StepFlops | FlopsTotals,
+        seq_len: int,
+        batch: int,
+        tokens: float | None,
+        host_bytes: int,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        flops_total = flops.total
+        unknown = list(option_unknown) if option_unknown else None
+        compute = flops_total / per_flop if per_flop is not None else None
+        offload: float | None = 0.0
+        if offload_on and host_bytes > 0:
+            hidden = rates.offload_hidden
+            if hidden is None:
+                hidden = profile.number("time", "offload_overlap_fraction")
+            if link is None:
+                unknown = [*(unknown or ()), *link_missing]
+                offload = None
+            else:
+                offload = (1.0 - hidden) * (2.0 * host_bytes / link)
+        comm: float | None = 0.0
+        volume = fixed_volume
+        if volume is None:  # device_map: the layer-boundary activations, per token
+            volume = comm_bytes(sc.spec, setup, profile, sharding, cards, seq_len, batch)
+        if volume > 0:
+            hidden = rates.comm_hidden
+            if hidden is None:
+                hidden = profile.number("time", "comm_overlap_fraction")
+            if net is None:
+                unknown = [*(unknown or ()), *net_missing]
+                comm = None
+            else:
+                comm = (1.0 - hidden) * (volume / net)
+        step = None
+        if compute is not None and memory is not None and offload is not None and comm is not None:
+            step = max(compute or 0.0, memory or 0.0) + (offload or 0.0) + (comm or 0.0)
+        tokens_per_step = seq_len * batch * ranks
+        tps = tokens_per_step / step if step else None
+        wall = gpu_hours = None
+        if tokens is not None and tps is not None:
+            wall = tokens / tps / 3600.0
+            gpu_hours = wall * cards
+        time: dict[str, Any] = {
+            "step_seconds": step,
+            "tokens_per_second": tps,
+            "tokens_per_step": tokens_per_step,
+            "compute_seconds": compute,
+            "memory_seconds": memory,
+            "offload_seconds": offload,
+            "comm_seconds": comm,
+            "comm_inter_node_seconds": None,
+            "mfu": flops.model_flops / (step * peak) if step and peak else None,
+            "efficiency": efficiency,
+            "efficiency_source": source,
+            "flops_per_step": flops_total,
+            "model_flops_per_step": flops.model_flops,
+            "gpus": cards,
+            "sharding": sharding,
+            "wall_hours": wall,
+            "gpu_hours": gpu_hours,
+        }
+        if unknown:
+            time["unknown"] = unknown
+        cost = run_cost(gpu_hours, price, gpu_id)
+        if step is None and price.usd_per_gpu_hour is not None:
+            cost["reason"] = "; ".join(unknown or ())
+        return time, cost
+
+    return one_cell
 
 
 def training_summary(

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+from dataclasses import FrozenInstanceError, fields
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,7 @@ from gpu_catalog import (
     UnknownGPUError,
     get_gpu,
     list_gpus,
+    load_cards,
     load_catalog,
     parse_gpu_option,
 )
@@ -238,8 +243,48 @@ def test_load_catalog_is_cached_and_list_gpus_is_a_copy() -> None:
 
 
 def test_gpu_is_frozen() -> None:
+    with pytest.raises(FrozenInstanceError):
+        get_gpu("h200").capacity_bytes = 1  # type: ignore[misc]
     with pytest.raises(ValidationError):
-        get_gpu("h200").capacity_bytes = 1
+        load_catalog().gpus[0].capacity_bytes = 1
+
+
+def test_cards_hold_the_validated_catalog_values_with_their_types() -> None:
+    """The plain load path (`load_cards`, what lookups read) and the pydantic schema read the
+    data file alike: every field, value and type (an int in a float field becomes a float)."""
+    cards, catalog = load_cards(), load_catalog()
+    assert cards.ids == catalog.ids
+    assert cards.aliases == catalog.aliases
+    for card, gpu in zip(cards.cards, catalog.gpus, strict=True):
+        plain = {f.name: getattr(card, f.name) for f in fields(card)}
+        validated = gpu.model_dump()
+        assert list(plain) == list(validated)  # the schema's fields, in its order
+        assert plain == validated
+        assert {k: type(v) for k, v in plain.items()} == {
+            k: type(v) for k, v in validated.items()
+        }, card.id
+        assert (card.label, card.capacity_gib) == (gpu.label, gpu.capacity_gib)
+
+
+def test_lookup_finds_what_the_schema_catalog_finds() -> None:
+    catalog, cards = load_catalog(), load_cards()
+    for key in [*catalog.ids, *catalog.aliases, " H200 ", "A100-80GB", "nope"]:
+        gpu, card = catalog.find(key), cards.find(key)
+        assert (None if gpu is None else gpu.id) == (None if card is None else card.id), key
+
+
+def test_importing_the_catalog_builds_no_pydantic_model() -> None:
+    """`import gpu_catalog` and a lookup leave pydantic unloaded (CLI start-up, issue 17)."""
+    code = (
+        "import sys, gpu_catalog; gpu_catalog.parse_gpu_option('2xh200'); "
+        "print('pydantic' in sys.modules)"
+    )
+    root = Path(__file__).parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False"
 
 
 # --- the schema -----------------------------------------------------------------------------

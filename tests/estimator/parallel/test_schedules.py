@@ -3,6 +3,9 @@ and buffers, read from torch's schedules (estimator/parallel/schedule.py), and t
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -12,12 +15,14 @@ from estimator.memory import memory_breakdown
 from estimator.parallel import check_model
 from estimator.parallel.of_setup import layout_of
 from estimator.parallel.schedule import (
+    accumulated_at_loss,
     boundary_sends,
     boundary_tensors,
     bubble,
     held_at_chunk_backwards,
     in_flight,
     interleaved_warmup_ops,
+    last_stage_outputs_kept,
     reduced_per_chunk,
     rounds,
 )
@@ -28,6 +33,7 @@ from estimator.setup import TrainingSetup
 
 LLAMA8B = spec_from_config(preset_config("llama-3.1-8b"))
 DEFAULT = load_profile("default")
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _mem(gpus: int, **setup):
@@ -165,10 +171,25 @@ def test_interleaved_chunks_are_reduced_apart_in_torchs_op_order(m, p, v) -> Non
     assert not reduced_per_chunk("1f1b", m, p, 1)
 
 
-def test_interleaved_holds_one_chunks_accumulated_gradients_and_1f1b_all() -> None:
+def _only_stage(monkeypatch: pytest.MonkeyPatch, which: str) -> None:
+    """Evaluate one pipeline rank (`first` or `last`) instead of the worst of the two."""
+    import estimator.memory.sharded as sharded
+
+    def one(*args: object) -> list[Stage]:
+        both = stages(*args)  # type: ignore[arg-type]
+        return [s for s in both if (s.first if which == "first" else s.last)][:1]
+
+    monkeypatch.setattr(sharded, "stages", one)
+
+
+def test_interleaved_holds_one_chunks_accumulated_gradients_and_1f1b_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """FSDP2 under PP: torch reduces each stage at its own last backward, so interleaved's
     backward peak holds 1/v of the rank's layer gradients (the first-backwarded chunk), not all
-    of them; 1F1B's single stage, and interleaved with two rounds, hold all of them."""
+    of them; 1F1B's single stage, and interleaved with two rounds, hold all of them (the first
+    rank; the last rank's loss with its accumulated gradients is the worse here)."""
+    _only_stage(monkeypatch, "first")
 
     def mem(schedule: str, accum: int | None = None):
         s = TrainingSetup(
@@ -251,3 +272,117 @@ def test_ring_attention_backward_buffers_grow_with_the_ring() -> None:
         single.components["recompute_peak"][0]
     )
     assert extra == pytest.approx(2048 * two, rel=0.01)
+
+
+def test_last_rank_computes_later_losses_with_its_gradients_accumulated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """1F1B's last rank runs backward i, then forward i + 1 and its loss (torch schedules.py
+    1B1F): from the second micro-batch on, its loss coexists with the stage's accumulated
+    unsharded gradients (FSDP2 under PP). GPipe runs every loss before any backward."""
+    _only_stage(monkeypatch, "last")
+
+    def loss_phase(schedule: str):
+        b = _mem(8, parallel="fsdp=2,pp=4", pp_schedule=schedule)
+        assert b.phases is not None
+        return b.phases["loss"], float(b.phases["backward"]["accumulated_grads"][0])
+
+    one, acc = loss_phase("1f1b")
+    assert acc > 0
+    assert float(one["accumulated_grads"][0]) == pytest.approx(acc)
+    gpipe, _ = loss_phase("gpipe")
+    assert float(gpipe["accumulated_grads"][0]) == 0.0
+    assert accumulated_at_loss("1f1b", 4, 4) and accumulated_at_loss("interleaved-1f1b", 4, 4)
+    assert not accumulated_at_loss("gpipe", 4, 4)
+    assert not accumulated_at_loss("1f1b", 1, 4)  # one micro-batch: no earlier backward
+
+
+def test_torchtitan_2024_last_rank_keeps_every_micro_batchs_logits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch's pipelining of Dec 2024 keeps every last-stage output (the logits) in
+    output_chunks for step()'s merged return value; torchtitan@9dec370 did not opt out
+    (return_outputs=False came in 2025): m micro-batches x tokens x vocab / tp, bf16. Today's
+    torchtitan passes return_outputs=False: none kept."""
+    _only_stage(monkeypatch, "last")
+
+    def outputs(stack: str) -> float:
+        s = TrainingSetup(
+            num_gpus=16,
+            stack=stack,
+            method="full",
+            precision="mixed",
+            checkpointing="gpu",
+            parallel="fsdp=2,tp=2,sp,pp=4",
+        )
+        b = memory_breakdown(LLAMA8B, s, [4096], 2, DEFAULT, devices=16)
+        assert b.phases is not None
+        kept = {float(p.get("pipeline_outputs", [0.0])[0]) for p in b.phases.values()}
+        assert len(kept) == 1  # alive at every moment from the last loss to the next step
+        return kept.pop()
+
+    m, tokens, vocab, tp = 4, 4096 * 2, 128_256, 2
+    assert outputs("torchtitan-2024") == pytest.approx(m * tokens * vocab / tp * 2)
+    assert outputs("torchtitan") == 0.0
+    assert last_stage_outputs_kept(8, True) == 8 and last_stage_outputs_kept(8, False) == 0
+
+
+def test_the_worst_rank_is_chosen_by_reserved_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchtitan's benchmark reports the maximum of max_memory_reserved over all GPUs
+    (llama3_h100_202412_torchtitan.md, footnote 1): the layout's figure is the larger of the
+    first and the last rank's reserved bytes. On its 405B 1F1B row the two ranks allocate
+    about the same, and the last rank's loss leaves more cached (its last layer's forward,
+    memory/fragmentation.py 3), so choosing by allocated bytes would report the first rank."""
+    raw = json.loads((ROOT / "bench" / "data" / "published_cases.json").read_text())["configs"]
+    spec = spec_from_config({k: v for k, v in raw["llama-3.1-405b"].items() if k != "_source"})
+    s = TrainingSetup(
+        num_gpus=512,
+        stack="torchtitan-2024",
+        method="full",
+        precision="mixed",
+        optimizer_impl="foreach",
+        checkpointing="gpu",
+        loss="full",
+        compile=True,
+        parallel="fsdp=8,tp=8,sp,pp=8",
+        pp_schedule="1f1b",
+        reshard_after_forward=False,
+    )
+    chosen = memory_breakdown(spec, s, [8192], 4, DEFAULT, devices=512)
+    each = {}
+    for which in ("first", "last"):
+        with monkeypatch.context() as mp:
+            _only_stage(mp, which)
+            b = memory_breakdown(spec, s, [8192], 4, DEFAULT, devices=512)
+            each[which] = (float(b.allocated[0]), float(b.reserved[0]))
+    assert each["first"][0] >= each["last"][0]
+    assert each["last"][1] > each["first"][1]
+    assert chosen.parallel is not None and chosen.parallel["stage"] == "last"
+    assert float(chosen.reserved[0]) == pytest.approx(each["last"][1])
+
+
+def test_torchtitan_2024_keeps_the_last_reduce_scatter_input_into_the_next_step() -> None:
+    """The pipelining of Dec 2024 ran FSDP2's post_backward by hand at a stage's last backward
+    without the root's final callback (added by pytorch/pytorch#144535), the only place the
+    last group's reduce-scatter input is released: one decoder-layer unit's gradients in the
+    reduce dtype (fp32 under torchtitan) stay referenced through the next step, in every
+    phase. torch 2.13 (today's torchtitan) calls the callback."""
+
+    def mem(stack: str):
+        s = TrainingSetup(
+            num_gpus=16,
+            stack=stack,
+            method="full",
+            precision="mixed",
+            checkpointing="gpu",
+            parallel="fsdp=2,tp=2,sp,pp=4",
+        )
+        return memory_breakdown(LLAMA8B, s, [4096], 2, DEFAULT, devices=16)
+
+    old, new = mem("torchtitan-2024"), mem("torchtitan")
+    assert old.parallel is not None and new.parallel is not None
+    unit = 218_112_000 / 2 * 4  # one llama-3.1-8b decoder layer on a tp=2 rank, fp32
+    assert old.parallel["fsdp_pipeline_reduce_input_kept"] == pytest.approx(unit, rel=1e-3)
+    assert "fsdp_pipeline_reduce_input_kept" not in new.parallel
+    for phase in old.phases.values():
+        assert float(phase["buckets"][0]) == pytest.approx(unit, rel=1e-3)

@@ -1,0 +1,129 @@
+"""numpy for the memory model, loaded on first real use: one configuration (one length, one
+batch: Python floats) never loads it, a sweep or several lengths (arrays) do (issue 17: numpy's
+import is ~0.07 s of a 0.3 s `trainfit estimate`).
+
+    from estimator import lazy_numpy as np  # np.maximum(a, b), np.where(c, a, b), ...
+
+The functions below take a Python `int`/`float` case in Python and hand anything else (arrays,
+numpy scalars, a `dtype` other than float64) to numpy's function of the same name. The Python
+case gives numpy's value: the same IEEE-754 double operations (`max`, `min`, `ceil`, `floor`
+are exact; `log2` is C's, which agrees with numpy's on the integer-valued inputs the logits
+chunk rule gives it), NaN propagated as numpy's `maximum`/`max` do, and the result type numpy
+would pick (float when any argument is a float, int when all are ints). It returns a Python
+float where numpy returns a float64 scalar: equal values, equal `str` and JSON.
+
+Any other name (`np.broadcast_to`, `np.full`, ...) is numpy's own and loads numpy, except
+`ndarray` before numpy is loaded (a placeholder class: no array can exist yet), `float64`
+before numpy is loaded (`float`, numpy's alias of float64 as a dtype) and `nan`.
+
+`numpy` is numpy itself, loaded on first attribute access, for modules that need its exact
+behaviour on every input (`from estimator.lazy_numpy import numpy as np`)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+_SCALARS = (int, float)  # exact types: bool and numpy scalars go to numpy
+NAN = math.nan
+
+
+def _numpy() -> Any:
+    import numpy
+
+    return numpy
+
+
+class _NoArray:
+    """`ndarray` before numpy is loaded: nothing is an instance of it."""
+
+
+class _LazyNumpy:
+    """numpy, imported by the first attribute read."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(_numpy(), name)
+
+
+numpy: Any = _LazyNumpy()
+
+
+def __getattr__(name: str) -> Any:
+    if "numpy" not in sys.modules:
+        if name == "ndarray":
+            return _NoArray
+        if name == "float64":
+            return float
+        if name == "nan":
+            return NAN
+    return getattr(_numpy(), name)
+
+
+def _is_float64(dtype: Any) -> bool:
+    return dtype is float or getattr(dtype, "__name__", None) == "float64"
+
+
+def asarray(x: Any, dtype: Any = None) -> Any:
+    """`np.asarray(x, dtype=np.float64)`; a Python scalar stays a Python float."""
+    if type(x) in _SCALARS and _is_float64(dtype):
+        return float(x)
+    return _numpy().asarray(x, dtype=dtype)
+
+
+def _result(value: Any, *args: Any) -> Any:
+    """numpy's result type for Python scalars: float if any argument is a float."""
+    return float(value) if any(type(a) is float for a in args) else value
+
+
+def maximum(a: Any, b: Any) -> Any:
+    if type(a) in _SCALARS and type(b) in _SCALARS:
+        if a != a or b != b:  # NaN wins, as numpy's maximum
+            return NAN
+        return _result(a if a >= b else b, a, b)
+    return _numpy().maximum(a, b)
+
+
+def minimum(a: Any, b: Any) -> Any:
+    if type(a) in _SCALARS and type(b) in _SCALARS:
+        if a != a or b != b:
+            return NAN
+        return _result(a if a <= b else b, a, b)
+    return _numpy().minimum(a, b)
+
+
+def where(condition: Any, a: Any, b: Any) -> Any:
+    if type(condition) is bool and type(a) in _SCALARS and type(b) in _SCALARS:
+        return _result(a if condition else b, a, b)
+    return _numpy().where(condition, a, b)
+
+
+def ceil(x: Any) -> Any:
+    if type(x) in _SCALARS:
+        return float(math.ceil(x)) if math.isfinite(x) else float(x)  # inf, NaN: themselves
+    return _numpy().ceil(x)
+
+
+def floor(x: Any) -> Any:
+    if type(x) in _SCALARS:
+        return float(math.floor(x)) if math.isfinite(x) else float(x)
+    return _numpy().floor(x)
+
+
+def log2(x: Any) -> Any:
+    if type(x) in _SCALARS and 0 < x <= math.inf:
+        return math.log2(x)
+    return _numpy().log2(x)  # 0, negative, NaN: numpy's value and warning
+
+
+def max(values: Any, axis: Any = None) -> Any:  # noqa: A001 (numpy's name)
+    """`np.max(values, axis=0)` of a list of Python scalars: the largest, NaN winning."""
+    if type(values) is list and values and all(type(v) in _SCALARS for v in values):
+        if any(v != v for v in values):
+            return NAN
+        top = values[0]
+        for v in values[1:]:
+            if v > top:
+                top = v
+        return _result(top, *values)
+    return _numpy().max(values, axis=axis)
