@@ -119,7 +119,10 @@ def torchtune_modules(ctx: Context) -> str:
        scale differs from the fp32 input's dtype, so torch takes the composite (aten/src/ATen/
        native/layer_norm.cpp `rms_norm_symint` -> `rms_norm_composite` on a dtype mismatch; on
        the CPU always): `upcasted_input.mul(rsqrt)` then `.mul(weight)`, which saves the fp32
-       normed tensor when the scale trains (`rms_norm_saved`)."""
+       normed tensor when the scale trains (`rms_norm_saved`). This form is in the 0.6.0 and
+       0.6.1 releases only (pytorch/torchtune 1450d6126, 2024-11-25, to c5c160b42, 2025-03-26,
+       on main): the 2024 README rows (1814feb17) and main bd2a0fc7c cast the normed to bf16
+       before the scale, as transformers does (1 and 2 hold at all three)."""
     return "torchtune 0.6.1 attention and RMSNorm" if ctx.torchtune else ""
 
 

@@ -46,7 +46,7 @@ OVERRIDES = (
 
 # TrainingSetup fields a stack file may give a default for; without one the field's own default
 # stands (`fsdp_wrap`: `layer`, the decoder layers as units, the rest in the root).
-OPTIONAL_OVERRIDES = ("fsdp_wrap",)
+OPTIONAL_OVERRIDES = ("fsdp_wrap", "adapter_dtype")
 
 # Behaviour of the stack that is not a setup option.
 FACTS = (
