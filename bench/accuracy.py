@@ -189,7 +189,9 @@ def torchtune_variants(quick: bool) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "tt checkpointing none", {"checkpointing": "none"}
     yield "tt loss full (nn.CrossEntropyLoss)", {"loss": "full"}
     yield "tt QLoRA (torchao NF4) r8", {"method": "qlora"}
+    yield "tt QLoRA, checkpointing none", {"method": "qlora", "checkpointing": "none"}
     yield "tt full FT bf16, fused AdamW", {"method": "full"}
+    yield "tt full FT, checkpointing none", {"method": "full", "checkpointing": "none"}
     yield (
         "tt full FT bf16, optimizer_in_bwd",
         {"method": "full", "optimizer_impl": "in-backward"},
@@ -204,7 +206,7 @@ def torchtune_grid(quick: bool) -> list[Case]:
             config,
             name,
             {**TORCHTUNE_BASE, **change},
-            ["cpu", "fake"] if i == 0 or change.get("method") == "qlora" else ["cpu"],
+            ["cpu", "fake"] if i == 0 or change == {"method": "qlora"} else ["cpu"],
             list(TORCHTUNE_SEQS),
         )
         for config in TORCHTUNE_CONFIGS

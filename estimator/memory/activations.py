@@ -122,7 +122,11 @@ def torchtune_modules(ctx: Context) -> str:
        normed tensor when the scale trains (`rms_norm_saved`). This form is in the 0.6.0 and
        0.6.1 releases only (pytorch/torchtune 1450d6126, 2024-11-25, to c5c160b42, 2025-03-26,
        on main): the 2024 README rows (1814feb17) and main bd2a0fc7c cast the normed to bf16
-       before the scale, as transformers does (1 and 2 hold at all three)."""
+       before the scale, as transformers does (1 and 2 hold at all three).
+    4. TransformerSelfAttentionLayer.forward keeps `attn_out` bound while the MLP runs
+       (modules/transformer.py:122-128: `attn_out = self.attn(...)`, `h = attn_out + x`,
+       `self.mlp(self.mlp_norm(h))`), where transformers' layer rebinds it
+       (`_forward_transient`); the MLP input is held there only when nothing saved it."""
     return "torchtune 0.6.1 attention and RMSNorm" if ctx.torchtune else ""
 
 
@@ -496,6 +500,11 @@ def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_pro
         held += cb * m  # down_proj's input, not saved by a frozen Linear
     if down and not ctx.full:
         held += ctx.adapter_transient * m
+    if ctx.torchtune:  # `torchtune_modules` 4
+        held += cb * h  # attn_out
+        adapted = {"gate_proj", "up_proj"} & ctx.targets
+        if ctx.full or (adapted and ctx.adapter_shared):
+            held -= cb * h  # the MLP input: saved already, counted there
     return float(held)
 
 
