@@ -14,14 +14,17 @@ terms). Verified against real CPU steps by bench/accuracy.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from estimator.dtypes import BF16, FP32
+from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.lora import expert_banks, lora_targets
 from estimator.memory.activations_compiled import adapted_count, compiled_layer_saved
 from estimator.memory.weights import amp_full, kbit_fp32
-from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_LINEAR, MLP_MOE, ModelSpec
 from estimator.stacks import load_stack
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 GDN_CHUNK = 64  # fla chunk size for chunk_gated_delta_rule
 
@@ -175,6 +178,22 @@ def frozen_head_cast(spec: ModelSpec, setup: TrainingSetup) -> float:
     if not (kbit_fp32(setup) and setup.autocast) or setup.loss not in ("full", "chunked"):
         return 0.0
     return float(BF16 * (spec.hidden or 0) * (spec.vocab or 0))
+
+
+def rope_table_bytes(spec: ModelSpec, setup: TrainingSetup, seq: Any) -> Any:
+    """The rotary cos and sin tables the model's forward builds once (stack fact
+    `rope_tables_per_forward`: transformers 5.24.0 models/llama/modeling_llama.py:110-116,
+    called at :391): (1, seq, `rope_width`) each, position_ids being
+    `arange(seq).unsqueeze(0)` (:379-380; a collator that passes position_ids makes them batch
+    wide), in the dtype of the hidden states (`cos.to(dtype=x.dtype)`: fp32 under AMP full
+    fine-tuning and kbit preparation, whose embeddings are fp32). Every decoder layer takes them
+    as its `position_embeddings` input (:397), which a checkpointed layer keeps for its
+    recompute and `q * cos` saves without checkpointing, so they live through the backward,
+    like the mask (`mask_bytes`)."""
+    if not spec.rope_width or not load_stack(setup.stack).get("rope_tables_per_forward"):
+        return seq * 0.0
+    dtype = FP32 if amp_full(setup) else stream_bytes(setup, compute_bytes(setup.precision))
+    return 2 * seq * spec.rope_width * dtype
 
 
 def stream_bytes(setup: TrainingSetup, compute_bytes: int) -> int:
@@ -500,6 +519,16 @@ def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_pro
         held += cb * m  # down_proj's input, not saved by a frozen Linear
     if down and not ctx.full:
         held += ctx.adapter_transient * m
+    if down and not ctx.full and not ctx.autocast and ctx.adapter_bytes != cb:
+        # peft 0.21.2 tuners/lora/layer.py Linear.forward adds the branch in the adapter's
+        # dtype, `result = result + lora_B(lora_A(dropout(x))) * scaling`, then casts back,
+        # `result.to(torch_result_dtype)`. The backward of those three ops needs no saved
+        # tensor, so it runs before the recompute and leaves, besides the incoming gradient,
+        # the base output's gradient cast back to its dtype (the engine casts a gradient to
+        # its input's dtype) and the branch's scaled gradient in the adapter's dtype pending
+        # for the two matmuls' backward; under autocast the branch is bf16 and the base
+        # output's gradient is the incoming one itself
+        held += ctx.adapter_bytes * h
     if ctx.torchtune:  # `torchtune_modules` 4
         held += cb * h  # attn_out
         adapted = {"gate_proj", "up_proj"} & ctx.targets
@@ -570,7 +599,21 @@ def selective_saved(ctx: Context, spec: ModelSpec) -> float:
     SDPA; :271 recomputes every second mm). A dense decoder's mms in forward order are q, k, v,
     o, gate, up, down: q, v, gate and down outputs are kept, with SDPA's output and logsumexp
     and the layer's input (the checkpoint's own input). MoE / linear-attention layers use the
-    routed width as the MLP width (approximation)."""
+    routed width as the MLP width (approximation).
+
+    Eager, the policy's cache keeps the output of every MUST_SAVE op whether the backward reads
+    it or not (torch 2.6.0 utils/checkpoint.py:1296-1297 `_CachingTorchDispatchMode`:
+    `storage[func].append(...)`). Compiled (`ctx.compiled`: torchtitan compiles each wrapped
+    block, torchtitan@9dec370 parallelisms/parallelize_llama.py:297-306 apply_compile), the
+    tags only ban or force recomputation, and AOTAutograd saves what its min cut between the
+    forward and the backward's required nodes crosses (torch 2.6.0
+    _functorch/partitioners.py:906, :1003, :1010-1029): a forward value no backward op reads
+    is never saved. A dense layer's down projection output feeds only the residual add
+    (torchtitan@9dec370 models/llama/model.py:324 `out = h + self.feed_forward(...)`), whose
+    backward reads nothing, so compiled it is not kept; an MoE's expert outputs are read by the
+    routing weights' gradient and a post-FFN norm reads its input, so those keep it.
+    bench/titan_sac_saved.py runs torchtitan@9dec370's block and policy both ways: eager keeps
+    the four mm outputs, compiled all but down's."""
     cb = ctx.compute_bytes
     h = spec.hidden or 0
     heads, hd = spec.num_heads or 0, spec.head_dim or 0
@@ -578,7 +621,13 @@ def selective_saved(ctx: Context, spec: ModelSpec) -> float:
     m = spec.intermediate or 0
     if spec.moe is not None:
         m = spec.moe.experts_per_token * spec.moe.expert_intermediate
-    return cb * (h + q + kv + m + h) + cb * q + FP32 * heads
+    down = 0 if ctx.compiled and _down_output_unread(spec) else h
+    return cb * (h + q + kv + m + down) + cb * q + FP32 * heads
+
+
+def _down_output_unread(spec: ModelSpec) -> bool:
+    """The MLP's output feeds only the residual add (a dense MLP with no post-FFN norm)."""
+    return spec.moe is None and spec.norms_per_layer <= 2 and spec.model_type != "gpt2"
 
 
 def _merged_expert_weights(ctx: Context, spec: ModelSpec) -> tuple[float, float]:

@@ -75,14 +75,20 @@ def dequant_peak(spec: ModelSpec, setup: TrainingSetup, dtype_bytes: int) -> flo
     return nf4_dequant_peak(max(sizes), dtype_bytes) if sizes else 0.0
 
 
-def dequant_moment(ctx: Context, spec: ModelSpec, setup: TrainingSetup, tokens: Any) -> Any:
-    """Bytes besides a layer's saved tensors when its quantized down projection dequantizes in
-    the forward (module docstring); 0 without a dequantization."""
+def dequant_terms(ctx: Context, spec: ModelSpec, setup: TrainingSetup) -> tuple[float, float]:
+    """(bytes per token besides a layer's saved tensors, bytes) when its quantized down
+    projection dequantizes in the forward (module docstring); (0, 0) without one."""
     peak = dequant_peak(spec, setup, ctx.compute_bytes)
     if not peak:
-        return tokens * 0.0
+        return 0.0, 0.0
     width = ctx.compute_bytes * (spec.hidden or 0)
     held = _forward_transient(ctx, spec) - width  # the base output comes after the dequant
     if setup.checkpointing == "none":
         held -= width  # no gradients (2 x hidden) yet, but the layer's input (the loop holds it)
-    return tokens * held + peak
+    return held, peak
+
+
+def dequant_moment(ctx: Context, spec: ModelSpec, setup: TrainingSetup, tokens: Any) -> Any:
+    """`dequant_terms` at `tokens` tokens (0 without a dequantization)."""
+    held, peak = dequant_terms(ctx, spec, setup)
+    return tokens * held + peak if peak else tokens * 0.0

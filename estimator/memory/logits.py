@@ -3,13 +3,15 @@ their gradients, for each loss implementation a stack can run."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator import lazy_numpy as np
 from estimator.dtypes import FP32
 from estimator.profile import Profile
-from estimator.setup import TrainingSetup
 from estimator.stacks import load_stack
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 # Liger's fused linear cross-entropy (linkedin/Liger-Kernel main ead96b61,
 # src/liger_kernel/ops/fused_linear_cross_entropy.py:68-69): chunk_size =

@@ -15,7 +15,7 @@ A pipeline's first rank (embedding, the schedule's most micro-batches in flight)
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.lazy_numpy import numpy as np
@@ -27,7 +27,12 @@ from estimator.memory.activations import (
     rms_norm_saved,
     stream_bytes,
 )
-from estimator.memory.fragmentation import gather_pool_bytes, reserved_with_fragmentation
+from estimator.memory.fragmentation import (
+    counts_fragmentation,
+    gather_pool_bytes,
+    reduce_pool_bytes,
+    reserved_with_fragmentation,
+)
 from estimator.memory.logits import loss_parallel_extra_bytes
 from estimator.memory.model import MemoryBreakdown, memory_breakdown
 from estimator.memory.reserved import allocator_slack
@@ -42,6 +47,7 @@ from estimator.parallel.data import (
     DataParallelBytes,
     ReplicaBytes,
     data_parallel_bytes,
+    default_stream_bytes,
     reduce_bytes,
     shard_degree,
 )
@@ -65,9 +71,11 @@ from estimator.parallel.split import (
     tp_activation_factor,
 )
 from estimator.profile import Profile
-from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_FULL, LAYER_SLIDING, MLP_DENSE, ModelSpec
 from estimator.stacks import load_stack
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 
 def _scalar(value: Any) -> float:
@@ -409,12 +417,17 @@ def _reserved(
     replica: ReplicaBytes,
     phases: dict[str, dict[str, Any]],
     outputs_kept: bool = False,
+    streams: tuple[dict[str, dict[str, Any]], float] | None = None,
 ) -> Any:
     """The stage's reserved bytes: its allocated peak with the allocator's slack and holes
     (memory/fragmentation.py, memory/reserved.py). `outputs_kept`: the last rank keeps its
     micro-batches' logits (`_kept_outputs`), so they leave no hole at the loss's backward
-    (fragmentation.py 1: a held model output is allocated, not a hole)."""
+    (fragmentation.py 1: a held model output is allocated, not a hole). `streams`: FSDP2's
+    (default stream's phases, reduce-scatter stream's pool) (fragmentation.py 5): the pools
+    add up, so the default stream's peak and loss phase count with that pool, in place of the
+    stream-blind `phases`."""
     allocated = _largest(phases)
+    default, reduce_pool = streams if streams is not None else (phases, 0.0)
     # the allocator's per-tensor slack on the tensors as the layout shards them: FSDP2 / ZeRO-3
     # over the shard group (the same rule the one-device model applies to `sharding`), so a
     # legacy `sharding` alias and its `parallel` layout are one model
@@ -433,8 +446,13 @@ def _reserved(
         if layout.data == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
         else 0.0
     )
-    loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
-    return reserved_with_fragmentation(allocated, loss_phase, hole, pool, slack)
+    # the pool of FSDP2's reduce-scatter stream adds to the default stream's peak, which is
+    # at least the allocated peak less the gradients the stream-blind phases let share the
+    # checkpoints' blocks; the larger of the two (the stream-blind end of the backward also
+    # counts a reduce output that is its own sharded gradient twice, data.py `end_outputs`)
+    peak = np.maximum(allocated, _largest(default) + reduce_pool)
+    loss_phase = sum(default["loss"].values()) + reduce_pool if "loss" in default else peak
+    return reserved_with_fragmentation(peak, loss_phase, hole, pool, slack)
 
 
 def _largest(phases: dict[str, dict[str, Any]]) -> Any:
@@ -501,6 +519,21 @@ def layout_breakdown(
             loss_accumulated=dp.accumulated if at_loss else 0.0,
             outputs=outputs,
         )
+        streams = None
+        if layout.data == "fsdp" and counts_fragmentation(setup, profile):
+            # fragmentation.py (5): the default stream's bytes, and the reduce-scatter pool
+            default = _phases(
+                default_stream_bytes(dp),
+                acts,
+                profile,
+                keep,
+                stage.layers,
+                held,
+                pipe,
+                loss_accumulated=dp.accumulated if at_loss else 0.0,
+                outputs=outputs,
+            )
+            streams = (default, reduce_pool_bytes(setup, profile, dp.reduce_stream))
         allocated = _largest(phases)
         host = np.asarray(base.host) * stage.layers / (spec.layers or 1) + dp.host
         components = {
@@ -512,7 +545,9 @@ def layout_breakdown(
             "overhead": overhead,
         }
         kept = bool(np.any(np.asarray(outputs) > 0))
-        reserved = _reserved(spec, setup, profile, layout, base, stage, replica, phases, kept)
+        reserved = _reserved(
+            spec, setup, profile, layout, base, stage, replica, phases, kept, streams
+        )
         # the worst rank by what the caching allocator holds (torchtitan's benchmark takes the
         # maximum of max_memory_reserved over all GPUs, llama3_h100_202412_torchtitan.md
         # footnote 1); the last rank's loss holes count only there

@@ -115,8 +115,9 @@ def test_kbit_preparation_makes_the_residual_stream_and_the_rest_fp32() -> None:
     prepared = _mem(TrainingSetup(**QLORA, kbit_prepare=True))
     bare = _mem(TrainingSetup(**QLORA))
     per_layer = 4096 * LLAMA8B.hidden
-    assert _c(prepared, "checkpoints") == 4 * per_layer * LLAMA8B.layers
-    assert _c(bare, "checkpoints") == 2 * per_layer * LLAMA8B.layers
+    rope = 2 * 4096 * 128  # cos and sin per forward (activations.rope_table_bytes), per byte
+    assert _c(prepared, "checkpoints") == 4 * (per_layer * LLAMA8B.layers + rope)
+    assert _c(bare, "checkpoints") == 2 * (per_layer * LLAMA8B.layers + rope)
     rest = LLAMA8B.params_total - LLAMA8B.params_linear
     assert _c(prepared, "weights") - _c(bare, "weights") == pytest.approx(2 * rest)
     ctx = Context.build(LLAMA8B, TrainingSetup(**QLORA, kbit_prepare=True), 2)
@@ -174,8 +175,9 @@ def test_sliding_window_mask_is_materialised_beyond_the_window() -> None:
     flash = _mem(setup.model_copy(update={"attention": "flash"}), seq=16384, spec=MISTRAL)
     probe = _mem(setup.model_copy(update={"stack": "probe"}), seq=16384, spec=MISTRAL)
     assert _c(long, "checkpoints") - _c(flash, "checkpoints") == 16384**2
-    assert _c(long, "checkpoints") - _c(probe, "checkpoints") == 16384**2
-    assert _c(short, "checkpoints") == 4096 * MISTRAL.hidden * 2 * MISTRAL.layers
+    rope = 2 * 128 * 2  # bf16 cos and sin per token per forward (activations.rope_table_bytes)
+    assert _c(long, "checkpoints") - _c(probe, "checkpoints") == 16384**2 + 16384 * rope
+    assert _c(short, "checkpoints") == 4096 * MISTRAL.hidden * 2 * MISTRAL.layers + 4096 * rope
 
 
 def test_hf_trainer_keeps_embeddings_in_32bit_under_8bit_adam() -> None:
@@ -282,6 +284,20 @@ def test_selective_checkpointing_keeps_every_other_matmul() -> None:
     per_token = 2 * (h + q + kv + m + h) + 2 * q + 4 * 32
     assert _c(sel, "checkpoints") == 4096 * per_token * LLAMA8B.layers
     assert _c(gpu, "checkpoints") < _c(sel, "checkpoints") < _c(none, "checkpoints")
+
+
+def test_compiled_selective_checkpointing_drops_the_unread_down_output() -> None:
+    """Eager SAC caches every MUST_SAVE output; the compiled block saves only what its backward
+    reads, and a dense layer's down projection output feeds only the residual add
+    (bench/titan_sac_saved.py on torchtitan@9dec370). An MoE keeps its expert outputs."""
+    eager = TrainingSetup(stack="torchtitan-2024", method="full", precision="mixed")
+    assert eager.checkpointing == "selective" and not eager.compile
+    compiled = eager.model_copy(update={"compile": True})
+    h = 4096
+    drop = _c(_mem(eager), "checkpoints") - _c(_mem(compiled), "checkpoints")
+    assert drop == 4096 * 2 * h * LLAMA8B.layers
+    moe = _c(_mem(eager, spec=MOE), "checkpoints") - _c(_mem(compiled, spec=MOE), "checkpoints")
+    assert moe == 0
 
 
 def test_optimizer_in_backward_frees_each_gradient_after_its_step() -> None:
@@ -484,6 +500,22 @@ def test_fsdp_all_gather_buffers_stay_reserved_on_their_stream() -> None:
     assert float(probe.reserved[0]) - float(probe.allocated[0]) < root
 
 
+def test_fsdp_sharded_gradients_stay_reserved_on_the_reduce_scatter_stream() -> None:
+    """memory/fragmentation.py (5): FSDP2's sharded gradients are views of reduce-scatter
+    outputs allocated on that stream; freed by zero_grad they stay cached there, so at the loss
+    they reserve what gradients kept over micro-batches (grad_accum 2) allocate."""
+    setup = TrainingSetup(
+        stack="torchtitan-2024", method="full", precision="mixed", sharding="fsdp", num_gpus=8
+    )
+    one, two = _mem(setup, 8192, 2), _mem(setup.model_copy(update={"grad_accum": 2}), 8192, 2)
+    grads = LLAMA8B.params_total * 4 / 8  # fp32 sharded gradients
+    kept_grads = float(two.allocated[0]) - float(one.allocated[0])
+    assert kept_grads == pytest.approx(grads, rel=1e-3)
+    assert float(one.reserved[0]) == pytest.approx(float(two.reserved[0]))
+    probe = _mem(setup.model_copy(update={"stack": "probe"}), 8192, 2)
+    assert float(probe.reserved[0]) - float(probe.allocated[0]) < grads
+
+
 def test_bitsandbytes_8bit_adam_stepped_in_backward_makes_no_temporary() -> None:
     """bitsandbytes' 8-bit update is one in-place kernel (optimizer.py:535-590 update_step),
     also when torchtune steps each parameter from its gradient hook: the step phase holds no
@@ -530,7 +562,8 @@ def test_hf_mixed_full_fine_tuning_is_amp_fp32_weights_and_no_masters() -> None:
     assert amp.states.step_transient == 0  # fused AdamW steps the fp32 weights in place
     # the layer input kept by each checkpoint is fp32: the residual stream stays fp32
     per_layer = 4096 * LLAMA8B.hidden
-    assert _c(amp, "checkpoints") == 4 * per_layer * LLAMA8B.layers
+    rope = 2 * 4096 * 128  # cos and sin of the fp32 hidden states' dtype (rope_table_bytes)
+    assert _c(amp, "checkpoints") == 4 * (per_layer * LLAMA8B.layers + rope)
     # with autocast off, `mixed` is not AMP
     plain = _mem(TrainingSetup(method="full", precision="mixed", autocast=False))
     assert _c(plain, "weights") == pytest.approx(2 * n, rel=0.01)
