@@ -8,7 +8,6 @@ recommendation documents are built on the same parts.
 
 from __future__ import annotations
 
-import copy
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -19,10 +18,8 @@ from estimator.model_source import resolve_model
 from estimator.presets import PRESET_SOURCES, preset_config, preset_ids
 from estimator.profile import Profile, load_profile
 from estimator.profile import list_profiles as _list_profiles
-from estimator.request import CheckRequest, EstimateRequest, RecommendRequest, SolverRequest
 from estimator.rows import estimate_rows, model_summary
 from estimator.scenario import Scenario
-from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 from estimator.time.cost import Price, gpu_price, normalise_prices
 from estimator.time.flops import step_flops_totals
@@ -31,6 +28,8 @@ from estimator.time.step import option_rates
 from estimator.time.tokens import RunTokens, resolve_tokens, seq_len_report
 
 if TYPE_CHECKING:
+    from estimator.request import CheckRequest, EstimateRequest, RecommendRequest, SolverRequest
+    from estimator.setup import TrainingSetup
     from estimator.time.calibration import Calibration
 
 SCHEMA = "trainfit.estimate/1"
@@ -174,6 +173,8 @@ def estimate(
     by_key: dict[tuple[str, str], TrainingSetup] = {}
     for setup in setups:
         if variants:
+            from estimator.setup import TrainingSetup  # (loaded with the request models)
+
             TrainingSetup.model_validate(setup.model_dump())  # overrides re-validated
         by_key[(setup.checkpointing, setup.loss)] = setup
         setup_rows, mem = estimate_rows(
@@ -244,8 +245,18 @@ def _setup_echo(setup: TrainingSetup) -> dict[str, Any]:
     dump, mutable = _SETUP_DUMPS.get((), setup_key(setup), lambda: _dump_of(setup))
     out = dict(dump)
     for k in mutable:
-        out[k] = copy.deepcopy(dump[k])
+        out[k] = _copied(dump[k])
     return out
+
+
+def _copied(value: Any) -> Any:
+    """`copy.deepcopy` of a dumped field: lists and dicts copied all the way down; their
+    leaves (str, int, float, bool, None) are immutable and shared."""
+    if type(value) is list:
+        return [_copied(v) for v in value]
+    if type(value) is dict:
+        return {k: _copied(v) for k, v in value.items()}
+    return value
 
 
 def _dump_of(setup: TrainingSetup) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -258,19 +269,22 @@ _SETUP_DUMPS: Memo[tuple[dict[str, Any], tuple[str, ...]]] = Memo()
 
 def _assumptions(profile: Profile) -> dict[str, dict[str, dict[str, Any]]]:
     """`profile.as_dict()` (a fresh document part) from the profile's sorted entries, which are
-    sorted once per profile."""
+    sorted (and read) once per profile."""
     entries = _SORTED_ENTRIES.get(
         (profile,),
         None,
-        lambda: [(s, sorted(items.items())) for s, items in profile.entries.items()],
+        lambda: [
+            (s, [(k, a.value, a.source) for k, a in sorted(items.items())])
+            for s, items in profile.entries.items()
+        ],
     )
     return {
-        section: {k: {"value": a.value, "source": a.source} for k, a in items}
+        section: {k: {"value": value, "source": source} for k, value, source in items}
         for section, items in entries
     }
 
 
-_SORTED_ENTRIES: Memo[list[tuple[str, list[tuple[str, Any]]]]] = Memo()
+_SORTED_ENTRIES: Memo[list[tuple[str, list[tuple[str, Any, str]]]]] = Memo()
 
 
 def estimate_document(

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gpu_catalog
 from estimator.errors import EstimatorInputError
 from estimator.parallel import check_model
 from estimator.parallel.layout import fixed_gpus
 from estimator.parallel.of_setup import layout_of
-from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 
 @dataclass(frozen=True)

@@ -11,15 +11,17 @@ tokens or prices); fastest: most tokens per second.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator.errors import EstimatorInputError
 from estimator.memory import memory_breakdown
 from estimator.parallel import check_model
 from estimator.parallel.of_setup import layout_of
 from estimator.scenario import Scenario
-from estimator.setup import TrainingSetup
 from estimator.time.plan import row_time_and_cost
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 CP_FROM_SEQ = 16_384
 DEGREES = (2, 4, 8)

@@ -9,9 +9,13 @@ only under `all-linear`, as peft 0.21 does through its weight-conversion tables.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from estimator.errors import EstimatorInputError
-from estimator.setup import TrainingSetup
 from estimator.spec import Linear, ModelSpec
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 
 def _matches(linear: Linear, target: str) -> bool:

@@ -6,16 +6,18 @@ costs more than the rest of a one-cell estimate."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from estimator.architectures import spec_from_config
 from estimator.hub import fetch_config
 from estimator.presets import preset_config
-from estimator.request import ModelInput
 from estimator.spec import ModelSpec, params_only_spec
+
+if TYPE_CHECKING:
+    from estimator.request import ModelInput
 
 CACHE_SIZE = 256
 _specs: OrderedDict[str, ModelSpec] = OrderedDict()
@@ -35,6 +37,8 @@ def _cached(key: str, build: Callable[[], ModelSpec]) -> ModelSpec:
 
 def config_key(config: object) -> str:
     """Content key of a config.json object: sha256 of its canonical JSON."""
+    import hashlib  # here: a preset, the CLI's usual model, needs no hash (~3 ms to import)
+
     text = json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=True)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 

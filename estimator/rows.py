@@ -4,7 +4,7 @@ device) and a verdict per GPU option; and the model summary at its head."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator import lazy_numpy as np
 from estimator.fit import VERDICTS, verdict_code
@@ -13,8 +13,10 @@ from estimator.memo import Memo
 from estimator.memory import memory_breakdown
 from estimator.memory.model import COMPONENTS, MemoryBreakdown
 from estimator.profile import Profile
-from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 
 def _ints(values: Any, shape: tuple[int, ...]) -> list[int]:
@@ -24,7 +26,7 @@ def _ints(values: Any, shape: tuple[int, ...]) -> list[int]:
     up = np.ceil(values)
     if up.shape != shape:
         up = np.broadcast_to(up, shape)
-    return [int(v) for v in up.tolist()]
+    return list(map(int, up.tolist()))
 
 
 def _int(value: Any) -> int:
@@ -166,37 +168,53 @@ def estimate_rows(
     size = len(seq_lens)
     columns = {id(m): _Columns(m, size) for m in by_devices.values()}
     base = columns[id(mem)]
-    # what each option's fit entry takes from the option alone, once (not per row)
+    # what each option's fit entry takes from the option alone, once (not per row); an option
+    # on its own card count (`own`) carries that breakdown's parts: the first option of the
+    # count takes the row's dicts of its `_Columns`, the others copies
     per = []
+    taken = {id(mem)}  # the base's row dicts go to the rows themselves
     for opt in options:
         m = per_option[opt.option]
         col = columns[id(m)]
         cap = opt.gpu.capacity_bytes
         codes = [verdict_code(peak, cap, usable_fraction) for peak in col.peak]
+        own = 0 if m is mem else 2 if id(m) in taken else 1
+        taken.add(id(m))
         per.append(
-            (opt.option, opt.gpu.id, m, col, cap, int(cap * usable_fraction), codes, m is not mem)
+            (
+                opt.option,
+                (opt.gpu.id, m.devices, m.sharding, cap, int(cap * usable_fraction)),
+                m.peak_is_lower_bound,
+                col,
+                codes,
+                own,
+            )
         )
     batch, checkpointing, loss = setup.batch, setup.checkpointing, setup.loss
     lower_bound = mem.peak_is_lower_bound
     rows = []
     for i, seq in enumerate(seq_lens):
         fit = {}
-        for option, gpu_id, m, col, cap, usable, codes, own in per:
+        for option, (gpu_id, devices, sharding, cap, usable), lower, col, codes, own in per:
             peak_bytes = col.peak_bytes[i]
             entry = fit[option] = {
                 "verdict": VERDICTS[codes[i]],
                 "gpu": gpu_id,
-                "devices": m.devices,
-                "sharding": m.sharding,
+                "devices": devices,
+                "sharding": sharding,
                 "capacity_bytes": cap,
                 "usable_bytes": usable,
                 "peak_bytes": peak_bytes,
                 "allocated_bytes": col.allocated[i],
                 "reserved_bytes": col.reserved[i],
                 "margin_bytes": usable - peak_bytes,
-                "peak_is_lower_bound": m.peak_is_lower_bound,
+                "peak_is_lower_bound": lower,
             }
-            if own:
+            if own == 1:
+                entry["components"] = col.components[i]
+                entry["phases"] = col.phases[i]
+                entry["peak_phase"] = col.peak_phase[i]
+            elif own:
                 entry["components"] = dict(col.components[i])
                 entry["phases"] = col.phases_at(i)
                 entry["peak_phase"] = col.peak_phase[i]

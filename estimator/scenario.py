@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from estimator.profile import Profile
-from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 
 if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
     from estimator.time.calibration import Calibration
     from estimator.time.step import GPULike
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from estimator.parallel.layout import parse_parallel, parse_wrap_units, wrap_text
 from estimator.setup_choices import (
     AdapterDtype,
     Attention,
@@ -20,11 +19,16 @@ from estimator.setup_choices import (
     Sharding,
     StackName,
 )
-from estimator.stacks import OPTIONAL_OVERRIDES, OVERRIDES, load_stack
-
-MAX_BATCH = 1_000_000
-MAX_GPUS = 100_000
-MAX_LORA_TARGETS = 64  # module-name patterns; real adapters name < 20 (issue 16: was unbounded)
+from estimator.setup_rules import (
+    MAX_BATCH,
+    MAX_GPUS,
+    MAX_LORA_TARGETS,
+    parallel_field,
+    resolve_from_stack,
+    sharding_needs_gpus,
+    targets_field,
+    wrap_field,
+)
 
 
 class TrainingSetup(BaseModel):
@@ -84,45 +88,27 @@ class TrainingSetup(BaseModel):
     @field_validator("parallel")
     @classmethod
     def _parallel_parses(cls, text: str | None) -> str | None:
-        if text is None or not text.strip():
-            return None
-        if text.strip().lower() == "auto":  # min-gpus / recommend search the layouts
-            return "auto"
-        return parse_parallel(text).text
+        return parallel_field(text)
 
     @field_validator("fsdp_wrap")
     @classmethod
     def _wrap_parses(cls, text: str) -> str:
-        return wrap_text(*parse_wrap_units(text))
+        return wrap_field(text)
 
     @field_validator("lora_targets")
     @classmethod
     def _targets_not_empty(cls, targets: list[str]) -> list[str]:
-        cleaned = [t.strip() for t in targets if t.strip()]
-        if not cleaned:
-            raise ValueError("give at least one target module name, or 'all-linear'")
-        return cleaned
+        return targets_field(targets)
 
     @model_validator(mode="after")
     def _sharding_needs_gpus(self) -> TrainingSetup:
-        if self.sharding == "none" and self.num_gpus > 1:
-            self.sharding = "device_map"
+        sharding_needs_gpus(self)
         return self
 
     @model_validator(mode="after")
     def _resolve_from_stack(self) -> TrainingSetup:
         """Unset overrides take the stack's values; then the combinations are checked."""
-        stack = load_stack(self.stack)
-        for name in OVERRIDES:
-            unset = name not in self.model_fields_set
-            if getattr(self, name) is None or (name in ("checkpointing", "loss") and unset):
-                setattr(self, name, stack.get(name))
-        for name in OPTIONAL_OVERRIDES:
-            if name not in self.model_fields_set:
-                setattr(self, name, stack.get_optional(name, getattr(self, name)))
-        if self.base is None:
-            self.base = "nf4" if self.method == "qlora" else "bf16"
-        _check_combinations(self)
+        resolve_from_stack(self, self.model_fields_set)
         return self
 
     @property
@@ -151,48 +137,3 @@ class TrainingSetup(BaseModel):
             fields["lora_targets"] = [str(t) for t in targets]
         fields.update(overrides)
         return cls.model_validate(fields)
-
-
-def _check_combinations(s: TrainingSetup) -> None:
-    """Combinations no stack can run; the message starts with the field at fault."""
-    if s.method == "qlora" and s.base != "nf4":
-        raise ValueError(f"base: qlora quantizes the base to nf4; for {s.base} use method lora")
-    if s.method == "full" and s.base != "bf16":
-        raise ValueError(f"base: {s.base} weights are frozen; full fine-tuning needs base bf16")
-    if s.base == "nf4" and s.method == "lora":
-        s.method = "qlora"
-    if s.optimizer_impl == "in-backward" and (s.grad_accum or 1) > 1:
-        raise ValueError(
-            "optimizer_impl: in-backward steps each parameter during the backward and frees its "
-            "gradient, so it needs grad_accum 1 (torchtune recipes/configs/llama3_1/"
-            "8B_full_single_device.yaml:66)"
-        )
-    _check_pipeline(s)
-    if s.paged and s.optimizer not in ("adamw", "adamw-8bit", "lion"):
-        raise ValueError(
-            f"paged: bitsandbytes has paged adamw, adamw-8bit and lion only, not {s.optimizer}"
-        )
-    if s.checkpointing == "selective" and load_stack(s.stack).get("selective_saves") is None:
-        s_name = s.stack
-        raise ValueError(
-            f"checkpointing: selective (per-op) checkpointing is torchtitan's; stack {s_name} "
-            "checkpoints whole layers (use --stack torchtitan)"
-        )
-
-
-def _check_pipeline(s: TrainingSetup) -> None:
-    """A schedule other than the default needs pipeline stages; virtual stages need the
-    interleaved schedule (torch pipelining: only the looped schedules take several stages per
-    rank, schedules.py PipelineScheduleMulti)."""
-    if s.pp_virtual is not None and s.pp_schedule != "interleaved-1f1b":
-        raise ValueError(
-            f"pp_virtual: virtual stages per rank need pp_schedule interleaved-1f1b, "
-            f"not {s.pp_schedule}"
-        )
-    if s.pp_schedule == "1f1b" or s.parallel == "auto":
-        return
-    if s.parallel is None or parse_parallel(s.parallel).pp == 1:
-        raise ValueError(
-            f"pp_schedule: {s.pp_schedule} schedules pipeline stages; give parallel with pp=N "
-            "(N > 1), e.g. fsdp,pp=4"
-        )

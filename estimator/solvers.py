@@ -11,14 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import product
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator.errors import EstimatorInputError
 from estimator.memory import memory_breakdown
 from estimator.profile import Profile
 from estimator.scenario import Scenario
-from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 MAX_SEQ_SEARCH = 16 * 2**20  # 16 Mi tokens: beyond any context a card could hold
 MAX_BATCH_SEARCH = 1 << 20

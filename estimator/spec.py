@@ -174,6 +174,9 @@ class ModelSpec:
     # config.json `max_position_embeddings` (torchtune's named builders size their RoPE cache
     # with it: `memory.weights.rope_buffer_bytes`); None when the config has none
     max_positions: int | None = None
+    # width of the rotary cos and sin tables transformers' RotaryEmbedding.forward builds each
+    # forward (memory.activations.rope_table_bytes); 0: none (learned positions) or not read
+    rope_width: int = 0
 
     @property
     def qk_head_dim(self) -> int | None:

@@ -13,7 +13,7 @@ broadcasting instead of a Python loop per cell.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,8 +22,10 @@ from estimator.gpu_options import devices_for, parse_gpu_options
 from estimator.memory import memory_breakdown
 from estimator.profile import Profile
 from estimator.scenario import Scenario
-from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 
 @dataclass(frozen=True)

@@ -90,21 +90,24 @@ def _suspicious(value: Any) -> bool:
     return False
 
 
-def check_json_body(raw: bytes, adapter: TypeAdapter[Any] | None = None) -> None:
+def check_json_body(raw: bytes, adapter: TypeAdapter[Any] | None = None) -> Any:
     """RequestValidationError for the problems above (a body that is not JSON is left alone).
     Order: surrogates (only if escaped ones occur), then the strict schema (which rejects an
-    over-long list before anything walks it), then duplicate keys and string lengths."""
+    over-long list before anything walks it), then duplicate keys and string lengths.
+    Returns the body as the strict schema validated it (a route may use it instead of
+    FastAPI validating it again), or None: no adapter, or not JSON (FastAPI answers it)."""
     if _SURROGATE_ESCAPE.search(raw):
         try:
             parsed = json.loads(raw, object_pairs_hook=reject_duplicate_keys)
         except (ValueError, RecursionError):
-            return
+            return None
         problem = find_problem(parsed, ["body"])
         if problem is not None:
             _raise(problem)
+    value = None
     if adapter is not None:
         try:
-            adapter.validate_json(raw, strict=True)
+            value = adapter.validate_json(raw, strict=True)
         except ValidationError as exc:
             errors = exc.errors(include_url=False)
             if not (len(errors) == 1 and errors[0]["type"] == "json_invalid"):
@@ -117,21 +120,22 @@ def check_json_body(raw: bytes, adapter: TypeAdapter[Any] | None = None) -> None
     try:
         parsed = json.loads(raw, object_pairs_hook=reject_duplicate_keys)
     except (ValueError, RecursionError):
-        return  # FastAPI answers it (422 json_invalid)
+        return None  # FastAPI answers it (422 json_invalid)
     if _suspicious(parsed):
         problem = find_problem(parsed, ["body"])
         if problem is not None:
             _raise(problem)
+    return value
 
 
-def _body_adapter(route: APIRoute) -> TypeAdapter[Any] | None:
+def body_adapter(route: APIRoute) -> TypeAdapter[Any] | None:
     params = route.dependant.body_params
     if len(params) != 1:
         return None
     return TypeAdapter(params[0].field_info.annotation)
 
 
-def _is_json(request: Request) -> bool:
+def is_json(request: Request) -> bool:
     content_type = request.headers.get("content-type", "")
     return content_type.split(";")[0].strip().lower() == "application/json"
 
@@ -139,12 +143,12 @@ def _is_json(request: Request) -> bool:
 class StrictJsonRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         original = super().get_route_handler()
-        adapter = _body_adapter(self)
+        adapter = body_adapter(self)
         if adapter is None:
             return original
 
         async def strict_handler(request: Request) -> Response:
-            if request.method in ("POST", "PUT", "PATCH") and _is_json(request):
+            if request.method in ("POST", "PUT", "PATCH") and is_json(request):
                 raw = await request.body()  # cached: FastAPI reads the same bytes
                 if raw.strip():
                     check_json_body(raw, adapter)

@@ -33,6 +33,7 @@ from estimator.architectures.parts import (
     moe_layers,
     norms,
     patterned_layer_types,
+    rope_width,
     routed_moe,
     swiglu,
     top_k,
@@ -57,6 +58,18 @@ QKV_BIAS = ("qwen2", "qwen2_moe", "qwen2_5_vl_text")  # q/k/v with bias, o_proj 
 # peft 0.21 adapts these types' fused experts under all-linear (transformers conversion_mapping.py)
 PEFT_FUSED_EXPERTS = ("mixtral", "qwen3_moe", "qwen3_next", "deepseek_v3")
 TIED_DEFAULT = ("gemma2", "gemma3_text", "smollm3")
+# rotary tables per forward not read for these (multimodal RoPE sections): rope_width 0
+ROPE_NOT_READ = ("qwen2_5_vl_text", "qwen3_vl_text")
+
+
+def _rope_width(c: ConfigReader, family: str, head_dim: int) -> int:
+    """Gemma 3 builds a cos/sin pair per layer type, sliding and full (transformers 5.24.0
+    models/gemma3/modeling_gemma3.py:532-534); GLM-4's default factor is 0.5
+    (configuration_glm4.py:76)."""
+    if family in ROPE_NOT_READ:
+        return 0
+    width = rope_width(c, head_dim, 0.5 if family == "glm4" else 1.0)
+    return 2 * width if family == "gemma3_text" else width
 
 
 def _attention_bias(c: ConfigReader, family: str) -> tuple[bool, bool]:
@@ -141,6 +154,7 @@ def _decoder(c: ConfigReader, family: str) -> ModelSpec:
         moe=moe,
         norms_per_layer=per_layer,
         peft_fused_experts=family in PEFT_FUSED_EXPERTS,
+        rope_width=_rope_width(c, family, head_dim),
     )
 
 

@@ -13,6 +13,7 @@ from estimator.architectures.parts import (
     experts_key,
     layer_types,
     moe_layers,
+    rope_width,
     routed_moe,
     swiglu,
     top_k,
@@ -147,4 +148,7 @@ def hybrid(c: ConfigReader, family: str) -> ModelSpec:
         linear_attention=geo,
         moe=moe,
         peft_fused_experts=family == "qwen3_next",  # in peft's conversion table; Qwen3.5-MoE not
+        # transformers 5.24.0 configuration_qwen3_5.py:110 / qwen3_next :124 (factor 0.25);
+        # modeling_qwen3_5.py:172-194: mrope sections recomposed to one table of that width
+        rope_width=rope_width(c, head_dim, 0.25),
     )

@@ -114,6 +114,8 @@ def deepseek_v3(c: ConfigReader, family: str) -> ModelSpec:
         moe=MoEGeometry(n_exp, k, e_inter, shared, router="grouped_sigmoid"),
         mla=geo,
         peft_fused_experts=True,  # transformers conversion_mapping.py: deepseek_v3 -> qwen2_moe
+        # the rotary part of the query/key heads (modeling_deepseek_v3.py:86-100)
+        rope_width=geo.qk_rope_head_dim,
     )
 
 

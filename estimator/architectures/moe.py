@@ -113,6 +113,8 @@ def gpt_oss(c: ConfigReader, family: str) -> ModelSpec:
         moe=MoEGeometry(n_exp, d.k, inter, activation="clamped_swiglu"),
         attention_sinks=True,
         requires_eager=True,
+        # half-width tables: `emb = freqs` (transformers 5.24.0 modeling_gpt_oss.py:184-190)
+        rope_width=d.shape[2] // 2,
         notes=_gpt_oss_notes(stored),
     )
 

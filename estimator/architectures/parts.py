@@ -177,6 +177,28 @@ def _max_positions(c: ConfigReader) -> int | None:
     return value
 
 
+def rope_width(c: ConfigReader, head_dim: int, default_factor: float = 1.0) -> int:
+    """Width of the cos / sin tables of transformers' default rotary embedding:
+    `int(head_dim * partial_rotary_factor)` (transformers 5.24.0 modeling_rope_utils.py:179-181;
+    models/llama/modeling_llama.py:111-116 `emb = torch.cat((freqs, freqs), dim=-1)`), the
+    factor read from the config or its `rope_parameters` / `rope_scaling`, else the family's
+    default (GLM-4 0.5, Qwen3-Next / Qwen3.5 0.25: their configuration files' setdefault)."""
+    factor: Any = c.data.get("partial_rotary_factor")
+    field = c.field("partial_rotary_factor")
+    for key in ("rope_parameters", "rope_scaling"):
+        nested = c.data.get(key)
+        if factor is None and isinstance(nested, dict):
+            factor, field = (
+                nested.get("partial_rotary_factor"),
+                f"{c.field(key)}.partial_rotary_factor",
+            )
+    if factor is None:
+        factor = default_factor
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        raise EstimatorInputError(field, f"expected a number in (0, 1], got {factor!r:.60}")
+    return int(head_dim * factor)
+
+
 def norms(hidden: int, layers: int, per_layer: int, extra: int = 0) -> ParamGroup:
     """RMSNorm weights: `per_layer` of width hidden in each layer, the final norm, plus `extra`
     (q/k norms and the like)."""

@@ -8,21 +8,25 @@ step (see `_peak`); the seed-000 profile adds every component (`peak_rule: sum`)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator import lazy_numpy as np
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.errors import EstimatorInputError
 from estimator.memo import Memo, setup_key
+from estimator.memory import torchtitan
 from estimator.memory.activations import (
     Context,
     autocast_forward_casts,
     frozen_head_cast,
     head_input_saved,
     layer_activations,
+    rope_table_bytes,
     selective_saved,
     stream_bytes,
 )
+from estimator.memory.activations_torchtune import final_norm_backward, first_norm_unsaved
+from estimator.memory.dequant import dequant_terms
 from estimator.memory.fragmentation import (
     forward_cache_bytes,
     gather_pool_bytes,
@@ -47,9 +51,11 @@ from estimator.memory.weights import (
 )
 from estimator.parallel.of_setup import layout_of
 from estimator.profile import Profile
-from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_SLIDING, ModelSpec
 from estimator.stacks import load_stack
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 COMPONENTS = ("weights", "trainable_states", "checkpoints", "recompute_peak", "logits", "overhead")
 
@@ -77,6 +83,11 @@ class MemoryBreakdown:
     loss_hole: Any = 0.0  # bytes the eager full loss leaves cached (memory/fragmentation.py)
     forward_cache: Any = 0.0  # the last layer's forward, cached at the loss (fragmentation.py 3)
     grad_cache: Any = 0.0  # the last step's gradient blocks, cached at the loss (fragmentation 4)
+    # of `logits`, what the loss moment holds that is not a vocab-wide tensor, by storage kind:
+    # `gradients` (a trained head's weight gradient, `_head_grad_bytes`), `activations` (the
+    # last norm's and the head's saved inputs, `activations.head_input_saved`, and a frozen
+    # fp32 head's bf16 cast, `activations.frozen_head_cast`)
+    logits_other: dict[str, Any] = field(default_factory=dict)
     parallel: dict[str, Any] | None = None  # the --parallel layout's terms (memory/sharded.py)
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # moment -> part -> bytes
 
@@ -175,23 +186,14 @@ def memory_breakdown(
         sharding = "device_map"
     seq = np.asarray(seq_len, dtype=np.float64)
     tokens = seq * np.asarray(batch, dtype=np.float64)
-    cb = compute_bytes(setup.precision)
     missing: dict[str, str] = {}
-
-    # what follows up to the length is memoised (estimator/memo.py), AMP or not (`amp_full`)
-    key = (*setup_key(setup), amp_full(setup))
-    states = _STATES.get((spec,), key, lambda: trainable_state_bytes(spec, setup))
-    weights, trainable = _shard(states, weight_bytes(spec, setup, profile), sharding, n)
-    weights += rope_buffer_bytes(spec, setup)  # buffers, on every device unsharded
-    if sharding in ("fsdp", "zero3") and n > 1:
-        weights += _gathered_layer_bytes(spec, setup, profile)
+    # the terms that do not depend on the length, once per (spec, setup, profile, devices)
+    key = (*setup_key(setup), amp_full(setup), torchtitan.on_cpu_referee())
+    f = _FIXED.get((spec, profile), (key, n), lambda: _fixed(spec, setup, profile, n, key))
+    states, weights, trainable, stream = f.states, f.weights, f.trainable, f.stream
 
     h, layers, vocab = spec.hidden, spec.layers, spec.vocab
-    stream = stream_bytes(setup, cb)
-    # AMP full fine-tuning: the residual stream is fp32 (the fp32 nn.Embedding is on none of
-    # autocast's cast lists; `residual + hidden_states` promotes the bf16 Linear outputs back
-    # to fp32, transformers 5.24.0 models/llama/modeling_llama.py:306-313), so is each checkpoint
-    per_layer_checkpoint = tokens * h * (FP32 if amp_full(setup) else stream) if h else None
+    per_layer_checkpoint = tokens * h * f.checkpoint_dtype if h else None
     host = tokens * 0.0
     layer_split = n if sharding == "device_map" else 1
 
@@ -215,11 +217,14 @@ def memory_breakdown(
             checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
     else:
         assert h and layers
-        ctx, acts = _ACTS.get((spec,), key, lambda: _activations(spec, setup, cb))
+        ctx, acts = f.ctx, f.acts
         if setup.checkpointing == "none":
-            checkpoints = sum(
-                count * (a.per_token * tokens + a.per_token_seq * tokens * seq + a.per_layer)
-                for a, count in acts
+            checkpoints = (
+                sum(
+                    count * (a.per_token * tokens + a.per_token_seq * tokens * seq + a.per_layer)
+                    for a, count in acts
+                )
+                - tokens * f.first_norm_unsaved
             )
             recompute = np.max(
                 [
@@ -231,47 +236,57 @@ def memory_breakdown(
                 ],
                 axis=0,
             )
+            held, dequant = f.dequant
+            if dequant:  # torchao's NF4 dequantization (memory/dequant.py)
+                recompute = np.maximum(recompute, tokens * held + dequant)
+            recompute = np.maximum(recompute, tokens * f.final_norm)
         elif setup.checkpointing == "selective":
-            checkpoints = tokens * selective_saved(ctx, spec) * layers
-            recompute = _recompute_peak(spec, profile, acts, tokens, seq, cb)
+            checkpoints = tokens * f.selective * layers
+            recompute = _recompute_peak(spec, profile, acts, tokens, seq, f.cb, f.dequant)
             fwd_cache = forward_cache_bytes(
-                setup, profile, _layer_saved(acts, tokens, seq), tokens * selective_saved(ctx, spec)
+                setup, profile, _layer_saved(acts, tokens, seq), tokens * f.selective
             )
         else:
             checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
-            recompute = _recompute_peak(spec, profile, acts, tokens, seq, cb)
+            recompute = _recompute_peak(spec, profile, acts, tokens, seq, f.cb, f.dequant)
             fwd_cache = forward_cache_bytes(setup, profile, _layer_saved(acts, tokens, seq), 0.0)
-        checkpoints = checkpoints / layer_split + mask_bytes(spec, setup, seq, tokens, ctx)
-        recompute = recompute + _tied_head_grad_buffer(spec, setup, states)
+        checkpoints = (
+            checkpoints / layer_split
+            + mask_bytes(spec, setup, seq, tokens, ctx)
+            + f.rope_per_position * seq
+        )
+        recompute = recompute + f.tied_head_grad
         host = host / layer_split
 
-    host = host + states.paged / (n if sharding in ("fsdp", "zero1", "zero2", "zero3") else 1)
+    host = host + f.paged
     if vocab and h:
-        logit_dtype = BF16 if setup.autocast and setup.precision != "fp32" else stream
-        logits = logits_bytes(tokens, seq, (vocab, h), setup, profile, (logit_dtype, stream))
+        logit_dtype = f.logit_dtype
+        shape, dtypes = (vocab, h), (logit_dtype, stream)
+        logits = logits_bytes(tokens, seq, shape, setup, profile, dtypes, f.head_grad)
+        logits_other: dict[str, Any] = {}
+        if f.head_grad:  # what the head's gradient adds to the loss's peak
+            without = logits_bytes(tokens, seq, shape, setup, profile, dtypes)
+            logits_other["gradients"] = logits - without
         hole = loss_hole_bytes(setup, profile, tokens * vocab * logit_dtype, logit_dtype)
         if checkpoints is not None and sharding == "none":  # last step's grads (fragmentation 4)
             grads_cached = grad_cache_bytes(
-                setup, profile, grad_tensor_sizes(spec, setup, states),
-                tokens * vocab * logit_dtype, checkpoints,
-            )  # fmt: skip
-        logits = logits + _head_grad_bytes(spec, setup) + frozen_head_cast(spec, setup)
-        # the probe stack and a profile's hand rule for the loss (seed 000) predate this term
-        hand_rule = profile.get("memory", "logits_bytes_per_logit")
-        if ctx is not None and setup.stack != "probe" and not hand_rule:
-            logits = logits + tokens * head_input_saved(ctx, spec, setup.loss)
-        hold = bool(profile.get("memory", "hold_model_output"))
-        per_logit = (
-            tokens * vocab,
-            loss_forward_bytes_per_logit(logit_dtype, hold),
-            loss_bytes_per_logit(logit_dtype, hold),
-        )
+                setup, profile, f.grad_sizes, tokens * vocab * logit_dtype, checkpoints
+            )
+        # the frozen fp32 head's bf16 cast and the last norm's and head's saved inputs: not
+        # vocab-wide (`logits_other`)
+        other = tokens * 0.0 + f.head_cast
+        if f.head_input is not None:
+            other = other + tokens * f.head_input
+        logits_other["activations"] = other
+        logits = logits + other
+        per_logit = (tokens * vocab, *f.per_logit)
         logits = _with_forward_casts(logits, spec, setup, profile, per_logit)
     else:
         logits, hole = None, tokens * 0.0
+        logits_other = {}
         missing["logits"] = "needs --vocab and --hidden"
 
-    overhead = tokens * 0.0 + profile.number("memory", "cuda_context_bytes")
+    overhead = tokens * 0.0 + f.context
     components = {
         "weights": tokens * 0.0 + weights,
         "trainable_states": tokens * 0.0 + trainable,
@@ -280,23 +295,12 @@ def memory_breakdown(
         "logits": logits,
         "overhead": overhead,
     }
-    grads, step = _sharded_grads_and_step(states, sharding, n)
-    embed = _embedding_grad_bytes(spec, setup, states) * (
-        grads / states.grads if states.grads else 0
-    )
-    keep_grads = (setup.grad_accum or 1) > 1
-    phases = _phases(components, profile, grads, step, embed, keep_grads)
+    phases = _phases(components, profile, f.grads, f.step, f.embed, f.keep_grads)
+    _head_grad_at_loss(phases, logits_other.get("gradients"))
+    torchtitan.add_rope_cache(phases, spec, setup, seq)  # torchtitan's per-layer RoPE caches
     allocated = _peak(phases, overhead) - overhead
-    slack = (
-        allocator_slack(spec, setup, allocated, n)
-        if profile.get("memory", "count_allocator_slack")
-        else 0.0
-    )
-    pool = (
-        gather_pool_bytes(setup, profile, *_gather_units(spec, setup))
-        if setup.sharding == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
-        else 0.0
-    )
+    slack = allocator_slack(spec, setup, allocated, n) if f.count_slack else 0.0
+    pool = f.pool
     loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
     cached = hole + np.maximum(fwd_cache, grads_cached)  # at the loss (fragmentation.py 1, 3, 4)
     reserved = reserved_with_fragmentation(allocated, loss_phase, cached, pool, slack)
@@ -315,6 +319,136 @@ def memory_breakdown(
         loss_hole=hole,
         forward_cache=fwd_cache,
         grad_cache=grads_cached,
+        logits_other=logits_other,
+    )
+
+
+@dataclass(frozen=True)
+class _Fixed:
+    """The terms of `memory_breakdown` that do not depend on the length (nor the batch), for
+    one (spec, setup, profile, devices): computed once by `_fixed`, read by every evaluation."""
+
+    cb: int
+    states: StateBytes
+    weights: float
+    trainable: float
+    stream: int
+    checkpoint_dtype: int  # bytes per value of a layer's checkpoint (its input)
+    ctx: Context | None
+    acts: list[tuple[Any, int]]
+    selective: float  # `selective_saved` (selective checkpointing)
+    tied_head_grad: float
+    paged: float  # host bytes of paged optimizer states, per device
+    logit_dtype: int
+    grad_sizes: list[tuple[float, int]]
+    head_grad: float
+    head_cast: float
+    rope_per_position: float  # rope's cos/sin bytes per position (rope_table_bytes)
+    head_input: float | None  # bytes per token the last norm and the head keep
+    per_logit: tuple[Any, Any]  # loss bytes per logit: the forward's, all
+    context: float  # the CUDA context (the `overhead` component)
+    grads: float
+    step: float
+    embed: float
+    keep_grads: bool
+    count_slack: bool
+    pool: float
+    dequant: tuple[float, float]  # (bytes per token, bytes): memory/dequant.py dequant_terms
+    final_norm: float  # bytes per token of the last norm's backward (activations_torchtune)
+    first_norm_unsaved: float  # bytes per token the first norm does not save (no checkpoints)
+
+
+_FIXED: Memo[_Fixed] = Memo()
+
+
+def _fixed(
+    spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, key: tuple[Any, ...]
+) -> _Fixed:
+    """`memory_breakdown`'s length-free terms for `n` devices (`key`: the setup's, with AMP or
+    not, `amp_full`)."""
+    sharding = setup.sharding
+    if n > 1 and sharding == "none":
+        sharding = "device_map"
+    cb = compute_bytes(setup.precision)
+    states = _STATES.get((spec,), key, lambda: trainable_state_bytes(spec, setup))
+    weights, trainable = _shard(states, weight_bytes(spec, setup, profile), sharding, n)
+    weights += rope_buffer_bytes(spec, setup)  # buffers, on every device unsharded
+    if sharding in ("fsdp", "zero3") and n > 1:
+        weights += _gathered_layer_bytes(spec, setup, profile)
+    h, vocab = spec.hidden, spec.vocab
+    stream = stream_bytes(setup, cb)
+    ctx: Context | None = None
+    acts: list[tuple[Any, int]] = []
+    selective = tied = final_norm = first_norm = 0.0
+    dequant = (0.0, 0.0)
+    if spec.geometry_known:
+        ctx, acts = _ACTS.get((spec,), key, lambda: _activations(spec, setup, cb))
+        dequant = dequant_terms(ctx, spec, setup)
+        final_norm = final_norm_backward(ctx, spec)
+        first_norm = first_norm_unsaved(ctx, spec, setup)
+        if setup.checkpointing == "selective":
+            selective = selective_saved(ctx, spec)
+        tied = _tied_head_grad_buffer(spec, setup, states)
+    logit_dtype = BF16 if setup.autocast and setup.precision != "fp32" else stream
+    grad_sizes: list[tuple[float, int]] = []
+    head_grad = head_cast = 0.0
+    head_input = None
+    per_logit: tuple[Any, Any] = (0.0, 0.0)
+    if vocab and h:
+        if sharding == "none":
+            grad_sizes = grad_tensor_sizes(spec, setup, states)
+        head_grad, head_cast = _head_grad_bytes(spec, setup), frozen_head_cast(spec, setup)
+        # the probe stack and a profile's hand rule for the loss (seed 000) predate this term
+        hand_rule = profile.get("memory", "logits_bytes_per_logit")
+        if ctx is not None and setup.stack != "probe" and not hand_rule:
+            head_input = head_input_saved(ctx, spec, setup.loss)
+        hold = bool(profile.get("memory", "hold_model_output"))
+        per_logit = (
+            loss_forward_bytes_per_logit(logit_dtype, hold),
+            loss_bytes_per_logit(logit_dtype, hold),
+        )
+    grads, step = _sharded_grads_and_step(states, sharding, n)
+    embed = _embedding_grad_bytes(spec, setup, states) * (
+        grads / states.grads if states.grads else 0
+    )
+    pool = (
+        gather_pool_bytes(setup, profile, *_gather_units(spec, setup))
+        if setup.sharding == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
+        else 0.0
+    )
+    return _Fixed(
+        cb=cb,
+        states=states,
+        weights=weights,
+        trainable=trainable,
+        stream=stream,
+        # AMP full fine-tuning: the residual stream is fp32 (the fp32 nn.Embedding is on none
+        # of autocast's cast lists; `residual + hidden_states` promotes the bf16 Linear outputs
+        # back to fp32, transformers 5.24.0 models/llama/modeling_llama.py:306-313), so is
+        # each checkpoint
+        checkpoint_dtype=FP32 if amp_full(setup) else stream,
+        ctx=ctx,
+        acts=acts,
+        selective=selective,
+        tied_head_grad=tied,
+        paged=states.paged / (n if sharding in ("fsdp", "zero1", "zero2", "zero3") else 1),
+        logit_dtype=logit_dtype,
+        grad_sizes=grad_sizes,
+        head_grad=head_grad,
+        head_cast=head_cast,
+        rope_per_position=float(rope_table_bytes(spec, setup, 1.0)),
+        head_input=head_input,
+        per_logit=per_logit,
+        context=profile.number("memory", "cuda_context_bytes"),
+        grads=grads,
+        step=step,
+        embed=embed,
+        keep_grads=(setup.grad_accum or 1) > 1,
+        count_slack=bool(profile.get("memory", "count_allocator_slack")),
+        pool=pool,
+        dequant=dequant,
+        final_norm=final_norm,
+        first_norm_unsaved=first_norm,
     )
 
 
@@ -433,11 +567,18 @@ def _layer_saved(acts: list[Any], tokens: Any, seq: Any) -> Any:
 
 
 def _recompute_peak(
-    spec: ModelSpec, profile: Profile, acts: list[Any], tokens: Any, seq: Any, cb: int
+    spec: ModelSpec,
+    profile: Profile,
+    acts: list[Any],
+    tokens: Any,
+    seq: Any,
+    cb: int,
+    dequant: tuple[float, float] = (0.0, 0.0),
 ) -> Any:
     """`saved_tensors`: the worst layer's saved activations (rebuilt by the recompute, less
     what is the checkpoint itself, `checkpoint_reused`) plus its backward transient (the larger
-    of the layer's two moments where it has two, `other_transient_per_token`).
+    of the layer's two moments where it has two, `other_transient_per_token`, or the quantized
+    down projection's dequantization, `dequant` = memory/dequant.py `dequant_terms`).
     `mlp_tensors` (seed 000's hand rule): `recompute_mlp_tensors` tensors of tokens x
     intermediate plus a fixed attention allowance."""
     if profile.get("memory", "recompute_model") == "mlp_tensors":
@@ -446,18 +587,32 @@ def _recompute_peak(
             "memory", "recompute_attention_bytes"
         )
     worst = tokens * 0.0
+    held, peak = dequant
     for a, _ in acts:
+        transient = np.maximum(
+            a.transient_per_token * tokens + a.transient_per_layer,
+            a.other_transient_per_token * tokens,
+        )
+        if peak:
+            transient = np.maximum(transient, tokens * held + peak)
         worst = np.maximum(
             worst,
             (a.per_token - a.checkpoint_reused) * tokens
             + a.per_token_seq * tokens * seq
             + a.per_layer
-            + np.maximum(
-                a.transient_per_token * tokens + a.transient_per_layer,
-                a.other_transient_per_token * tokens,
-            ),
+            + transient,
         )
     return worst
+
+
+def _head_grad_at_loss(phases: dict[str, dict[str, Any]], head_grad: Any) -> None:
+    """The loss moment's trained-head gradient (part of `logits`, `_head_grad_bytes`) as a
+    part of its own, `gradients`, as the backward moment's: the kind a memtest counts it as."""
+    loss = phases.get("loss")
+    if loss is None or head_grad is None or not np.any(head_grad):
+        return
+    loss["logits"] = loss["logits"] - head_grad
+    loss["gradients"] = head_grad
 
 
 def _phases(

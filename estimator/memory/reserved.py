@@ -26,15 +26,17 @@ max_memory_reserved on a card with room, not the least memory the step needs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator import lazy_numpy as np
 from estimator.dtypes import BF16, FP32
 from estimator.memo import Memo, setup_key
 from estimator.memory.states import StateBytes
-from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 from estimator.stacks import load_stack
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 K_MIN_BLOCK = 512
 K_SMALL_SIZE = 2**20

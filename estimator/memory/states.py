@@ -4,14 +4,17 @@ optimizer's states."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from estimator.dtypes import BF16, FP32, INT8
 from estimator.errors import EstimatorInputError
 from estimator.lora import expert_banks, lora_params, lora_targets
 from estimator.memory.weights import MIN_BLOCK, amp_full, kbit_fp32
-from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 from estimator.stacks import load_stack
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 # bitsandbytes 8-bit optimizers: blockwise quantization, one fp32 absmax per 256 values
 # (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization"; bnb `optim/optimizer.py`).

@@ -6,12 +6,15 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import TYPE_CHECKING
 
 from estimator.dtypes import BF16, FP32, int8_bytes_per_param, nf4_bytes_per_param
 from estimator.profile import Profile
-from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 from estimator.stacks import load_stack
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 
 def counted_params(spec: ModelSpec, profile: Profile) -> int:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from estimator.errors import EstimatorInputError
 from estimator.parallel.layout import Layout, parse_parallel, parse_wrap_units, resolve
 from estimator.parallel.schedule import rounds, virtual_stages
 from estimator.parallel.split import micro_batches
-from estimator.setup import TrainingSetup
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 # GPUs per node when the card is not known here (memory does not see the catalog): the 8-GPU
 # HGX / DGX board; time/comm.py uses the catalog's node size.

@@ -29,13 +29,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from estimator.architectures.attention import chunked_pairs, core_head_dims
 from estimator.lora import lora_rank_check, lora_targets
 from estimator.memo import Memo, setup_key
-from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_CHUNKED, LAYER_FULL, LAYER_LINEAR, LAYER_SLIDING, Linear, ModelSpec
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 GDN_CHUNK = 64  # flash-linear-attention / transformers chunk size for chunk_gated_delta_rule
 CHECKPOINTED = ("gpu", "offload")

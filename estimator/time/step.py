@@ -20,7 +20,7 @@ A rate the catalog does not know (null) is never guessed: the step time is then 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from estimator.errors import EstimatorInputError
 from estimator.lora import lora_params
@@ -28,9 +28,11 @@ from estimator.memo import Memo, setup_key
 from estimator.parallel.of_setup import layout_of
 from estimator.profile import Profile
 from estimator.scenario import Scenario
-from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 from estimator.time.flops import CHECKPOINTED, FlopsTotals, StepFlops, step_flops
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 DATA_PARALLEL = ("fsdp", "zero1", "zero2", "zero3")
 

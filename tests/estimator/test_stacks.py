@@ -115,8 +115,9 @@ def test_kbit_preparation_makes_the_residual_stream_and_the_rest_fp32() -> None:
     prepared = _mem(TrainingSetup(**QLORA, kbit_prepare=True))
     bare = _mem(TrainingSetup(**QLORA))
     per_layer = 4096 * LLAMA8B.hidden
-    assert _c(prepared, "checkpoints") == 4 * per_layer * LLAMA8B.layers
-    assert _c(bare, "checkpoints") == 2 * per_layer * LLAMA8B.layers
+    rope = 2 * 4096 * 128  # cos and sin per forward (activations.rope_table_bytes), per byte
+    assert _c(prepared, "checkpoints") == 4 * (per_layer * LLAMA8B.layers + rope)
+    assert _c(bare, "checkpoints") == 2 * (per_layer * LLAMA8B.layers + rope)
     rest = LLAMA8B.params_total - LLAMA8B.params_linear
     assert _c(prepared, "weights") - _c(bare, "weights") == pytest.approx(2 * rest)
     ctx = Context.build(LLAMA8B, TrainingSetup(**QLORA, kbit_prepare=True), 2)
@@ -174,8 +175,9 @@ def test_sliding_window_mask_is_materialised_beyond_the_window() -> None:
     flash = _mem(setup.model_copy(update={"attention": "flash"}), seq=16384, spec=MISTRAL)
     probe = _mem(setup.model_copy(update={"stack": "probe"}), seq=16384, spec=MISTRAL)
     assert _c(long, "checkpoints") - _c(flash, "checkpoints") == 16384**2
-    assert _c(long, "checkpoints") - _c(probe, "checkpoints") == 16384**2
-    assert _c(short, "checkpoints") == 4096 * MISTRAL.hidden * 2 * MISTRAL.layers
+    rope = 2 * 128 * 2  # bf16 cos and sin per token per forward (activations.rope_table_bytes)
+    assert _c(long, "checkpoints") - _c(probe, "checkpoints") == 16384**2 + 16384 * rope
+    assert _c(short, "checkpoints") == 4096 * MISTRAL.hidden * 2 * MISTRAL.layers + 4096 * rope
 
 
 def test_hf_trainer_keeps_embeddings_in_32bit_under_8bit_adam() -> None:
@@ -279,9 +281,16 @@ def test_selective_checkpointing_keeps_every_other_matmul() -> None:
     gpu = _mem(setup.model_copy(update={"checkpointing": "gpu"}))
     none = _mem(setup.model_copy(update={"checkpointing": "none"}))
     h, m, q, kv = 4096, LLAMA8B.intermediate, 4096, 1024
-    per_token = 2 * (h + q + kv + m + h) + 2 * q + 4 * 32
+    # torchtitan 0.3.0 fuses q, k, v into wqkv: the five mms wqkv, wo, w1, w3, w2 keep the
+    # odd ones (estimator/memory/torchtitan.py selective_saved_fused_qkv), SDPA out and lse
+    per_token = 2 * (h + q + 2 * kv + m + h) + 2 * q + 4 * 32
     assert _c(sel, "checkpoints") == 4096 * per_token * LLAMA8B.layers
     assert _c(gpu, "checkpoints") < _c(sel, "checkpoints") < _c(none, "checkpoints")
+    # torchtitan@9dec370 had separate wq, wk, wv: q, k, v, o, gate, up, down keep q, v, gate,
+    # down (its parallelize_llama.py:214-265 policy)
+    older = _mem(setup.model_copy(update={"stack": "torchtitan-2024"}))
+    per_token = 2 * (h + q + kv + m + h) + 2 * q + 4 * 32
+    assert _c(older, "checkpoints") == 4096 * per_token * LLAMA8B.layers
 
 
 def test_compiled_selective_checkpointing_drops_the_unread_down_output() -> None:
@@ -438,27 +447,39 @@ def test_compiled_chunked_loss_keeps_bf16_logits_not_fp32_log_softmax() -> None:
     assert _c(_mem(TrainingSetup(compile=True, **titan)), "logits") == _c(
         _mem(TrainingSetup(**titan)), "logits"
     )
+    # the last norm (torch.nn.RMSNorm, outside the compiled blocks) keeps its bf16 input and
+    # an fp32 rstd on CUDA (estimator/memory/torchtitan.py torch_rms_norm), the head its input
     main = {"stack": "torchtitan", "checkpointing": "gpu", "loss": "full", "compile": True}
     assert _c(_mem(TrainingSetup(**main)), "logits") == pytest.approx(
-        tokens * vocab * 2 * 2 + tokens * 8 + tokens * (8 * h + 4), rel=1e-9
+        tokens * vocab * 2 * 2 + tokens * 8 + tokens * (2 * h + 4 + 2 * h), rel=1e-9
     )
 
 
 def test_chunked_losses_keep_the_heads_weight_gradient_with_the_chunks() -> None:
-    """Full fine-tuning: the output projection's gradient is made at the first chunk while the
-    other chunks' saved tensors are alive (Liger allocates it in the forward); adapters and the
-    full loss add none."""
+    """Full fine-tuning: the output projection's gradient is made at the first chunk's backward
+    while the other chunks' saved tensors are alive (Liger allocates it in the forward);
+    adapters and the full loss add none. torchtune 0.6.1's eager loss holds every chunk's bf16
+    logits in its forward, before any gradient: the head's gradient joins its backward moment
+    only, the larger of the two counting."""
     full = TrainingSetup(stack="torchtune", method="full", optimizer_impl="fused")
     lora = TrainingSetup(stack="torchtune", method="lora")
-    per_logit = _c(_mem(lora), "logits")
-    head = 128256 * 4096 * 2
-    norm_and_head_input = 4096 * 4096 * 4  # trained last norm's bf16 normed + the head input
-    assert _c(_mem(full), "logits") == pytest.approx(
-        per_logit + head + norm_and_head_input, rel=1e-9
+    tokens, vocab, h, chunk = 4096, 128256, 4096, 4096 // 8
+    head = vocab * h * 2
+    forward = tokens * vocab * (2 + 4) + chunk * vocab * 4
+    backward = tokens * vocab * 4 + chunk * vocab * 2 * 4 + tokens * h * 2
+    assert backward + head > forward > backward  # the head's gradient decides the moment here
+    # the trained last norm's fp32 normed (torchtune's composite RMSNorm) + the head's input
+    norm_and_head_input = tokens * h * (4 + 2)
+    full_mem = _mem(full)
+    assert _c(full_mem, "logits") - _c(_mem(lora), "logits") == pytest.approx(
+        backward + head - forward + norm_and_head_input, rel=1e-9
     )
+    assert full_mem.logits_other["gradients"][0] == pytest.approx(backward + head - forward)
+    # torchtitan's last norm is torch.nn.RMSNorm: its bf16 input and fp32 rstd on CUDA
+    # (estimator/memory/torchtitan.py torch_rms_norm); the head's bf16 input
     titan = TrainingSetup(stack="torchtitan", method="full", loss="full", checkpointing="gpu")
     assert _c(_mem(titan), "logits") == pytest.approx(
-        4096 * 128256 * 12 + 4096 * (8 * 4096 + 4), rel=1e-9
+        4096 * 128256 * 12 + 4096 * (2 * 4096 + 4 + 2 * 4096), rel=1e-9
     )
 
 
@@ -552,7 +573,8 @@ def test_hf_mixed_full_fine_tuning_is_amp_fp32_weights_and_no_masters() -> None:
     assert amp.states.step_transient == 0  # fused AdamW steps the fp32 weights in place
     # the layer input kept by each checkpoint is fp32: the residual stream stays fp32
     per_layer = 4096 * LLAMA8B.hidden
-    assert _c(amp, "checkpoints") == 4 * per_layer * LLAMA8B.layers
+    rope = 2 * 4096 * 128  # cos and sin of the fp32 hidden states' dtype (rope_table_bytes)
+    assert _c(amp, "checkpoints") == 4 * (per_layer * LLAMA8B.layers + rope)
     # with autocast off, `mixed` is not AMP
     plain = _mem(TrainingSetup(method="full", precision="mixed", autocast=False))
     assert _c(plain, "weights") == pytest.approx(2 * n, rel=0.01)

@@ -49,13 +49,15 @@ def _activation_errors(setup: dict, name: str = "small-llama") -> list[float]:
 
 @pytest.mark.parametrize(
     "change, tolerance",
-    [({}, 3.0), ({"lora_dropout": 0.0}, 3.0), ({"autocast": False, "precision": "bf16"}, 8.0)],
+    [({}, 3.0), ({"lora_dropout": 0.0}, 3.0), ({"autocast": False, "precision": "bf16"}, 3.0)],
     ids=["dropout-0.05-autocast", "dropout-0", "no-autocast"],
 )
 def test_lora_activations_within_tolerance_of_the_trainer_step(change, tolerance):
-    """Without autocast the estimate is 4.6 % under: when the last layer's recompute starts, the
-    final RMSNorm's backward still holds an fp32 tokens x hidden gradient besides the bf16 ones
-    (2.0 % here, a small-model share), and rope's cos/sin (1.0 %) are not counted."""
+    """Without autocast the estimate was 4.6 % under: rope's cos/sin, made once per forward
+    and held by every checkpointed layer (activations.py `rope_table_bytes`), and, when the
+    last layer's recompute starts, the fp32 scaled gradient of down_proj's LoRA branch besides
+    the base output's bf16 one (peft's `result + lora_B(...) * scaling` then `.to(dtype)`,
+    whose backward needs no saved tensor and runs before the recompute: `_forward_transient`)."""
     errors = _activation_errors({**BASE, **change})
     assert all(abs(e) <= tolerance for e in errors), errors
 
@@ -81,8 +83,8 @@ def test_full_fine_tuning_activations_within_3_percent_of_the_trainer_step(name,
     hidden-wide gradient, the MoE combine's backward three top_k x hidden tensors
     (estimator/memory/activations.py `sdpa_output_reused`, `input_reused`,
     `moe_combine_transient`); GPT-2's tied head gradient is a gradient (probe/grad_sums.py).
-    Before: +4.7 % (llama), -24.1 % (gpt2), -8.1 % (moe) at 256 tokens. What is left is rope's
-    cos/sin (2 x seq x head_dim, not modelled) and the router's index tensors. With gradient
+    Before: +4.7 % (llama), -24.1 % (gpt2), -8.1 % (moe) at 256 tokens. Rope's cos/sin are
+    counted since (`rope_table_bytes`); what is left is the router's index tensors. With gradient
     accumulation GPT-2's tied head gradient waits for the embedding's through the whole
     backward once `.grad` exists (model.py `_tied_head_grad_buffer`; -27.8 % without it)."""
     setup = {**BASE, "method": "full", "precision": "bf16", **change}

@@ -16,16 +16,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from trainfit.cli import catalog, compare, estimate, service, solvers
 from trainfit.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_UNREACHABLE,
     InputError,
+    RawDescriptionFormatter,
     ServerUnavailable,
     validation_message,
 )
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 COMMAND_GROUPS = (estimate, solvers, compare, catalog, service)
 DESCRIPTION = """Will a fine-tuning run fit the GPU, how long does it take, what does it cost.
@@ -51,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trainfit",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDescriptionFormatter,
         epilog="example:\n  trainfit estimate --model llama-3.1-8b --method lora --gpu h100-80gb\n"
         "  (trainfit COMMAND --help: that command's options, defaults and an example)",
     )
@@ -62,14 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _is_validation_error(err: Exception) -> TypeGuard[ValidationError]:
+    """A pydantic `ValidationError` (pydantic is loaded only by a command that needed it)."""
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and isinstance(err, pydantic.ValidationError)
+
+
 def main(argv: list[str] | None = None) -> int:
     # one BLAS thread: the estimator's numpy does no BLAS work, and OpenBLAS's thread pool
     # otherwise costs CPU time at start-up (set before numpy is first imported)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
-    from pydantic import ValidationError
-
     from estimator.errors import EstimatorInputError
 
     try:
@@ -85,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         message = str(err)
     except EstimatorInputError as err:
         message = f"{err.field}: {err.message}"
-    except ValidationError as err:
-        message = validation_message(err)
-    except Exception as err:  # the service client's errors (connection, 4xx) carry their text
-        if type(err).__module__.startswith(("app", "httpx")):
+    except Exception as err:
+        if _is_validation_error(err):
+            message = validation_message(err)
+        elif type(err).__module__.startswith(("app", "httpx")):  # the service client's errors
             message = str(err)
         else:
             raise

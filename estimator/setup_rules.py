@@ -1,0 +1,103 @@
+"""The rules of a training setup that are not field types: the parsed forms of `parallel`,
+`fsdp_wrap` and `lora_targets`, the fields a stack resolves, and the combinations no stack can
+run. Plain functions of the setup's values (no pydantic), shared by the pydantic model
+(`estimator.setup.TrainingSetup`, whose validators call them) and the command line's plain
+validation (`estimator.plain_request`), so that the two apply one set of rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from estimator.parallel.layout import parse_parallel, parse_wrap_units, wrap_text
+from estimator.stacks import OPTIONAL_OVERRIDES, OVERRIDES, load_stack
+
+MAX_BATCH = 1_000_000
+MAX_GPUS = 100_000
+MAX_LORA_TARGETS = 64  # module-name patterns; real adapters name < 20 (issue 16: was unbounded)
+
+
+def parallel_field(text: str | None) -> str | None:
+    """`parallel` in its canonical spelling; None for none or blank, `auto` for the search."""
+    if text is None or not text.strip():
+        return None
+    if text.strip().lower() == "auto":  # min-gpus / recommend search the layouts
+        return "auto"
+    return parse_parallel(text).text
+
+
+def wrap_field(text: str) -> str:
+    """`fsdp_wrap` in its canonical spelling."""
+    return wrap_text(*parse_wrap_units(text))
+
+
+def targets_field(targets: list[str]) -> list[str]:
+    cleaned = [t.strip() for t in targets if t.strip()]
+    if not cleaned:
+        raise ValueError("give at least one target module name, or 'all-linear'")
+    return cleaned
+
+
+def sharding_needs_gpus(s: Any) -> None:
+    if s.sharding == "none" and s.num_gpus > 1:
+        s.sharding = "device_map"
+
+
+def resolve_from_stack(s: Any, fields_set: set[str]) -> None:
+    """Unset overrides take the stack's values (`fields_set`: the fields the input gave); then
+    the combinations are checked."""
+    stack = load_stack(s.stack)
+    for name in OVERRIDES:
+        unset = name not in fields_set
+        if getattr(s, name) is None or (name in ("checkpointing", "loss") and unset):
+            setattr(s, name, stack.get(name))
+    for name in OPTIONAL_OVERRIDES:
+        if name not in fields_set:
+            setattr(s, name, stack.get_optional(name, getattr(s, name)))
+    if s.base is None:
+        s.base = "nf4" if s.method == "qlora" else "bf16"
+    check_combinations(s)
+
+
+def check_combinations(s: Any) -> None:
+    """Combinations no stack can run; the message starts with the field at fault."""
+    if s.method == "qlora" and s.base != "nf4":
+        raise ValueError(f"base: qlora quantizes the base to nf4; for {s.base} use method lora")
+    if s.method == "full" and s.base != "bf16":
+        raise ValueError(f"base: {s.base} weights are frozen; full fine-tuning needs base bf16")
+    if s.base == "nf4" and s.method == "lora":
+        s.method = "qlora"
+    if s.optimizer_impl == "in-backward" and (s.grad_accum or 1) > 1:
+        raise ValueError(
+            "optimizer_impl: in-backward steps each parameter during the backward and frees its "
+            "gradient, so it needs grad_accum 1 (torchtune recipes/configs/llama3_1/"
+            "8B_full_single_device.yaml:66)"
+        )
+    check_pipeline(s)
+    if s.paged and s.optimizer not in ("adamw", "adamw-8bit", "lion"):
+        raise ValueError(
+            f"paged: bitsandbytes has paged adamw, adamw-8bit and lion only, not {s.optimizer}"
+        )
+    if s.checkpointing == "selective" and load_stack(s.stack).get("selective_saves") is None:
+        s_name = s.stack
+        raise ValueError(
+            f"checkpointing: selective (per-op) checkpointing is torchtitan's; stack {s_name} "
+            "checkpoints whole layers (use --stack torchtitan)"
+        )
+
+
+def check_pipeline(s: Any) -> None:
+    """A schedule other than the default needs pipeline stages; virtual stages need the
+    interleaved schedule (torch pipelining: only the looped schedules take several stages per
+    rank, schedules.py PipelineScheduleMulti)."""
+    if s.pp_virtual is not None and s.pp_schedule != "interleaved-1f1b":
+        raise ValueError(
+            f"pp_virtual: virtual stages per rank need pp_schedule interleaved-1f1b, "
+            f"not {s.pp_schedule}"
+        )
+    if s.pp_schedule == "1f1b" or s.parallel == "auto":
+        return
+    if s.parallel is None or parse_parallel(s.parallel).pp == 1:
+        raise ValueError(
+            f"pp_schedule: {s.pp_schedule} schedules pipeline stages; give parallel with pp=N "
+            "(N > 1), e.g. fsdp,pp=4"
+        )
