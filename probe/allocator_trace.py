@@ -191,7 +191,8 @@ def _recording_tracker_class(base: type[Any], log: _StorageLog) -> type[Any]:
             # now, whether or not the stack classifies this step's peak
             super().mark_optimizer_step()
             alive = (ref() for ref in self._adopted)
-            self.cuda_pairs(self._uids(t.grad for t in alive if t is not None))
+            grads = self._uids(t.grad for t in alive if t is not None)
+            self.cuda_pairs(grads | getattr(self, "_noted_grads", set()))
 
         def begin_window(self) -> None:
             self.cuda_pairs(set())  # index_put pairs need no gradients; sums are kept above
