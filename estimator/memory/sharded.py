@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.lazy_numpy import numpy as np
+from estimator.memory import torchtitan
 from estimator.memory.activations import (
     Context,
     head_input_saved,
@@ -335,7 +336,7 @@ def _phases(
             "logits": logits,
         }
         return {"all": parts}
-    made = zero + (0.0 if keep_grads else dp.grads)
+    made = zero + (0.0 if keep_grads else dp.grads - dp.grads_late)
     held_now = checkpoints
     accumulated = zero
     for fraction, acc in zip(held, (dp.accumulated, dp.accumulated_last), strict=True):
@@ -495,6 +496,7 @@ def layout_breakdown(
             chunks,
             bool(load_stack(setup.stack).get("pp_keeps_last_reduce_input")),
         )
+        dp = torchtitan.fsdp_units(dp, replica, layout, reduce_bytes(setup), setup)
         # RoPE buffers (weights.rope_buffer_bytes): FSDP2 shards parameters, not buffers
         dp = dataclasses.replace(dp, weights=dp.weights + rope_buffer_bytes(spec, setup))
         acts = _activations(spec, setup, base, stage, layout, tokens)
@@ -519,6 +521,7 @@ def layout_breakdown(
             loss_accumulated=dp.accumulated if at_loss else 0.0,
             outputs=outputs,
         )
+        torchtitan.add_rope_cache(phases, spec, setup, seq)
         streams = None
         if layout.data == "fsdp" and counts_fragmentation(setup, profile):
             # fragmentation.py (5): the default stream's bytes, and the reduce-scatter pool
@@ -533,6 +536,7 @@ def layout_breakdown(
                 loss_accumulated=dp.accumulated if at_loss else 0.0,
                 outputs=outputs,
             )
+            torchtitan.add_rope_cache(default, spec, setup, seq)
             streams = (default, reduce_pool_bytes(setup, profile, dp.reduce_stream))
         allocated = _largest(phases)
         host = np.asarray(base.host) * stage.layers / (spec.layers or 1) + dp.host

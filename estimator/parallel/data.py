@@ -132,6 +132,9 @@ class DataParallelBytes:
     accumulated_last: float = 0.0
     step_transient: float = 0.0
     persistent: float = 0.0  # buffers alive all step (DDP / ZeRO buckets)
+    # of `grads`, those not made yet when the last decoder unit runs its backward (units
+    # reduced after it); 0: all counted (memory/torchtitan.py fsdp_units sets it)
+    grads_late: float = 0.0
     host: float = 0.0  # offloaded bytes
     # FSDP2 (module docstring): of `reduce_buffers` and `end_extra`, the reduce-scatter outputs;
     # of `grads`, those made on the reduce-scatter stream; the most that stream holds beyond them
