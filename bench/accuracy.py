@@ -189,7 +189,9 @@ def torchtune_variants(quick: bool) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "tt checkpointing none", {"checkpointing": "none"}
     yield "tt loss full (nn.CrossEntropyLoss)", {"loss": "full"}
     yield "tt QLoRA (torchao NF4) r8", {"method": "qlora"}
+    yield "tt QLoRA, checkpointing none", {"method": "qlora", "checkpointing": "none"}
     yield "tt full FT bf16, fused AdamW", {"method": "full"}
+    yield "tt full FT, checkpointing none", {"method": "full", "checkpointing": "none"}
     yield (
         "tt full FT bf16, optimizer_in_bwd",
         {"method": "full", "optimizer_impl": "in-backward"},
@@ -204,7 +206,7 @@ def torchtune_grid(quick: bool) -> list[Case]:
             config,
             name,
             {**TORCHTUNE_BASE, **change},
-            ["cpu", "fake"] if i == 0 or change.get("method") == "qlora" else ["cpu"],
+            ["cpu", "fake"] if i == 0 or change == {"method": "qlora"} else ["cpu"],
             list(TORCHTUNE_SEQS),
         )
         for config in TORCHTUNE_CONFIGS
@@ -260,11 +262,17 @@ def _estimate_parts(row: dict[str, Any], step: float | None) -> dict[str, float 
     # most gradients + optimizer states (+ masters) held at one moment, without the weights,
     # which the probe counts as weights (`params`, here = weights component + trained weights)
     trained_weights = parts["params"]["estimated"] - (comps["weights"] or 0)
+    # the estimator's logits component is the loss moment's: it also holds a trained head's
+    # weight gradient (a gradient: trainable states, already counted there) and the last
+    # norm's and head's saved inputs (activations, freed before the backward's layers, where
+    # the activations' most is), which the tracker files under those kinds, not under logits
+    other = sum((row.get("estimated_logits_other") or {}).values())
+    logits = None if comps["logits"] is None else comps["logits"] - other
     return {
         "weights": parts["params"]["estimated"],
         "trainable_states": (comps["trainable_states"] or 0) - trained_weights,
         "activations": (comps["checkpoints"] or 0) + (comps["recompute_peak"] or 0),
-        "logits": comps["logits"],
+        "logits": logits,
         "optimizer_step": step,
     }
 

@@ -101,6 +101,9 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
             "error_pct": None if measured is None else _pct(estimated, measured),
         }
         row["estimated_reserved_bytes"] = int(float(mem.reserved[0]))
+        # of `logits`, the bytes that are not vocab-wide tensors, by the kind a memtest's
+        # component maxima count them as (memory/model.py `MemoryBreakdown.logits_other`)
+        row["estimated_logits_other"] = {k: int(_first(v)) for k, v in mem.logits_other.items()}
         row["estimated_host_bytes"] = int(float(mem.host[0]))
         measured_parts = result.get("components")
         if isinstance(measured_parts, dict) and mem.states is not None:
