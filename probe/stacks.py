@@ -8,7 +8,8 @@
   probe.torchtune_stack.
   Runs on the CPU, under fake tensors (a fake checkpointer) and on CUDA.
 - `torchtitan`: torchtitan's own Trainer (FSDP2 under gloo, CPU), see probe.torchtitan_stack;
-  the CLI hands the run to it.
+  the CLI hands the run to it. Under fake tensors with torchtitan's fake_backend (`--device
+  fake --ranks N`, probe.torchtitan_fake).
 - `unsloth`, `deepspeed`: not runnable by this probe; `check_stack`
   says why (exit 2 on the command line) instead of substituting another stack's numbers.
 
