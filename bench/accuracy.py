@@ -21,7 +21,10 @@ the peak and four components, each measured as the most bytes that kind held dur
 weights (parameters and buffers), trainable states (gradients + optimizer states + masters),
 activations (everything else except logits: saved tensors, recomputation, temporaries), logits
 (storages whose last dimension is the vocabulary: logits, fp32 copies, their gradients). The
-estimator's activations are its `checkpoints + recompute_peak`, its logits `logits`, its peak
+estimator's activations are its `checkpoints` plus the larger of its two activation moments:
+the backward's recompute (`recompute_peak`) and the loss (`estimated_loss_activations`: the
+part of its `logits` component that is no logits: the last norm's and the head's saved
+tensors, autocast's weight copies); its logits are `logits` less that part; its peak
 `peak - overhead` (no CUDA context on a CPU).
 
 Setup fields the estimator does not have yet (issue 10: stack, autocast, lora_dropout,
@@ -260,11 +263,16 @@ def _estimate_parts(row: dict[str, Any], step: float | None) -> dict[str, float 
     # most gradients + optimizer states (+ masters) held at one moment, without the weights,
     # which the probe counts as weights (`params`, here = weights component + trained weights)
     trained_weights = parts["params"]["estimated"] - (comps["weights"] or 0)
+    # the estimator's `logits` is its loss moment: it also holds tensors the tracker counts as
+    # activations (the last norm's and the head's saved tensors, autocast's weight copies:
+    # `estimated_loss_activations`); its activations peak at the larger of its two moments
+    loss_acts = row.get("estimated_loss_activations") or 0
+    checkpoints = comps["checkpoints"] or 0
     return {
         "weights": parts["params"]["estimated"],
         "trainable_states": (comps["trainable_states"] or 0) - trained_weights,
-        "activations": (comps["checkpoints"] or 0) + (comps["recompute_peak"] or 0),
-        "logits": comps["logits"],
+        "activations": checkpoints + max(comps["recompute_peak"] or 0, loss_acts),
+        "logits": None if comps["logits"] is None else comps["logits"] - loss_acts,
         "optimizer_step": step,
     }
 

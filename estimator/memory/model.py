@@ -82,6 +82,9 @@ class MemoryBreakdown:
     grad_cache: Any = 0.0  # the last step's gradient blocks, cached at the loss (fragmentation 4)
     parallel: dict[str, Any] | None = None  # the --parallel layout's terms (memory/sharded.py)
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # moment -> part -> bytes
+    # bytes of `logits` (the loss moment) that are no logits: the last norm's and the head's
+    # saved tensors, autocast's weight copies (for the per-component comparison with the probe)
+    loss_activations: Any = 0.0
 
     @property
     def peak_is_lower_bound(self) -> bool:
@@ -253,12 +256,16 @@ def memory_breakdown(
                 setup, profile, f.grad_sizes, tokens * vocab * logit_dtype, checkpoints
             )
         logits = logits + f.head_grad + f.head_cast
+        loss_acts = tokens * 0.0 + f.head_cast  # the loss moment's tensors that are no logits
         if f.head_input is not None:
             logits = logits + tokens * f.head_input
+            loss_acts = loss_acts + tokens * f.head_input
         per_logit = (tokens * vocab, *f.per_logit)
-        logits = _with_forward_casts(logits, spec, setup, profile, per_logit)
+        logits, loss_acts = _with_forward_casts(
+            (logits, loss_acts), spec, setup, profile, per_logit, tokens
+        )
     else:
-        logits, hole = None, tokens * 0.0
+        logits, hole, loss_acts = None, tokens * 0.0, tokens * 0.0
         missing["logits"] = "needs --vocab and --hidden"
 
     overhead = tokens * 0.0 + f.context
@@ -292,6 +299,7 @@ def memory_breakdown(
         loss_hole=hole,
         forward_cache=fwd_cache,
         grad_cache=grads_cached,
+        loss_activations=loss_acts,
     )
 
 
@@ -495,8 +503,13 @@ def _checkpoint_bytes(
 
 
 def _with_forward_casts(
-    logits: Any, spec: ModelSpec, setup: TrainingSetup, profile: Profile, per_logit: Any
-) -> Any:
+    loss: tuple[Any, Any],
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    profile: Profile,
+    per_logit: Any,
+    tokens: Any,
+) -> tuple[Any, Any]:
     """The loss moment under AMP full fine-tuning. The forward also holds autocast's cast
     cache (`autocast_forward_casts`), with the logits when the loss runs inside `model.forward`
     (transformers' own loss from `labels`); the loss's backward, after the region has exited,
@@ -505,17 +518,25 @@ def _with_forward_casts(
     bytes + the head's copy) counts; `per_logit` is (logits, forward, all) bytes. TRL's chunked
     loss runs after the forward has returned (trl v1.9.0 trl/trainer/sft_trainer.py:203-214),
     when the cache is gone: the larger of the two moments. Other losses (Liger's, CCE's patched
-    forwards) add the cache to their peak."""
+    forwards) add the cache to their peak. The full loss's forward moment also holds the last
+    norm's fp32 output, which the head's bf16 cast does not replace: the CausalLM forward keeps
+    it as `hidden_states` until it returns (transformers 5.24.0 models/llama/modeling_llama.py:
+    469-475; GPT-2's GPT2LMHeadModel.forward likewise). `loss` is (the component so far, the
+    most bytes of it that are no logits); returns both with the copies (and that output: the
+    forward moment holds the most of them, the backward only the head's copy)."""
+    logits, acts = loss
     casts = autocast_forward_casts(spec, setup)
     if not casts:
-        return logits
+        return logits, acts
     if setup.loss == "chunked":
-        return np.maximum(logits, casts)
+        return np.maximum(logits, casts), np.maximum(acts, casts)
     if setup.loss != "full" or setup.compile or profile.get("memory", "logits_bytes_per_logit"):
-        return logits + casts
+        return logits + casts, acts + casts
     count, forward, worst = per_logit
     head = BF16 * (spec.hidden or 0) * (spec.vocab or 0)
-    return logits - count * worst + np.maximum(count * forward + casts, count * worst + head)
+    held = casts + tokens * FP32 * (spec.hidden or 0)
+    fwd, bwd = count * forward + held, count * worst + head
+    return logits - count * worst + np.maximum(fwd, bwd), acts + held
 
 
 def _layer_saved(acts: list[Any], tokens: Any, seq: Any) -> Any:
