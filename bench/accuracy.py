@@ -24,7 +24,8 @@ activations (everything else except logits: saved tensors, recomputation, tempor
 estimator's activations are its `checkpoints` plus the larger of its two activation moments:
 the backward's recompute (`recompute_peak`) and the loss (`estimated_loss_activations`: the
 part of its `logits` component that is no logits: the last norm's and the head's saved
-tensors, autocast's weight copies); its logits are `logits` less that part; its peak
+tensors, autocast's weight copies); its logits the logit tensors' own most
+(`estimated_loss_logits`, the loss's bytes without those); its peak
 `peak - overhead` (no CUDA context on a CPU).
 
 Setup fields the estimator does not have yet (issue 10: stack, autocast, lora_dropout,
@@ -265,14 +266,15 @@ def _estimate_parts(row: dict[str, Any], step: float | None) -> dict[str, float 
     trained_weights = parts["params"]["estimated"] - (comps["weights"] or 0)
     # the estimator's `logits` is its loss moment: it also holds tensors the tracker counts as
     # activations (the last norm's and the head's saved tensors, autocast's weight copies:
-    # `estimated_loss_activations`); its activations peak at the larger of its two moments
+    # `estimated_loss_activations`), so its activations peak at the larger of its two moments
+    # and its logits are the logit tensors' own most (`estimated_loss_logits`)
     loss_acts = row.get("estimated_loss_activations") or 0
     checkpoints = comps["checkpoints"] or 0
     return {
         "weights": parts["params"]["estimated"],
         "trainable_states": (comps["trainable_states"] or 0) - trained_weights,
         "activations": checkpoints + max(comps["recompute_peak"] or 0, loss_acts),
-        "logits": None if comps["logits"] is None else comps["logits"] - loss_acts,
+        "logits": row.get("estimated_loss_logits", comps["logits"]),
         "optimizer_step": step,
     }
 

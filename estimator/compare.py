@@ -103,6 +103,8 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
         row["estimated_reserved_bytes"] = int(float(mem.reserved[0]))
         # the part of the `logits` component that the probe counts as activations
         row["estimated_loss_activations"] = int(_first(mem.loss_activations))
+        if mem.loss_logits is not None:
+            row["estimated_loss_logits"] = int(_first(mem.loss_logits))
         row["estimated_host_bytes"] = int(float(mem.host[0]))
         measured_parts = result.get("components")
         if isinstance(measured_parts, dict) and mem.states is not None:

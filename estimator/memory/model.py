@@ -83,8 +83,10 @@ class MemoryBreakdown:
     parallel: dict[str, Any] | None = None  # the --parallel layout's terms (memory/sharded.py)
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # moment -> part -> bytes
     # bytes of `logits` (the loss moment) that are no logits: the last norm's and the head's
-    # saved tensors, autocast's weight copies (for the per-component comparison with the probe)
+    # saved tensors, autocast's weight copies, at their most over the loss's moments (for the
+    # per-component comparison with the probe)
     loss_activations: Any = 0.0
+    loss_logits: Any = None  # the most bytes the logit tensors themselves hold (the loss's)
 
     @property
     def peak_is_lower_bound(self) -> bool:
@@ -250,6 +252,7 @@ def memory_breakdown(
     if vocab and h:
         logit_dtype = f.logit_dtype
         logits = logits_bytes(tokens, seq, (vocab, h), setup, profile, (logit_dtype, stream))
+        loss_logits = logits  # the logit tensors themselves, at their own most
         hole = loss_hole_bytes(setup, profile, tokens * vocab * logit_dtype, logit_dtype)
         if checkpoints is not None and sharding == "none":  # last step's grads (fragmentation 4)
             grads_cached = grad_cache_bytes(
@@ -265,7 +268,7 @@ def memory_breakdown(
             (logits, loss_acts), spec, setup, profile, per_logit, tokens
         )
     else:
-        logits, hole, loss_acts = None, tokens * 0.0, tokens * 0.0
+        logits, hole, loss_acts, loss_logits = None, tokens * 0.0, tokens * 0.0, None
         missing["logits"] = "needs --vocab and --hidden"
 
     overhead = tokens * 0.0 + f.context
@@ -300,6 +303,7 @@ def memory_breakdown(
         forward_cache=fwd_cache,
         grad_cache=grads_cached,
         loss_activations=loss_acts,
+        loss_logits=loss_logits,
     )
 
 
