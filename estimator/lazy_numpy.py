@@ -73,10 +73,17 @@ def asarray(x: Any, dtype: Any = None) -> Any:
 
 def _result(value: Any, *args: Any) -> Any:
     """numpy's result type for Python scalars: float if any argument is a float."""
-    return float(value) if any(type(a) is float for a in args) else value
+    for a in args:
+        if type(a) is float:
+            return float(value)
+    return value
 
 
 def maximum(a: Any, b: Any) -> Any:
+    if type(a) is float and type(b) is float:  # the memory model's usual case, `_result`'s
+        if a != a or b != b:
+            return NAN
+        return a if a >= b else b
     if type(a) in _SCALARS and type(b) in _SCALARS:
         if a != a or b != b:  # NaN wins, as numpy's maximum
             return NAN
@@ -85,6 +92,10 @@ def maximum(a: Any, b: Any) -> Any:
 
 
 def minimum(a: Any, b: Any) -> Any:
+    if type(a) is float and type(b) is float:
+        if a != a or b != b:
+            return NAN
+        return a if a <= b else b
     if type(a) in _SCALARS and type(b) in _SCALARS:
         if a != a or b != b:
             return NAN

@@ -104,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--steps", type=int, default=3, help="optimizer steps per length")
     r.add_argument("--device", choices=("cuda", "cpu", "fake"), default="cuda")
     r.add_argument(
+        "--ranks",
+        type=int,
+        default=1,
+        help="--stack torchtitan --device fake: data-parallel ranks torchtitan's fake backend "
+        "simulates (FSDP2 shards over them; rank 0 is traced)",
+    )
+    r.add_argument(
         "--memory-cap", type=int, default=None, help="cpu/fake: raise OOM above this many bytes"
     )
     r.add_argument(
@@ -194,8 +201,9 @@ def _run_torchtitan(args: argparse.Namespace, raw: list[str], config: dict[str, 
         device=args.device,
         name=args.name or Path(args.config).stem,
         command="trainfit-probe " + shlex.join(raw),
+        ranks=args.ranks,
     )
-    if int(os.environ.get("RANK", "0")) != 0:
+    if args.device != "fake" and int(os.environ.get("RANK", "0")) != 0:
         return EXIT_OK
     return _save(args, doc)
 

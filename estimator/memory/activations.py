@@ -19,6 +19,12 @@ from typing import TYPE_CHECKING, Any
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.lora import expert_banks, lora_targets
 from estimator.memory.activations_compiled import adapted_count, compiled_layer_saved
+from estimator.memory.torchtitan import (
+    norm_input_reused,
+    norm_saved_per_row,
+    selective_saved_fused_qkv,
+    torch_rms_norm,
+)
 from estimator.memory.weights import amp_full, kbit_fp32
 from estimator.spec import LAYER_LINEAR, MLP_MOE, ModelSpec
 from estimator.stacks import load_stack
@@ -58,6 +64,7 @@ class Context:
     weight_casts: float = 0.0  # bytes per layer of autocast's bf16 copies of fp32 trained weights
     autocast: bool = False
     input_bytes: int = 0  # bytes per element of a decoder layer's input (the checkpoint)
+    torch_norm: bool = False  # torchtitan 0.3.0's modules: nn.RMSNorm, fused wqkv (torchtitan.py)
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -103,6 +110,7 @@ class Context:
             casts,
             autocast,
             FP32 if amp_full(setup) else stream,
+            torch_rms_norm(setup),
         )
 
 
@@ -255,6 +263,8 @@ def input_reused(ctx: Context, spec: ModelSpec) -> float:
         return 0.0 if ctx.autocast else float(ctx.input_bytes * h)
     if ctx.fused or ctx.compiled:
         return 0.0
+    if ctx.torch_norm:  # torch.nn.RMSNorm saves the layer input itself (memory/torchtitan.py)
+        return norm_input_reused(ctx.input_bytes, h)
     return float(FP32 * h) if ctx.input_bytes == FP32 else 0.0
 
 
@@ -275,7 +285,10 @@ def inputs_saved(ctx: Context, consumers: list[str], width: int) -> float:
 
 def rms_norm_saved(ctx: Context, width: int, rows: int = 1) -> float:
     """HF RMSNorm: fp32 input (the upcast copy, or the fp32 input itself), rsqrt per row, and
-    the normalised tensor when the norm's weight trains (weight * normed saves normed)."""
+    the normalised tensor when the norm's weight trains (weight * normed saves normed).
+    torch.nn.RMSNorm on CUDA (torchtitan, `ctx.torch_norm`): its input and the fp32 rstd."""
+    if ctx.torch_norm:
+        return norm_saved_per_row(ctx.compute_bytes, width, rows)
     return FP32 * width + FP32 * rows + (width * ctx.compute_bytes if ctx.full else 0)
 
 
@@ -576,7 +589,11 @@ def selective_saved(ctx: Context, spec: ModelSpec) -> float:
     backward reads nothing, so compiled it is not kept; an MoE's expert outputs are read by the
     routing weights' gradient and a post-FFN norm reads its input, so those keep it.
     bench/titan_sac_saved.py runs torchtitan@9dec370's block and policy both ways: eager keeps
-    the four mm outputs, compiled all but down's."""
+    the four mm outputs, compiled all but down's. torchtitan 0.3.0's fused wqkv:
+    `torchtitan.selective_saved_fused_qkv`."""
+    if ctx.torch_norm and spec.moe is None:
+        keep_down = not (ctx.compiled and _down_output_unread(spec))
+        return selective_saved_fused_qkv(ctx.compute_bytes, spec, keep_down)
     cb = ctx.compute_bytes
     h = spec.hidden or 0
     heads, hd = spec.num_heads or 0, spec.head_dim or 0

@@ -14,6 +14,7 @@ from estimator import lazy_numpy as np
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.errors import EstimatorInputError
 from estimator.memo import Memo, setup_key
+from estimator.memory import torchtitan
 from estimator.memory.activations import (
     Context,
     autocast_forward_casts,
@@ -185,7 +186,7 @@ def memory_breakdown(
     tokens = seq * np.asarray(batch, dtype=np.float64)
     missing: dict[str, str] = {}
     # the terms that do not depend on the length, once per (spec, setup, profile, devices)
-    key = (*setup_key(setup), amp_full(setup))
+    key = (*setup_key(setup), amp_full(setup), torchtitan.on_cpu_referee())
     f = _FIXED.get((spec, profile), (key, n), lambda: _fixed(spec, setup, profile, n, key))
     states, weights, trainable, stream = f.states, f.weights, f.trainable, f.stream
 
@@ -281,6 +282,7 @@ def memory_breakdown(
         "overhead": overhead,
     }
     phases = _phases(components, profile, f.grads, f.step, f.embed, f.keep_grads)
+    torchtitan.add_rope_cache(phases, spec, setup, seq)  # torchtitan's per-layer RoPE caches
     allocated = _peak(phases, overhead) - overhead
     slack = allocator_slack(spec, setup, allocated, n) if f.count_slack else 0.0
     pool = f.pool

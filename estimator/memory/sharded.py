@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.lazy_numpy import numpy as np
+from estimator.memory import torchtitan
 from estimator.memory.activations import (
     Context,
     head_input_saved,
@@ -28,6 +29,7 @@ from estimator.memory.activations import (
     stream_bytes,
 )
 from estimator.memory.fragmentation import (
+    counts_fragmentation,
     gather_pool_bytes,
     reduce_pool_bytes,
     reserved_with_fragmentation,
@@ -46,6 +48,7 @@ from estimator.parallel.data import (
     DataParallelBytes,
     ReplicaBytes,
     data_parallel_bytes,
+    default_stream_bytes,
     reduce_bytes,
     shard_degree,
 )
@@ -333,7 +336,7 @@ def _phases(
             "logits": logits,
         }
         return {"all": parts}
-    made = zero + (0.0 if keep_grads else dp.grads)
+    made = zero + (0.0 if keep_grads else dp.grads - dp.grads_late)
     held_now = checkpoints
     accumulated = zero
     for fraction, acc in zip(held, (dp.accumulated, dp.accumulated_last), strict=True):
@@ -415,15 +418,17 @@ def _reserved(
     replica: ReplicaBytes,
     phases: dict[str, dict[str, Any]],
     outputs_kept: bool = False,
-    freed_grads: float = 0.0,
+    streams: tuple[dict[str, dict[str, Any]], float] | None = None,
 ) -> Any:
     """The stage's reserved bytes: its allocated peak with the allocator's slack and holes
     (memory/fragmentation.py, memory/reserved.py). `outputs_kept`: the last rank keeps its
     micro-batches' logits (`_kept_outputs`), so they leave no hole at the loss's backward
-    (fragmentation.py 1: a held model output is allocated, not a hole). `freed_grads`: the
-    sharded gradients the last step freed (none where they are kept across micro-batches),
-    cached on FSDP2's reduce-scatter stream at the loss (fragmentation.py 5)."""
+    (fragmentation.py 1: a held model output is allocated, not a hole). `streams`: FSDP2's
+    (default stream's phases, reduce-scatter stream's pool) (fragmentation.py 5): the pools
+    add up, so the default stream's peak and loss phase count with that pool, in place of the
+    stream-blind `phases`."""
     allocated = _largest(phases)
+    default, reduce_pool = streams if streams is not None else (phases, 0.0)
     # the allocator's per-tensor slack on the tensors as the layout shards them: FSDP2 / ZeRO-3
     # over the shard group (the same rule the one-device model applies to `sharding`), so a
     # legacy `sharding` alias and its `parallel` layout are one model
@@ -442,10 +447,13 @@ def _reserved(
         if layout.data == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
         else 0.0
     )
-    if layout.data == "fsdp":
-        hole = hole + reduce_pool_bytes(setup, profile, freed_grads)
-    loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
-    return reserved_with_fragmentation(allocated, loss_phase, hole, pool, slack)
+    # the pool of FSDP2's reduce-scatter stream adds to the default stream's peak, which is
+    # at least the allocated peak less the gradients the stream-blind phases let share the
+    # checkpoints' blocks; the larger of the two (the stream-blind end of the backward also
+    # counts a reduce output that is its own sharded gradient twice, data.py `end_outputs`)
+    peak = np.maximum(allocated, _largest(default) + reduce_pool)
+    loss_phase = sum(default["loss"].values()) + reduce_pool if "loss" in default else peak
+    return reserved_with_fragmentation(peak, loss_phase, hole, pool, slack)
 
 
 def _largest(phases: dict[str, dict[str, Any]]) -> Any:
@@ -488,6 +496,7 @@ def layout_breakdown(
             chunks,
             bool(load_stack(setup.stack).get("pp_keeps_last_reduce_input")),
         )
+        dp = torchtitan.fsdp_units(dp, replica, layout, reduce_bytes(setup), setup)
         # RoPE buffers (weights.rope_buffer_bytes): FSDP2 shards parameters, not buffers
         dp = dataclasses.replace(dp, weights=dp.weights + rope_buffer_bytes(spec, setup))
         acts = _activations(spec, setup, base, stage, layout, tokens)
@@ -512,6 +521,23 @@ def layout_breakdown(
             loss_accumulated=dp.accumulated if at_loss else 0.0,
             outputs=outputs,
         )
+        torchtitan.add_rope_cache(phases, spec, setup, seq)
+        streams = None
+        if layout.data == "fsdp" and counts_fragmentation(setup, profile):
+            # fragmentation.py (5): the default stream's bytes, and the reduce-scatter pool
+            default = _phases(
+                default_stream_bytes(dp),
+                acts,
+                profile,
+                keep,
+                stage.layers,
+                held,
+                pipe,
+                loss_accumulated=dp.accumulated if at_loss else 0.0,
+                outputs=outputs,
+            )
+            torchtitan.add_rope_cache(default, spec, setup, seq)
+            streams = (default, reduce_pool_bytes(setup, profile, dp.reduce_stream))
         allocated = _largest(phases)
         host = np.asarray(base.host) * stage.layers / (spec.layers or 1) + dp.host
         components = {
@@ -523,9 +549,8 @@ def layout_breakdown(
             "overhead": overhead,
         }
         kept = bool(np.any(np.asarray(outputs) > 0))
-        freed = 0.0 if keep else dp.grads
         reserved = _reserved(
-            spec, setup, profile, layout, base, stage, replica, phases, kept, freed
+            spec, setup, profile, layout, base, stage, replica, phases, kept, streams
         )
         # the worst rank by what the caching allocator holds (torchtitan's benchmark takes the
         # maximum of max_memory_reserved over all GPUs, llama3_h100_202412_torchtitan.md

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 STACKS = (
@@ -100,7 +100,7 @@ def load_stack(name: str) -> Stack:
     """The stack's file; every key of OVERRIDES and FACTS must be present with a source."""
     if name not in STACKS:
         raise ValueError(f"unknown stack {name!r}; known: {', '.join(STACKS)}")
-    raw = json.loads(resources.files("estimator").joinpath("stacks", f"{name}.json").read_text())
+    raw = json.loads((Path(__file__).parent / f"{name}.json").read_text())  # the package data
     about = str(raw.pop("_about", ""))
     entries = {k: Fact(v["value"], str(v["source"])) for k, v in raw.items()}
     missing = [k for k in OVERRIDES + FACTS if k not in entries]
