@@ -46,7 +46,7 @@ OVERRIDES = (
 
 # TrainingSetup fields a stack file may give a default for; without one the field's own default
 # stands (`fsdp_wrap`: `layer`, the decoder layers as units, the rest in the root).
-OPTIONAL_OVERRIDES = ("fsdp_wrap",)
+OPTIONAL_OVERRIDES = ("fsdp_wrap", "adapter_dtype")
 
 # Behaviour of the stack that is not a setup option.
 FACTS = (
@@ -70,6 +70,9 @@ FACTS = (
     "pp_keeps_last_reduce_input",
 )
 
+# Behaviour only some stacks have: a file without the entry has none of it (`get_optional`).
+OPTIONAL_FACTS = ("nf4_dequant", "torchtune_modules")
+
 
 @dataclass(frozen=True)
 class Fact:
@@ -87,7 +90,8 @@ class Stack:
         return self.entries[key].value
 
     def get_optional(self, key: str, default: Any) -> Any:
-        """An OPTIONAL_OVERRIDES entry's value, or `default` when the file gives none."""
+        """An OPTIONAL_OVERRIDES or OPTIONAL_FACTS entry's value, or `default` when the file
+        gives none."""
         fact = self.entries.get(key)
         return default if fact is None else fact.value
 
