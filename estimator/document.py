@@ -21,7 +21,7 @@ from estimator.profile import list_profiles as _list_profiles
 from estimator.rows import estimate_rows, model_summary
 from estimator.scenario import Scenario
 from estimator.spec import ModelSpec
-from estimator.time.cost import Price, gpu_price, normalise_prices
+from estimator.time.cost import gpu_price, normalise_prices
 from estimator.time.flops import step_flops_totals
 from estimator.time.plan import CellFn, option_cells, training_summary
 from estimator.time.step import option_rates
@@ -46,10 +46,11 @@ def _kept_cells(
     at: tuple[int, int, Any, int, str, dict[str, float]],
     efficiency: float | None,
     source: str | None,
-    price: Price,
+    prices_by_id: dict[str, float],
 ) -> CellFn:
     """`option_cells` of one option's `option_rates` (`at`: seq, batch, GPU, cards, option
-    text, prices) on copies of the setup and prices: the memo keeps them past the call."""
+    text, prices) and price (`prices_by_id`: the normalised prices) on copies of the setup and
+    prices: the memo keeps them past the call."""
     seq, batch, gpu, devices, option, prices = at
     sc = Scenario(
         spec,
@@ -62,7 +63,7 @@ def _kept_cells(
         option=option,
         prices=dict(prices),
     )
-    return option_cells(option_rates(sc, efficiency, source), price)
+    return option_cells(option_rates(sc, efficiency, source), gpu_price(gpu, prices_by_id))
 
 
 def _tokens_for(spec: ModelSpec, request: EstimateRequest, seq: int) -> float | None:
@@ -106,7 +107,6 @@ def add_time_and_cost(
             source="calibration in the request",
         )
     prices = normalise_prices(request.prices) if request.prices else {}
-    option_prices = {k: gpu_price(o.gpu, prices) for k, o in options.items()}
     price_key = tuple(sorted(request.prices.items())) if request.prices else ()
     # the cells of each GPU option per setup: once per (setup, option), not per row, and
     # memoised across requests (they do not depend on the length: `option_cells`)
@@ -146,7 +146,7 @@ def add_time_and_cost(
                         at,
                         efficiency,
                         source,
-                        option_prices[option],
+                        prices,
                     ),
                 )
         for option, fit in row["fit"].items():

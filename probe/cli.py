@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="probe",
         help="hf: transformers Trainer + peft (+ bitsandbytes); torchtune: torchtune's "
         "single-device LoRA / full recipes (needs the torchtune extra); torchtitan: its Trainer "
-        "(FSDP2, gloo, --device cpu; under torchrun for N ranks; needs the torchtitan extra); "
+        "(FSDP2, gloo, --device cpu, under torchrun for N ranks; or --device fake --ranks N; "
+        "needs the torchtitan extra); "
         "probe: the probe's own loop; unsloth/deepspeed: reported as not runnable here",
     )
     k.add_argument(

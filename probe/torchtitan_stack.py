@@ -708,8 +708,12 @@ def run_torchtitan(
     error: str | None = None
     if device == "fake":
         if not 1 <= ranks <= 1_000_000:
-            raise ProbeInputError("ranks", f"must be 1 or more for --device fake, got {ranks}")
+            raise ProbeInputError("ranks", f"must be 1..1000000 for --device fake, got {ranks}")
         return _fake_memtest(config, setup, lengths, steps, ranks, name, command)
+    if ranks != 1:
+        raise ProbeInputError(
+            "ranks", "only with --device fake; on the CPU the ranks are torchrun's processes"
+        )
     from probe.cpu_memory import CpuAllocatorCounter, compiler_missing
 
     reason = compiler_missing()

@@ -273,12 +273,18 @@ class StorageTracker(OutputTensorsMode):
         """Highest device bytes seen since `begin_window`."""
         return self._window_peak
 
+    def cuda_pairs(self, grad_uids: set[int]) -> dict[int, int]:
+        """This window's out-of-place ops that CUDA runs in place (`probe.grad_sums`),
+        {result's uid: first operand's uid}: every index_put of index_backward, and the
+        gradient sums on chains that end as one of `grad_uids`."""
+        return {**self._in_place, **first_contributions(self._sums, grad_uids)}
+
     def _cuda_log(self, grad_uids: set[int]) -> tuple[list[tuple[int, int]], set[int]]:
         """This window's log with the backward's in-place ops done in place as on CUDA
         (`probe.grad_sums`), and the first contributions that are gradients from their start."""
         sums = first_contributions(self._sums, grad_uids)
         firsts = {uid for uid in sums.values() if uid not in sums}
-        return cuda_events(self._events, {**self._in_place, **sums}), firsts
+        return cuda_events(self._events, self.cuda_pairs(grad_uids)), firsts
 
     def _live_at_window_peak(self, events: list[tuple[int, int]]) -> dict[int, int]:
         live = dict(self._baseline)

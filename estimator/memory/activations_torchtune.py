@@ -15,10 +15,14 @@ multiply, with the norm's saved fp32 input.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from estimator.dtypes import FP32
 from estimator.memory.activations import Context, rms_norm_saved
-from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 NORM_BACKWARD_TENSORS = 5  # fp32 hidden-wide, alive together (module docstring)
 

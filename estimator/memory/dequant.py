@@ -44,12 +44,14 @@ FSDP2 paths (memory/sharded.py).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator.memory.activations import Context, _forward_transient
-from estimator.setup import TrainingSetup
 from estimator.spec import ModelSpec
 from estimator.stacks import load_stack
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 LONG = 8  # torch.long, the unpacked 4-bit codes
 BLOCK = 64  # torchao 0.11.0 nf4tensor.py:988 to_nf4(block_size=64), what torchtune calls

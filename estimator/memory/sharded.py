@@ -15,7 +15,7 @@ A pipeline's first rank (embedding, the schedule's most micro-batches in flight)
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.lazy_numpy import numpy as np
@@ -302,21 +302,45 @@ def _stage_name(stage: Stage) -> str:
     return "first" if stage.first else "last"
 
 
+class PipelineMoments(NamedTuple):
+    """A pipeline rank's extra bytes at its moments (all zero without a pipeline): `held`, the
+    fractions of the checkpoints held at the chunk backwards (`schedule.held_at_chunk_backwards`);
+    `pipe`, the stage's receive buffers and cached outputs; `loss_accumulated`, the gradients the
+    last rank has accumulated at its later losses; `outputs`, the model outputs it keeps."""
+
+    held: tuple[float, float] = (0.0, 0.0)
+    pipe: Any = 0.0
+    loss_accumulated: float = 0.0
+    outputs: Any = 0.0
+
+
+NO_PIPELINE = PipelineMoments()
+
+
+class RankPhases(NamedTuple):
+    """One rank's memory moments for `_reserved`: its stage and replica, its stream-blind
+    `phases`, whether it keeps its outputs (`_kept_outputs`), and FSDP2's `streams` (the
+    default stream's phases, the reduce-scatter stream's pool) or None."""
+
+    stage: Stage
+    replica: ReplicaBytes
+    phases: dict[str, dict[str, Any]]
+    outputs_kept: bool = False
+    streams: tuple[dict[str, dict[str, Any]], float] | None = None
+
+
 def _phases(
     dp: DataParallelBytes,
     acts: tuple[Any, Any, Any],
     profile: Profile,
     keep_grads: bool,
     layers: int,
-    held: tuple[float, float] = (0.0, 0.0),
-    pipe: Any = 0.0,
-    loss_accumulated: float = 0.0,
-    outputs: Any = 0.0,
+    pipeline: PipelineMoments = NO_PIPELINE,
 ) -> dict[str, dict[str, Any]]:
     """What is alive at each moment, by part (the same moments as `model._phases`). Under a
     pipeline with FSDP2 the unsharded accumulated gradients exist from the first
     micro-batch's backward on, when that micro-batch's checkpoints are gone: the backward holds
-    the larger of all checkpoints and, for each moment of `held`
+    the larger of all checkpoints and, for each moment of `pipeline.held`
     (`schedule.held_at_chunk_backwards`: the rank's first backward, and chunk 0's first when
     the chunks are reduced one after the other), that fraction of them plus the gradients then
     accumulating (`dp.accumulated`, `dp.accumulated_last`). `loss_accumulated`: the gradients
@@ -324,6 +348,7 @@ def _phases(
     (`schedule.accumulated_at_loss`); `outputs`: the model outputs it keeps through the step
     (`_kept_outputs`), alive at every moment from the last micro-batch's loss on."""
     checkpoints, recompute, logits = acts
+    held, pipe, loss_accumulated, outputs = pipeline
     zero = checkpoints * 0.0
     states = zero + dp.states + (dp.grads if keep_grads else 0.0)
     if profile.get("memory", "peak_rule") == "sum":
@@ -414,11 +439,7 @@ def _reserved(
     profile: Profile,
     layout: Layout,
     base: MemoryBreakdown,
-    stage: Stage,
-    replica: ReplicaBytes,
-    phases: dict[str, dict[str, Any]],
-    outputs_kept: bool = False,
-    streams: tuple[dict[str, dict[str, Any]], float] | None = None,
+    rank: RankPhases,
 ) -> Any:
     """The stage's reserved bytes: its allocated peak with the allocator's slack and holes
     (memory/fragmentation.py, memory/reserved.py). `outputs_kept`: the last rank keeps its
@@ -427,6 +448,7 @@ def _reserved(
     (default stream's phases, reduce-scatter stream's pool) (fragmentation.py 5): the pools
     add up, so the default stream's peak and loss phase count with that pool, in place of the
     stream-blind `phases`."""
+    stage, replica, phases, outputs_kept, streams = rank
     allocated = _largest(phases)
     default, reduce_pool = streams if streams is not None else (phases, 0.0)
     # the allocator's per-tensor slack on the tensors as the layout shards them: FSDP2 / ZeRO-3
@@ -510,32 +532,13 @@ def layout_breakdown(
         held = held_at_chunk_backwards(m, layout.virtual, stage.in_flight)
         at_loss = accumulated_at_loss(layout.schedule, m, layout.pp) and stage.last
         outputs = _kept_outputs(spec, setup, layout, stage, tokens)
-        phases = _phases(
-            dp,
-            acts,
-            profile,
-            keep,
-            stage.layers,
-            held,
-            pipe,
-            loss_accumulated=dp.accumulated if at_loss else 0.0,
-            outputs=outputs,
-        )
+        moments = PipelineMoments(held, pipe, dp.accumulated if at_loss else 0.0, outputs)
+        phases = _phases(dp, acts, profile, keep, stage.layers, moments)
         torchtitan.add_rope_cache(phases, spec, setup, seq)
         streams = None
         if layout.data == "fsdp" and counts_fragmentation(setup, profile):
             # fragmentation.py (5): the default stream's bytes, and the reduce-scatter pool
-            default = _phases(
-                default_stream_bytes(dp),
-                acts,
-                profile,
-                keep,
-                stage.layers,
-                held,
-                pipe,
-                loss_accumulated=dp.accumulated if at_loss else 0.0,
-                outputs=outputs,
-            )
+            default = _phases(default_stream_bytes(dp), acts, profile, keep, stage.layers, moments)
             torchtitan.add_rope_cache(default, spec, setup, seq)
             streams = (default, reduce_pool_bytes(setup, profile, dp.reduce_stream))
         allocated = _largest(phases)
@@ -549,9 +552,8 @@ def layout_breakdown(
             "overhead": overhead,
         }
         kept = bool(np.any(np.asarray(outputs) > 0))
-        reserved = _reserved(
-            spec, setup, profile, layout, base, stage, replica, phases, kept, streams
-        )
+        rank = RankPhases(stage, replica, phases, kept, streams)
+        reserved = _reserved(spec, setup, profile, layout, base, rank)
         # the worst rank by what the caching allocator holds (torchtitan's benchmark takes the
         # maximum of max_memory_reserved over all GPUs, llama3_h100_202412_torchtitan.md
         # footnote 1); the last rank's loss holes count only there

@@ -12,13 +12,15 @@ import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator.dtypes import FP32
 from estimator.parallel.data import DataParallelBytes, ReplicaBytes, shard_degree
 from estimator.parallel.layout import Layout
-from estimator.setup import TrainingSetup
 from estimator.spec import LAYER_LINEAR, ModelSpec
+
+if TYPE_CHECKING:
+    from estimator.setup import TrainingSetup
 
 STACK = "torchtitan"
 COMPLEX64 = 8  # bytes of one complex64 value

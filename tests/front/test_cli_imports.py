@@ -62,6 +62,11 @@ def test_one_preset_on_one_gpu_estimate_loads_no_heavy_module() -> None:
     assert _loaded(*args, "--format", "json") == (0, [])
 
 
+def test_check_on_one_gpu_loads_no_heavy_module() -> None:
+    code, loaded = _loaded("check", "--model", "llama-3.1-8b", "--method", "lora", "--gpu", "h200")
+    assert (code, loaded) == (0, [])
+
+
 def test_bad_input_still_gets_pydantic_s_message() -> None:
     """A value the plain request does not vouch for goes to the pydantic model (exit 2)."""
     code, loaded = _loaded("estimate", "--model", "llama-3.1-8b", "--lora-rank", "0")

@@ -109,3 +109,14 @@ def test_the_cli_writes_a_fake_memtest(tmp_path: Path) -> None:
     assert res["tokens_per_second"] is None
     # 8 ranks: this rank's fp32 parameter shards are an eighth of the model's
     assert res["components"]["params"] == 4 * doc["model"]["params_total"] // 8
+
+
+def test_ranks_is_checked_and_named() -> None:
+    from probe.options import ProbeInputError
+    from probe.torchtitan_stack import run_torchtitan
+
+    config = json.loads(CONFIG.read_text())
+    for device, ranks in (("fake", 0), ("cpu", 4)):
+        with pytest.raises(ProbeInputError) as info:
+            run_torchtitan(config, {}, "256", device=device, ranks=ranks)
+        assert info.value.field == "ranks"

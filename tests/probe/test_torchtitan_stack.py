@@ -10,11 +10,14 @@ What the figures must satisfy, and why:
   are 4 bytes x parameters / N, AdamW's two fp32 states twice that (+ the 4-byte `step`
   tensors), measured from the tensors; the estimator's `weights` and `trainable_states` for
   `--stack torchtitan --parallel fsdp=N` equal them within 0.1 %;
-- each rank's peak is within 3 % of the estimate priced as the CPU referee runs
+- each rank's peak is at most 3 % below the estimate priced as the CPU referee runs
   torch.nn.RMSNorm (`estimator.memory.torchtitan.cpu_referee`; torchtitan's FSDP2 units, RoPE
-  caches and reduce-scatter buffers in estimator/memory/torchtitan.py): 0.0 % on both ranks
-  when written (bench/results/accuracy_torchtitan_2026-12-03b.md; +11.7 / +2.3 % before those
-  terms).
+  caches and reduce-scatter buffers in estimator/memory/torchtitan.py) and at most 5 % above
+  it: under gloo a collective's buffers are freed by gloo's worker thread, later or sooner
+  with the machine's load, and the c10 counter holds them until then (2 ranks, this length:
+  37.81, 38.24 and 39.25 MiB in three runs; 37.81 in the deterministic fake trace, which
+  tests/probe/test_torchtitan_fake.py holds to 3 %). +11.7 / +2.3 % before those terms
+  (bench/results/accuracy_torchtitan_2026-12-03b.md).
 """
 
 from __future__ import annotations
@@ -105,7 +108,7 @@ def test_torchtitan_trainer_steps_write_a_memtest_naming_the_stack(n: int, tmp_p
     est = float(mem.allocated[0])
     for rank in doc["ranks"]:
         peak = rank["peak_allocated_bytes"]
-        assert abs(est - peak) <= 0.03 * peak, (n, rank, est)
+        assert -0.05 * peak <= est - peak <= 0.03 * peak, (n, rank, est)
 
 
 def test_setups_torchtitan_cannot_run_name_the_field() -> None:
