@@ -21,7 +21,11 @@ the peak and four components, each measured as the most bytes that kind held dur
 weights (parameters and buffers), trainable states (gradients + optimizer states + masters),
 activations (everything else except logits: saved tensors, recomputation, temporaries), logits
 (storages whose last dimension is the vocabulary: logits, fp32 copies, their gradients). The
-estimator's activations are its `checkpoints + recompute_peak`, its logits `logits`, its peak
+estimator's activations are its `checkpoints` plus the larger of its two activation moments:
+the backward's recompute (`recompute_peak`) and the loss (`estimated_logits_other`'s
+activations: the part of its `logits` component that is no logits: the last norm's and the
+head's saved tensors, autocast's weight copies); its logits the logit tensors' own most
+(`estimated_loss_logits`, the loss's bytes without those); its peak
 `peak - overhead` (no CUDA context on a CPU).
 
 Setup fields the estimator does not have yet (issue 10: stack, autocast, lora_dropout,
@@ -263,15 +267,20 @@ def _estimate_parts(row: dict[str, Any], step: float | None) -> dict[str, float 
     # which the probe counts as weights (`params`, here = weights component + trained weights)
     trained_weights = parts["params"]["estimated"] - (comps["weights"] or 0)
     # the estimator's logits component is the loss moment's: it also holds a trained head's
-    # weight gradient (a gradient: trainable states, already counted there) and the last
-    # norm's and head's saved inputs (activations, freed before the backward's layers, where
-    # the activations' most is), which the tracker files under those kinds, not under logits
-    other = sum((row.get("estimated_logits_other") or {}).values())
-    logits = None if comps["logits"] is None else comps["logits"] - other
+    # weight gradient (a gradient: trainable states, already counted there) and tensors the
+    # tracker counts as activations (the last norm's and head's saved inputs, a frozen head's
+    # bf16 cast, autocast's weight copies under AMP: `estimated_logits_other`); so its
+    # activations peak at the larger of its two moments (the backward's recompute, the loss)
+    # and its logits are the vocab-wide tensors' own most (`estimated_loss_logits`)
+    other = row.get("estimated_logits_other") or {}
+    logits = row.get("estimated_loss_logits")
+    if logits is None and comps["logits"] is not None:
+        logits = comps["logits"] - sum(other.values())
+    checkpoints = comps["checkpoints"] or 0
     return {
         "weights": parts["params"]["estimated"],
         "trainable_states": (comps["trainable_states"] or 0) - trained_weights,
-        "activations": (comps["checkpoints"] or 0) + (comps["recompute_peak"] or 0),
+        "activations": checkpoints + max(comps["recompute_peak"] or 0, other.get("activations", 0)),
         "logits": logits,
         "optimizer_step": step,
     }

@@ -104,6 +104,8 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
         # of `logits`, the bytes that are not vocab-wide tensors, by the kind a memtest's
         # component maxima count them as (memory/model.py `MemoryBreakdown.logits_other`)
         row["estimated_logits_other"] = {k: int(_first(v)) for k, v in mem.logits_other.items()}
+        if mem.loss_logits is not None:  # the vocab-wide tensors at their own most
+            row["estimated_loss_logits"] = int(_first(mem.loss_logits))
         row["estimated_host_bytes"] = int(float(mem.host[0]))
         measured_parts = result.get("components")
         if isinstance(measured_parts, dict) and mem.states is not None:

@@ -85,11 +85,14 @@ class MemoryBreakdown:
     grad_cache: Any = 0.0  # the last step's gradient blocks, cached at the loss (fragmentation 4)
     # of `logits`, what the loss moment holds that is not a vocab-wide tensor, by storage kind:
     # `gradients` (a trained head's weight gradient, `_head_grad_bytes`), `activations` (the
-    # last norm's and the head's saved inputs, `activations.head_input_saved`, and a frozen
-    # fp32 head's bf16 cast, `activations.frozen_head_cast`)
+    # last norm's and the head's saved inputs, `activations.head_input_saved`, a frozen fp32
+    # head's bf16 cast, `activations.frozen_head_cast`, and under AMP autocast's weight copies
+    # and the last norm's fp32 output, `_with_forward_casts`: at their most over the loss's
+    # forward and backward moments)
     logits_other: dict[str, Any] = field(default_factory=dict)
     parallel: dict[str, Any] | None = None  # the --parallel layout's terms (memory/sharded.py)
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # moment -> part -> bytes
+    loss_logits: Any = None  # the most bytes the logit tensors themselves hold (the loss's)
 
     @property
     def peak_is_lower_bound(self) -> bool:
@@ -267,6 +270,7 @@ def memory_breakdown(
         if f.head_grad:  # what the head's gradient adds to the loss's peak
             without = logits_bytes(tokens, seq, shape, setup, profile, dtypes)
             logits_other["gradients"] = logits - without
+        loss_logits = logits - logits_other.get("gradients", 0.0)  # the logit tensors' most
         hole = loss_hole_bytes(setup, profile, tokens * vocab * logit_dtype, logit_dtype)
         if checkpoints is not None and sharding == "none":  # last step's grads (fragmentation 4)
             grads_cached = grad_cache_bytes(
@@ -277,12 +281,14 @@ def memory_breakdown(
         other = tokens * 0.0 + f.head_cast
         if f.head_input is not None:
             other = other + tokens * f.head_input
-        logits_other["activations"] = other
         logits = logits + other
         per_logit = (tokens * vocab, *f.per_logit)
-        logits = _with_forward_casts(logits, spec, setup, profile, per_logit)
+        logits, other = _with_forward_casts(
+            (logits, other), spec, setup, profile, per_logit, tokens
+        )
+        logits_other["activations"] = other
     else:
-        logits, hole = None, tokens * 0.0
+        logits, hole, loss_logits = None, tokens * 0.0, None
         logits_other = {}
         missing["logits"] = "needs --vocab and --hidden"
 
@@ -320,6 +326,7 @@ def memory_breakdown(
         forward_cache=fwd_cache,
         grad_cache=grads_cached,
         logits_other=logits_other,
+        loss_logits=loss_logits,
     )
 
 
@@ -536,8 +543,13 @@ def _checkpoint_bytes(
 
 
 def _with_forward_casts(
-    logits: Any, spec: ModelSpec, setup: TrainingSetup, profile: Profile, per_logit: Any
-) -> Any:
+    loss: tuple[Any, Any],
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    profile: Profile,
+    per_logit: Any,
+    tokens: Any,
+) -> tuple[Any, Any]:
     """The loss moment under AMP full fine-tuning. The forward also holds autocast's cast
     cache (`autocast_forward_casts`), with the logits when the loss runs inside `model.forward`
     (transformers' own loss from `labels`); the loss's backward, after the region has exited,
@@ -546,17 +558,25 @@ def _with_forward_casts(
     bytes + the head's copy) counts; `per_logit` is (logits, forward, all) bytes. TRL's chunked
     loss runs after the forward has returned (trl v1.9.0 trl/trainer/sft_trainer.py:203-214),
     when the cache is gone: the larger of the two moments. Other losses (Liger's, CCE's patched
-    forwards) add the cache to their peak."""
+    forwards) add the cache to their peak. The full loss's forward moment also holds the last
+    norm's fp32 output, which the head's bf16 cast does not replace: the CausalLM forward keeps
+    it as `hidden_states` until it returns (transformers 5.24.0 models/llama/modeling_llama.py:
+    469-475; GPT-2's GPT2LMHeadModel.forward likewise). `loss` is (the component so far, the
+    most bytes of it that are no logits); returns both with the copies (and that output: the
+    forward moment holds the most of them, the backward only the head's copy)."""
+    logits, acts = loss
     casts = autocast_forward_casts(spec, setup)
     if not casts:
-        return logits
+        return logits, acts
     if setup.loss == "chunked":
-        return np.maximum(logits, casts)
+        return np.maximum(logits, casts), np.maximum(acts, casts)
     if setup.loss != "full" or setup.compile or profile.get("memory", "logits_bytes_per_logit"):
-        return logits + casts
+        return logits + casts, acts + casts
     count, forward, worst = per_logit
     head = BF16 * (spec.hidden or 0) * (spec.vocab or 0)
-    return logits - count * worst + np.maximum(count * forward + casts, count * worst + head)
+    held = casts + tokens * FP32 * (spec.hidden or 0)
+    fwd, bwd = count * forward + held, count * worst + head
+    return logits - count * worst + np.maximum(fwd, bwd), acts + held
 
 
 def _layer_saved(acts: list[Any], tokens: Any, seq: Any) -> Any:

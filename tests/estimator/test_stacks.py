@@ -589,14 +589,22 @@ def test_amp_keeps_autocasts_bf16_weight_copies_through_the_forward() -> None:
     ctx = Context.build(LLAMA8B, setup, 2)
     assert ctx.weight_casts == pytest.approx(2 * body / LLAMA8B.layers, rel=0.01)
     assert Context.build(LLAMA8B, setup.model_copy(update={"stack": "probe"}), 2).weight_casts == 0
-    # the loss moment: forward logits (2 + 4 + 4 bytes) + every copy, against the backward's
-    # 12 bytes per logit + the head's copy
+    # the loss moment: forward logits (2 + 4 + 4 bytes) + every copy + the last norm's fp32
+    # output (the CausalLM forward's `hidden_states`), against the backward's 12 bytes per
+    # logit + the head's copy
     tokens, vocab, h = 4096, LLAMA8B.vocab, LLAMA8B.hidden
-    amp = _c(_mem(setup), "logits")
-    bf16 = _c(_mem(setup.model_copy(update={"precision": "bf16"})), "logits")
-    forward = tokens * vocab * 10 + 2 * body + 2 * h * vocab
+    mem = _mem(setup)
+    amp = _c(mem, "logits")
+    bf16_mem = _mem(setup.model_copy(update={"precision": "bf16"}))
+    bf16 = _c(bf16_mem, "logits")
+    forward = tokens * vocab * 10 + 2 * body + 2 * h * vocab + 4 * tokens * h
     backward = tokens * vocab * 12 + 2 * h * vocab
     assert amp - bf16 == pytest.approx(max(forward, backward) - tokens * vocab * 12, rel=1e-6)
+    # what the probe counts as activations: the copies and that output, at the forward moment
+    extra = float(mem.logits_other["activations"][0]) - float(
+        bf16_mem.logits_other["activations"][0]
+    )
+    assert extra == pytest.approx(2 * body + 2 * h * vocab + 4 * tokens * h, rel=1e-6)
 
 
 def test_torchtune_rope_cache_buffers_count_in_weights_on_every_rank() -> None:
@@ -641,8 +649,9 @@ def test_fused_adamw_keeps_a_step_tensor_per_parameter_on_the_device() -> None:
         )
         assert fused.optimizer - foreach.optimizer == 512 * tensors
     eight = {"method": "lora", "optimizer": "adamw-8bit"}  # bitsandbytes: a Python int step
-    assert trainable_state_bytes(
-        LLAMA8B, TrainingSetup(optimizer_impl="fused", **eight)
-    ).optimizer == trainable_state_bytes(
-        LLAMA8B, TrainingSetup(optimizer_impl="foreach", **eight)
-    ).optimizer
+    assert (
+        trainable_state_bytes(LLAMA8B, TrainingSetup(optimizer_impl="fused", **eight)).optimizer
+        == trainable_state_bytes(
+            LLAMA8B, TrainingSetup(optimizer_impl="foreach", **eight)
+        ).optimizer
+    )
