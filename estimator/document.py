@@ -88,10 +88,13 @@ def add_time_and_cost(
     profile: Profile,
     options: dict[str, GpuOption],
     tokens_at: dict[int, float | None] | None = None,
+    skeys: dict[tuple[str, str], tuple[Any, ...]] | None = None,
 ) -> Calibration | None:
     """FLOPs once per row (they do not depend on the GPU); the rates of each GPU option once
     per setup (`option_cells`); `time` and `cost` per row and option (the cells
-    `estimator.time.plan.row_time_and_cost` makes one at a time)."""
+    `estimator.time.plan.row_time_and_cost` makes one at a time). `skeys`: each setup's
+    `setup_key`, when the caller has them."""
+    skeys = {} if skeys is None else skeys
     cal = None
     if request.calibration is not None:
         from estimator.time.calibration import calibrate  # loaded only when asked for
@@ -115,10 +118,13 @@ def add_time_and_cost(
     for row in rows:
         key = (row["checkpointing"], row["loss"])
         setup = setups[key]
+        skey = skeys.get(key)
+        if skey is None:
+            skey = skeys[key] = setup_key(setup)
         seq, batch = row["seq_len"], row["batch"]
         if seq < 1 or batch < 1:
             raise EstimatorInputError("seq_len", "sequence length and batch must be positive")
-        flops = step_flops_totals(spec, setup, seq, batch)  # once per row
+        flops = step_flops_totals(spec, setup, seq, batch, skey)  # once per row
         row["flops_per_step"] = flops.total
         if seq not in tokens_at:
             tokens_at[seq] = _tokens_for(spec, request, seq)
@@ -127,7 +133,6 @@ def add_time_and_cost(
         by_option = cells.get(key)
         if by_option is None:
             by_option = cells[key] = {}
-            skey = setup_key(setup)
             for option, fit in row["fit"].items():
                 efficiency = source = None
                 if cal is not None:
@@ -171,21 +176,23 @@ def estimate(
     rows: list[dict[str, Any]] = []
     mem = None
     by_key: dict[tuple[str, str], TrainingSetup] = {}
+    skeys: dict[tuple[str, str], tuple[Any, ...]] = {}  # each setup's key, once
     for setup in setups:
         if variants:
             from estimator.setup import TrainingSetup  # (loaded with the request models)
 
             TrainingSetup.model_validate(setup.model_dump())  # overrides re-validated
         by_key[(setup.checkpointing, setup.loss)] = setup
+        skey = skeys[(setup.checkpointing, setup.loss)] = setup_key(setup)
         setup_rows, mem = estimate_rows(
-            spec, setup, request.seq_lens, options, request.usable_fraction, profile
+            spec, setup, request.seq_lens, options, request.usable_fraction, profile, skey
         )
         rows += setup_rows
     assert mem is not None
     rows.sort(key=lambda r: r["seq_len"])
     tokens_at: dict[int, float | None] = {}
     cal = add_time_and_cost(
-        spec, request, rows, by_key, profile, {o.option: o for o in options}, tokens_at
+        spec, request, rows, by_key, profile, {o.option: o for o in options}, tokens_at, skeys
     )
     longest = max(request.seq_lens)
     base = setups[0]

@@ -175,9 +175,11 @@ def memory_breakdown(
     batch: Any,
     profile: Profile,
     devices: int | None = None,
+    skey: tuple[Any, ...] | None = None,
 ) -> MemoryBreakdown:
     """Per-device memory for `devices` cards (default `setup.num_gpus`) under `setup.sharding`
-    (`none` with several cards means device_map layer splitting)."""
+    (`none` with several cards means device_map layer splitting). `skey`: `setup_key(setup)`
+    when the caller has it (computed here otherwise)."""
     n = devices or setup.num_gpus
     layout = layout_of(setup, n)
     if layout is not None:
@@ -191,7 +193,8 @@ def memory_breakdown(
     tokens = seq * np.asarray(batch, dtype=np.float64)
     missing: dict[str, str] = {}
     # the terms that do not depend on the length, once per (spec, setup, profile, devices)
-    key = (*setup_key(setup), amp_full(setup), torchtitan.on_cpu_referee())
+    skey = setup_key(setup) if skey is None else skey
+    key = (*skey, amp_full(setup), torchtitan.on_cpu_referee())
     f = _FIXED.get((spec, profile), (key, n), lambda: _fixed(spec, setup, profile, n, key))
     states, weights, trainable, stream = f.states, f.weights, f.trainable, f.stream
 
