@@ -39,7 +39,7 @@ from estimator.memory.logits import (
     loss_bytes_per_logit,
     loss_forward_bytes_per_logit,
 )
-from estimator.memory.reserved import allocator_slack, grad_tensor_sizes
+from estimator.memory.reserved import grad_tensor_sizes, slack_bytes, with_slack
 from estimator.memory.states import StateBytes, trainable_state_bytes
 from estimator.memory.weights import (
     amp_full,
@@ -305,7 +305,7 @@ def memory_breakdown(
     _head_grad_at_loss(phases, logits_other.get("gradients"))
     torchtitan.add_rope_cache(phases, spec, setup, seq)  # torchtitan's per-layer RoPE caches
     allocated = _peak(phases, overhead) - overhead
-    slack = allocator_slack(spec, setup, allocated, n) if f.count_slack else 0.0
+    slack = with_slack(allocated, f.slack) if f.count_slack else 0.0  # allocator_slack
     pool = f.pool
     loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
     cached = hole + np.maximum(fwd_cache, grads_cached)  # at the loss (fragmentation.py 1, 3, 4)
@@ -359,6 +359,7 @@ class _Fixed:
     embed: float
     keep_grads: bool
     count_slack: bool
+    slack: float | None  # reserved.py slack_bytes (when count_slack)
     pool: float
     dequant: tuple[float, float]  # (bytes per token, bytes): memory/dequant.py dequant_terms
     final_norm: float  # bytes per token of the last norm's backward (activations_torchtune)
@@ -415,6 +416,7 @@ def _fixed(
             loss_bytes_per_logit(logit_dtype, hold),
         )
     grads, step = _sharded_grads_and_step(states, sharding, n)
+    count_slack = bool(profile.get("memory", "count_allocator_slack"))
     embed = _embedding_grad_bytes(spec, setup, states) * (
         grads / states.grads if states.grads else 0
     )
@@ -451,7 +453,8 @@ def _fixed(
         step=step,
         embed=embed,
         keep_grads=(setup.grad_accum or 1) > 1,
-        count_slack=bool(profile.get("memory", "count_allocator_slack")),
+        count_slack=count_slack,
+        slack=slack_bytes(spec, setup, n) if count_slack else None,
         pool=pool,
         dequant=dequant,
         final_norm=final_norm,
