@@ -221,7 +221,8 @@ def estimate(
     report = request.train_config_report
     if report is not None:
         extra["train_config"] = report
-    setup_out = _setup_echo(request.setup)
+    echo_key = None if variants else skeys[(base.checkpointing, base.loss)]  # base: request.setup
+    setup_out = _setup_echo(request.setup, echo_key)
     if report is not None:
         setup_out["ignored"] = report["ignored"]
     return {
@@ -246,10 +247,11 @@ def estimate(
     }
 
 
-def _setup_echo(setup: TrainingSetup) -> dict[str, Any]:
+def _setup_echo(setup: TrainingSetup, skey: tuple[Any, ...] | None = None) -> dict[str, Any]:
     """`setup.model_dump()`, dumped once per setup value: a fresh dict whose lists and dicts
-    are fresh copies."""
-    dump, mutable = _SETUP_DUMPS.get((), setup_key(setup), lambda: _dump_of(setup))
+    are fresh copies. `skey`: `setup_key(setup)` when the caller has it."""
+    skey = setup_key(setup) if skey is None else skey
+    dump, mutable = _SETUP_DUMPS.get((), skey, lambda: _dump_of(setup))
     out = dict(dump)
     for k in mutable:
         out[k] = _copied(dump[k])

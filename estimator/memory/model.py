@@ -28,6 +28,7 @@ from estimator.memory.activations import (
 from estimator.memory.activations_torchtune import final_norm_backward, first_norm_unsaved
 from estimator.memory.dequant import dequant_terms
 from estimator.memory.fragmentation import (
+    counts_fragmentation,
     forward_cache_bytes,
     gather_pool_bytes,
     grad_cache_bytes,
@@ -250,12 +251,13 @@ def memory_breakdown(
             checkpoints = tokens * f.selective * layers
             recompute = _recompute_peak(spec, profile, acts, tokens, seq, f.cb, f.dequant)
             fwd_cache = forward_cache_bytes(
-                setup, profile, _layer_saved(acts, tokens, seq), tokens * f.selective
+                setup, profile, _layer_saved(acts, tokens, seq), tokens * f.selective, f.frag
             )
         else:
             checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
             recompute = _recompute_peak(spec, profile, acts, tokens, seq, f.cb, f.dequant)
-            fwd_cache = forward_cache_bytes(setup, profile, _layer_saved(acts, tokens, seq), 0.0)
+            saved = _layer_saved(acts, tokens, seq)
+            fwd_cache = forward_cache_bytes(setup, profile, saved, 0.0, f.frag)
         checkpoints = (
             checkpoints / layer_split
             + mask_bytes(spec, setup, seq, tokens, ctx)
@@ -274,10 +276,10 @@ def memory_breakdown(
             without = logits_bytes(tokens, seq, shape, setup, profile, dtypes)
             logits_other["gradients"] = logits - without
         loss_logits = logits - logits_other.get("gradients", 0.0)  # the logit tensors' most
-        hole = loss_hole_bytes(setup, profile, tokens * vocab * logit_dtype, logit_dtype)
+        hole = loss_hole_bytes(setup, profile, tokens * vocab * logit_dtype, logit_dtype, f.frag)
         if checkpoints is not None and sharding == "none":  # last step's grads (fragmentation 4)
             grads_cached = grad_cache_bytes(
-                setup, profile, f.grad_sizes, tokens * vocab * logit_dtype, checkpoints
+                setup, profile, f.grad_sizes, tokens * vocab * logit_dtype, checkpoints, f.frag
             )
         # the frozen fp32 head's bf16 cast and the last norm's and head's saved inputs: not
         # vocab-wide (`logits_other`)
@@ -362,6 +364,7 @@ class _Fixed:
     embed: float
     keep_grads: bool
     count_slack: bool
+    frag: bool  # fragmentation.py counts_fragmentation
     slack: float | None  # reserved.py slack_bytes (when count_slack)
     pool: float
     dequant: tuple[float, float]  # (bytes per token, bytes): memory/dequant.py dequant_terms
@@ -457,6 +460,7 @@ def _fixed(
         embed=embed,
         keep_grads=(setup.grad_accum or 1) > 1,
         count_slack=count_slack,
+        frag=counts_fragmentation(setup, profile),
         slack=slack_bytes(spec, setup, n) if count_slack else None,
         pool=pool,
         dequant=dequant,
