@@ -1,7 +1,7 @@
 """`encode(doc)`: the exact bytes of `json.dumps(doc, ensure_ascii=False, allow_nan=False,
 separators=(",", ":")).encode()`, written by pydantic-core's serialiser (Rust, already a
-dependency through pydantic): 0.38 ms instead of 1.56 ms for a 165 KB estimate document of
-100 cells (issue 17).
+dependency through pydantic). The 165 KB document of 100 cells (issue 17), CPU in one run:
+json.dumps 1.43 ms, this 0.64 ms (0.35 of it the serialiser, ~0.17 the marker scans below).
 
 `doc` holds plain JSON values as the estimator builds them: dicts with str (or int) keys,
 lists, tuples, str, int, float, bool, None. For those the two encoders write the same bytes
@@ -27,7 +27,7 @@ from typing import Any
 import pydantic_core
 
 _SMALL_EXPONENT = re.compile(rb"e-[0-9](?![0-9])")  # `1e-7`: Python writes `1e-07`
-# (marker, the byte it is searched by): a one-byte search is a memchr, fast for a rare byte
+# (marker, what it is searched by): a one-byte search is a memchr, fast for the rare N and I
 _MARKERS = ((b"0.0000", b"0.0000"), (b"NaN", b"N"), (b"Infinity", b"I"))
 _TOKEN_CHARS = b"-+.0123456789eNaIfinty"
 _NUMBER = re.compile(rb"-?(?:\d+(?:\.\d+)?(?:e[-+]?\d+)?|NaN|Infinity)")

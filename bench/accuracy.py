@@ -22,9 +22,9 @@ weights (parameters and buffers), trainable states (gradients + optimizer states
 activations (everything else except logits: saved tensors, recomputation, temporaries), logits
 (storages whose last dimension is the vocabulary: logits, fp32 copies, their gradients). The
 estimator's activations are its `checkpoints` plus the larger of its two activation moments:
-the backward's recompute (`recompute_peak`) and the loss (`estimated_loss_activations`: the
-part of its `logits` component that is no logits: the last norm's and the head's saved
-tensors, autocast's weight copies); its logits the logit tensors' own most
+the backward's recompute (`recompute_peak`) and the loss (`estimated_logits_other`'s
+activations: the part of its `logits` component that is no logits: the last norm's and the
+head's saved tensors, autocast's weight copies); its logits the logit tensors' own most
 (`estimated_loss_logits`, the loss's bytes without those); its peak
 `peak - overhead` (no CUDA context on a CPU).
 
@@ -193,7 +193,9 @@ def torchtune_variants(quick: bool) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "tt checkpointing none", {"checkpointing": "none"}
     yield "tt loss full (nn.CrossEntropyLoss)", {"loss": "full"}
     yield "tt QLoRA (torchao NF4) r8", {"method": "qlora"}
+    yield "tt QLoRA, checkpointing none", {"method": "qlora", "checkpointing": "none"}
     yield "tt full FT bf16, fused AdamW", {"method": "full"}
+    yield "tt full FT, checkpointing none", {"method": "full", "checkpointing": "none"}
     yield (
         "tt full FT bf16, optimizer_in_bwd",
         {"method": "full", "optimizer_impl": "in-backward"},
@@ -208,7 +210,7 @@ def torchtune_grid(quick: bool) -> list[Case]:
             config,
             name,
             {**TORCHTUNE_BASE, **change},
-            ["cpu", "fake"] if i == 0 or change.get("method") == "qlora" else ["cpu"],
+            ["cpu", "fake"] if i == 0 or change == {"method": "qlora"} else ["cpu"],
             list(TORCHTUNE_SEQS),
         )
         for config in TORCHTUNE_CONFIGS
@@ -264,17 +266,22 @@ def _estimate_parts(row: dict[str, Any], step: float | None) -> dict[str, float 
     # most gradients + optimizer states (+ masters) held at one moment, without the weights,
     # which the probe counts as weights (`params`, here = weights component + trained weights)
     trained_weights = parts["params"]["estimated"] - (comps["weights"] or 0)
-    # the estimator's `logits` is its loss moment: it also holds tensors the tracker counts as
-    # activations (the last norm's and the head's saved tensors, autocast's weight copies:
-    # `estimated_loss_activations`), so its activations peak at the larger of its two moments
-    # and its logits are the logit tensors' own most (`estimated_loss_logits`)
-    loss_acts = row.get("estimated_loss_activations") or 0
+    # the estimator's logits component is the loss moment's: it also holds a trained head's
+    # weight gradient (a gradient: trainable states, already counted there) and tensors the
+    # tracker counts as activations (the last norm's and head's saved inputs, a frozen head's
+    # bf16 cast, autocast's weight copies under AMP: `estimated_logits_other`); so its
+    # activations peak at the larger of its two moments (the backward's recompute, the loss)
+    # and its logits are the vocab-wide tensors' own most (`estimated_loss_logits`)
+    other = row.get("estimated_logits_other") or {}
+    logits = row.get("estimated_loss_logits")
+    if logits is None and comps["logits"] is not None:
+        logits = comps["logits"] - sum(other.values())
     checkpoints = comps["checkpoints"] or 0
     return {
         "weights": parts["params"]["estimated"],
         "trainable_states": (comps["trainable_states"] or 0) - trained_weights,
-        "activations": checkpoints + max(comps["recompute_peak"] or 0, loss_acts),
-        "logits": row.get("estimated_loss_logits", comps["logits"]),
+        "activations": checkpoints + max(comps["recompute_peak"] or 0, other.get("activations", 0)),
+        "logits": logits,
         "optimizer_step": step,
     }
 

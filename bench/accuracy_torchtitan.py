@@ -14,8 +14,15 @@ Per rank and row (setup x length), with the estimator's figure for the same setu
 - transient: peak - weights - optimizer states (what the step adds on top of the resident
   shards: activations, logits, all-gathered parameters, gradients present at the peak,
   collective buffers); estimate `allocated` - the `loss` phase's weights and trainable states;
-- forward: the largest running total before the model's output is returned (a forward hook);
-  estimate: the `loss` phase without its logits (forward activations + gathered parameters).
+- activations: what the forward keeps for the backward, at the moment the model returns its
+  output (a forward hook on the last step): the bytes alive then minus the resident parameter
+  shards and optimizer states, the model's output (logits) and the buffers (no gradients exist
+  then: zero_grad(set_to_none) ran first); estimate: the `loss` phase's checkpoints (saved
+  activations, or the layer inputs under AC) + its unsharded parameters + the last norm's and
+  lm_head's saved inputs (`activations.head_input_saved`). Under FullAC / SelectiveAC this is
+  what AC keeps, not the recomputed layer.
+Estimates are made under `estimator.memory.torchtitan.cpu_referee()`: torch.nn.RMSNorm as the
+CPU build runs it (the composite; CUDA's fused kernel saves less), since the referee is a CPU.
 Nothing here fits an estimator term; misses are explained in the results file.
 
 Needs torchtitan (the `torchtitan` extra) and runs torchrun itself:
@@ -45,7 +52,7 @@ GRID: list[dict[str, Any]] = [
 ] + [{"checkpointing": "none", "precision": "fp32"}]
 RANKS = (1, 2)
 SEQS = "256,1024"
-PARTS = ("weights", "trainable_states", "transient", "forward")
+PARTS = ("weights", "trainable_states", "transient", "activations")
 
 
 def worker(args: argparse.Namespace) -> int:
@@ -77,7 +84,10 @@ def _launch(n: int, setup: dict[str, Any], steps: int) -> dict[str, Any]:
 
 def _estimate(n: int, setup: dict[str, Any], seq: int) -> dict[str, float]:
     from estimator.architectures import spec_from_config
+    from estimator.dtypes import compute_bytes
     from estimator.memory import memory_breakdown
+    from estimator.memory.activations import Context, head_input_saved
+    from estimator.memory.torchtitan import cpu_referee
     from estimator.profile import load_profile
     from estimator.setup import TrainingSetup
 
@@ -92,7 +102,11 @@ def _estimate(n: int, setup: dict[str, Any], seq: int) -> dict[str, float]:
         parallel=f"fsdp={n}",
         num_gpus=n,
     )
-    mem = memory_breakdown(spec, ts, [seq], 1, load_profile("default"), devices=n)
+    with cpu_referee():  # the referee runs torch's CPU kernels (estimator/memory/torchtitan.py)
+        mem = memory_breakdown(spec, ts, [seq], 1, load_profile("default"), devices=n)
+        local = ts.model_copy(update={"parallel": None, "num_gpus": 1})
+        ctx = Context.build(spec, local, compute_bytes(setup["precision"]))
+        head = seq * head_input_saved(ctx, spec, "full")
 
     def f(v: Any) -> float:
         return float(v[0]) if hasattr(v, "__len__") else float(v)
@@ -104,13 +118,22 @@ def _estimate(n: int, setup: dict[str, Any], seq: int) -> dict[str, float]:
         "weights": loss["weights"],
         "trainable_states": f(mem.components["trainable_states"]),
         "transient": allocated - loss["weights"] - loss["trainable_states"],
-        "forward": sum(v for k, v in loss.items() if k != "logits"),
+        "activations": loss["checkpoints"] + loss["unsharded_params"] + head,
         "peak_phase": max(mem.phases, key=lambda p: sum(f(v) for v in mem.phases[p].values())),
     }
 
 
-def _pct(est: float, meas: float) -> float | None:
+def _pct(est: float, meas: float | None) -> float | None:
     return None if not meas else 100.0 * (est - meas) / meas
+
+
+def _measured_activations(m: dict[str, Any]) -> int | None:
+    """What the forward keeps for the backward (module docstring); None for rows measured
+    before the probe recorded the bytes at the model's output."""
+    r = m["resident"]
+    if "at_output" not in r:
+        return None
+    return int(r["at_output"] - r["params"] - r["optimizer"] - r["output"] - r["buffers"])
 
 
 def rows_for(n: int, setup: dict[str, Any], launched: dict[str, Any]) -> list[dict[str, Any]]:
@@ -123,7 +146,7 @@ def rows_for(n: int, setup: dict[str, Any], launched: dict[str, Any]) -> list[di
             "weights": r["params"],
             "trainable_states": r["grads"] + r["optimizer"],
             "transient": m["peak_bytes"] - r["params"] - r["optimizer"],
-            "forward": m["trace"]["forward"],
+            "activations": _measured_activations(m),
         }
         rows.append(
             {
@@ -144,11 +167,29 @@ def rows_for(n: int, setup: dict[str, Any], launched: dict[str, Any]) -> list[di
     return rows
 
 
+def reestimate(stored: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stored rows with this estimator's figures (measurements unchanged)."""
+    out = []
+    for row in stored:
+        setup = {"checkpointing": row["checkpointing"], "precision": row["precision"]}
+        est = _estimate(row["ranks"], setup, row["seq"])
+        measured = row["measured"]
+        out.append(
+            {
+                **row,
+                "estimated": {k: est[k] for k in ("peak", *PARTS)},
+                "estimated_peak_phase": est["peak_phase"],
+                "error_pct": {k: _pct(est[k], measured.get(k)) for k in ("peak", *PARTS)},
+            }
+        )
+    return out
+
+
 def report(rows: list[dict[str, Any]], wall: float) -> str:
     mib = 2**20
     head = (
         f"{'N':>2} {'rank':>4} {'ckpt':<10}{'prec':<6}{'seq':>5}{'meas MiB':>10}{'est MiB':>9}"
-        f"{'peak %':>8}  {'weights/states/transient/forward err %':<40}est. peak phase"
+        f"{'peak %':>8}  {'weights/states/transient/activations err %':<43}est. peak phase"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -158,7 +199,7 @@ def report(rows: list[dict[str, Any]], wall: float) -> str:
         lines.append(
             f"{r['ranks']:>2} {r['rank']:>4} {r['checkpointing']:<10}{r['precision']:<6}"
             f"{r['seq']:>5}{r['measured']['peak'] / mib:>10.2f}{r['estimated']['peak'] / mib:>9.2f}"
-            f"{r['error_pct']['peak']:>+8.1f}  {parts:<40}{r['estimated_peak_phase']}"
+            f"{r['error_pct']['peak']:>+8.1f}  {parts:<43}{r['estimated_peak_phase']}"
         )
     lines.append("")
     lines.append(f"{len(rows)} rank-rows, wall {wall:.0f} s. |error| median / max, %:")
@@ -178,6 +219,11 @@ def main() -> int:
     p.add_argument("--raw", help=argparse.SUPPRESS)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="no AC only, 1 and 2 ranks")
+    p.add_argument(
+        "--from-json",
+        help="re-estimate the measured rows of an earlier --json file (no runs): what an "
+        "estimator change does to the same measurements",
+    )
     p.add_argument("--json", help="write the rows to this file")
     p.add_argument("--out", help="write the table to this file too")
     args = p.parse_args()
@@ -185,7 +231,9 @@ def main() -> int:
         return worker(args)
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
-    for setup in GRID[:1] if args.quick else GRID:
+    if args.from_json:
+        rows = reestimate(json.loads(Path(args.from_json).read_text()))
+    for setup in [] if args.from_json else GRID[:1] if args.quick else GRID:
         for n in RANKS:
             rows.extend(rows_for(n, setup, _launch(n, setup, args.steps)))
             print(f"  {n} rank(s) {setup}: done", file=sys.stderr)

@@ -46,8 +46,11 @@ def record_run(
 
     `recorder="tracker"` (cpu or fake): through the probe's tracker (`record_probe_tracker`),
     with the runner's per-length `empty_cache` + `reset_peak` marks, so the replay's peaks are
-    those of the measured length, as in a GPU memtest. `recorder="dispatch"` (cpu only): the
-    recorder's own dispatch mode around the whole run (build + steps, no marks).
+    those of the measured length, as in a GPU memtest; the events are the trace as CUDA runs
+    the step (`AllocationTrace.cuda_events`: the backward's out-of-place gradient sums and
+    index_puts that only a dispatch mode causes done in place, probe/grad_sums.py).
+    `recorder="dispatch"` (cpu only): the recorder's own dispatch mode around the whole run
+    (build + steps, no marks), uncorrected (it has no tracker to find those ops).
     """
     from probe import runner
     from probe.allocator_trace import record_allocations, record_probe_tracker
@@ -60,7 +63,7 @@ def record_run(
     result = doc["results"][0]
     if result["status"] != "ok":
         raise RuntimeError(f"seq {seq}: probe run {result['status']}: {result.get('error')}")
-    return trace.events, int(result["peak_allocated_bytes"])
+    return trace.cuda_events(), int(result["peak_allocated_bytes"])
 
 
 def compare(events: list[Event], device_memory: int = 80 * GiB) -> dict[str, ReplayResult]:

@@ -67,6 +67,11 @@ CASES = [
     Case("l8b_full_gpu_2k", "llama-3.1-8b", {"method": "full", "precision": "bf16"}, 2048),
     Case("seed_27b_lora_gpu_16k", "qwen3.5-27b", {"method": "lora", "lora_targets": SEED_TARGETS},
          16000),
+    # where the recorded order differs from CUDA's (probe/grad_sums.py): a tied embedding's
+    # gradient sum (GPT-2), a MoE's index_backward (the token gathers of Qwen3-MoE's experts)
+    Case("gpt2_full_gpu_256", "gpt2", {"method": "full", "precision": "bf16"}, 256),
+    Case("small_moe_full_none_1k", "bench/configs/small-qwen3-moe.json", {"method": "full",
+         "precision": "bf16", "checkpointing": "none"}, 1024),
 ]  # fmt: skip
 
 
@@ -77,11 +82,24 @@ def model_config(case: Case) -> dict[str, Any]:
     return config
 
 
-def trace_case(case: Case, traces: Path | None) -> tuple[list[Event], dict[str, Any], float]:
-    """The case's allocation trace and the probe's resolved setup (from `traces` if kept)."""
+@dataclass
+class Traced:
+    events: list[Event]  # as CUDA runs the step (`AllocationTrace.cuda_events`)
+    recorded: list[Event] | None  # as recorded under the dispatch mode (None: not kept)
+    setup: dict[str, Any]
+    seconds: float
+
+
+def trace_case(case: Case, traces: Path | None) -> Traced:
+    """The case's allocation trace, as recorded and as CUDA runs it (the backward's
+    out-of-place gradient sums and index_puts done in place, `probe.grad_sums`), and the
+    probe's resolved setup (from `traces` if kept)."""
     if traces is not None and (traces / f"{case.name}.jsonl").exists():
         meta = json.loads((traces / f"{case.name}.jsonl.setup.json").read_text())
-        return load_trace(traces / f"{case.name}.jsonl"), meta["setup"], float("nan")
+        raw = traces / f"{case.name}.recorded.jsonl"
+        recorded = load_trace(raw) if raw.exists() else None
+        events = load_trace(traces / f"{case.name}.jsonl")
+        return Traced(events, recorded, meta["setup"], float("nan"))
     from probe import run_probe
     from probe.allocator_trace import record_probe_tracker
 
@@ -95,12 +113,14 @@ def trace_case(case: Case, traces: Path | None) -> tuple[list[Event], dict[str, 
     res = doc["results"][0]
     if res["status"] != "ok":
         raise RuntimeError(f"{case.name}: probe run {res['status']}: {res.get('error')}")
+    events = trace.cuda_events()
     if traces is not None:
         traces.mkdir(parents=True, exist_ok=True)
-        dump_jsonl(trace.events, traces / f"{case.name}.jsonl")
+        dump_jsonl(events, traces / f"{case.name}.jsonl")
+        dump_jsonl(trace.events, traces / f"{case.name}.recorded.jsonl")
         meta = {"model": case.model, "seq": case.seq, "setup": doc["setup"]}
         (traces / f"{case.name}.jsonl.setup.json").write_text(json.dumps(meta))
-    return trace.events, doc["setup"], seconds
+    return Traced(events, trace.events, doc["setup"], seconds)
 
 
 def cached_at_logits(events: list[Event], size: int, expandable: bool) -> tuple[int, int] | None:
@@ -161,10 +181,29 @@ def estimator_terms(case: Case, setup: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_case(case: Case, traces: Path | None, need: bool) -> dict[str, Any]:
-    events, setup, seconds = trace_case(case, traces)
-    est = estimator_terms(case, setup)
-    row: dict[str, Any] = {"case": case.name, "trace_seconds": seconds, "events": len(events)}
+    traced = trace_case(case, traces)
+    events = traced.events
+    est = estimator_terms(case, traced.setup)
+    row: dict[str, Any] = {
+        "case": case.name,
+        "trace_seconds": traced.seconds,
+        "events": len(events),
+    }
     row["estimator"] = est
+    if traced.recorded is not None:
+        # the trace as recorded, before the in-place correction (for comparison)
+        rec = {
+            mode: replay(
+                traced.recorded,
+                AllocatorConfig(device_memory=ROOMY, expandable_segments=expandable),
+            )
+            for mode, expandable in (("off", False), ("on", True))
+        }
+        row["recorded"] = {
+            "allocated": rec["off"].peak_allocated,
+            "off": rec["off"].peak_reserved,
+            "on": rec["on"].peak_reserved,
+        }
     logits = est["tokens"] * est["vocab"] * 2  # the bf16 logits (autocast / bf16 runs)
     for mode, expandable in (("off", False), ("on", True)):
         r = replay(events, AllocatorConfig(device_memory=ROOMY, expandable_segments=expandable))
@@ -186,10 +225,19 @@ def _g(x: float | None) -> str:
     return "-" if x is None else f"{x / GiB:.2f}"
 
 
+def _recorded(row: dict[str, Any]) -> str:
+    rec = row.get("recorded")
+    if rec is None:
+        return f"{'-':>8}{'-':>8}"
+    err = (row["estimator"]["reserved"] - rec["off"]) / rec["off"] * 100
+    return f"{_g(rec['off']):>8}{err:>+7.1f}%"
+
+
 def report(rows: list[dict[str, Any]]) -> str:
     head = (
         f"{'case':<27}{'alloc':>7}{'est':>7}{'res off':>8}{'need':>7}{'est res':>8}"
         f"{'err':>7}{'res on':>7}{'need':>7}{'c@L1':>7}{'small@L':>8}{'est F':>7}{'est G-K':>8}"
+        f"{'rec res':>8}{'rec err':>8}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -200,7 +248,7 @@ def report(rows: list[dict[str, Any]]) -> str:
             f"{_g(off['reserved']):>8}{_g(off.get('need')):>7}{_g(e['reserved']):>8}"
             f"{err:>+6.1f}%{_g(on['reserved']):>7}{_g(on.get('need')):>7}"
             f"{_g(off['cached_at_first_logits']):>7}{_g(off['small_blocks_at_logits']):>8}"
-            f"{_g(e['forward_cache']):>7}{_g(e['grad_cache']):>8}"
+            f"{_g(e['forward_cache']):>7}{_g(e['grad_cache']):>8}{_recorded(r)}"
         )
     lines.append(
         "GiB. alloc / res off / res on: the replay's max_memory_allocated / max_memory_reserved on "
@@ -210,7 +258,9 @@ def report(rows: list[dict[str, Any]]) -> str:
         "(off) when the first step's loss makes its logits; small@L: bytes in cached blocks "
         "smaller than the logits when a step's loss makes them (the larger step); "
         "est F: fragmentation.py (3), the last layer's forward bound; est G-K: (4), the last "
-        "step's gradient blocks less the kept activations. The probe stack counts no slack "
+        "step's gradient blocks less the kept activations; rec res / rec err: res off and err "
+        "for the trace as recorded under the dispatch mode, before the backward's out-of-place "
+        "sums were done in place (probe/grad_sums.py). The probe stack counts no slack "
         "(the estimator before stacks)."
     )
     return "\n".join(lines)

@@ -115,28 +115,27 @@ def run_case(case: Case, steps: int, traces: Path | None = None) -> dict[str, An
     res = doc["results"][0]
     if res["status"] != "ok":
         return {"case": case.name, "status": res["status"], "error": res["error"]}
-    off = replay(trace.events, AllocatorConfig(device_memory=1024 * GiB))
-    on = replay(trace.events, AllocatorConfig(expandable_segments=True, device_memory=1024 * GiB))
+    events = trace.cuda_events()  # the backward's sums in place, as on CUDA (probe/grad_sums.py)
+    off = replay(events, AllocatorConfig(device_memory=1024 * GiB))
+    on = replay(events, AllocatorConfig(expandable_segments=True, device_memory=1024 * GiB))
     est = estimator_slack(config, doc["setup"], case.seq)
     if traces is not None:
         from probe.allocator_events import dump_jsonl
 
         traces.mkdir(parents=True, exist_ok=True)
-        dump_jsonl(trace.events, traces / f"{case.preset}_{case.setup['method']}_{case.seq}.jsonl")
+        dump_jsonl(events, traces / f"{case.preset}_{case.setup['method']}_{case.seq}.jsonl")
     return {
         "case": case.name,
         "status": "ok",
         "trace_seconds": round(seconds, 1),
-        "events": len(trace.events),
+        "events": len(events),
         "tracker_peak": res["peak_allocated_bytes"],
         "sim_allocated": off.peak_allocated,
         "sim_reserved_off": off.peak_reserved,
         "sim_reserved_on": on.peak_reserved,
         "sim_small_pool_off": off.small_pool_reserved_at_peak,
-        "min_capacity_off": min_capacity(
-            trace.events, False, off.peak_allocated, off.peak_reserved
-        ),
-        "min_capacity_on": min_capacity(trace.events, True, on.peak_allocated, on.peak_reserved),
+        "min_capacity_off": min_capacity(events, False, off.peak_allocated, off.peak_reserved),
+        "min_capacity_on": min_capacity(events, True, on.peak_allocated, on.peak_reserved),
         "estimator_allocated": est["allocated"],
         "estimator_reserved": est["reserved"],
         "setup": doc["setup"],

@@ -101,9 +101,10 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
             "error_pct": None if measured is None else _pct(estimated, measured),
         }
         row["estimated_reserved_bytes"] = int(float(mem.reserved[0]))
-        # the part of the `logits` component that the probe counts as activations
-        row["estimated_loss_activations"] = int(_first(mem.loss_activations))
-        if mem.loss_logits is not None:
+        # of `logits`, the bytes that are not vocab-wide tensors, by the kind a memtest's
+        # component maxima count them as (memory/model.py `MemoryBreakdown.logits_other`)
+        row["estimated_logits_other"] = {k: int(_first(v)) for k, v in mem.logits_other.items()}
+        if mem.loss_logits is not None:  # the vocab-wide tensors at their own most
             row["estimated_loss_logits"] = int(_first(mem.loss_logits))
         row["estimated_host_bytes"] = int(float(mem.host[0]))
         measured_parts = result.get("components")

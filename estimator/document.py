@@ -21,7 +21,7 @@ from estimator.profile import list_profiles as _list_profiles
 from estimator.rows import estimate_rows, model_summary
 from estimator.scenario import Scenario
 from estimator.spec import ModelSpec
-from estimator.time.cost import Price, gpu_price, normalise_prices
+from estimator.time.cost import gpu_price, normalise_prices
 from estimator.time.flops import step_flops_totals
 from estimator.time.plan import CellFn, option_cells, training_summary
 from estimator.time.step import option_rates
@@ -46,10 +46,11 @@ def _kept_cells(
     at: tuple[int, int, Any, int, str, dict[str, float]],
     efficiency: float | None,
     source: str | None,
-    price: Price,
+    prices_by_id: dict[str, float],
 ) -> CellFn:
     """`option_cells` of one option's `option_rates` (`at`: seq, batch, GPU, cards, option
-    text, prices) on copies of the setup and prices: the memo keeps them past the call."""
+    text, prices) and price (`prices_by_id`: the normalised prices) on copies of the setup and
+    prices: the memo keeps them past the call."""
     seq, batch, gpu, devices, option, prices = at
     sc = Scenario(
         spec,
@@ -62,7 +63,7 @@ def _kept_cells(
         option=option,
         prices=dict(prices),
     )
-    return option_cells(option_rates(sc, efficiency, source), price)
+    return option_cells(option_rates(sc, efficiency, source), gpu_price(gpu, prices_by_id))
 
 
 def _tokens_for(spec: ModelSpec, request: EstimateRequest, seq: int) -> float | None:
@@ -87,10 +88,13 @@ def add_time_and_cost(
     profile: Profile,
     options: dict[str, GpuOption],
     tokens_at: dict[int, float | None] | None = None,
+    skeys: dict[tuple[str, str], tuple[Any, ...]] | None = None,
 ) -> Calibration | None:
     """FLOPs once per row (they do not depend on the GPU); the rates of each GPU option once
     per setup (`option_cells`); `time` and `cost` per row and option (the cells
-    `estimator.time.plan.row_time_and_cost` makes one at a time)."""
+    `estimator.time.plan.row_time_and_cost` makes one at a time). `skeys`: each setup's
+    `setup_key`, when the caller has them."""
+    skeys = {} if skeys is None else skeys
     cal = None
     if request.calibration is not None:
         from estimator.time.calibration import calibrate  # loaded only when asked for
@@ -106,7 +110,6 @@ def add_time_and_cost(
             source="calibration in the request",
         )
     prices = normalise_prices(request.prices) if request.prices else {}
-    option_prices = {k: gpu_price(o.gpu, prices) for k, o in options.items()}
     price_key = tuple(sorted(request.prices.items())) if request.prices else ()
     # the cells of each GPU option per setup: once per (setup, option), not per row, and
     # memoised across requests (they do not depend on the length: `option_cells`)
@@ -115,10 +118,13 @@ def add_time_and_cost(
     for row in rows:
         key = (row["checkpointing"], row["loss"])
         setup = setups[key]
+        skey = skeys.get(key)
+        if skey is None:
+            skey = skeys[key] = setup_key(setup)
         seq, batch = row["seq_len"], row["batch"]
         if seq < 1 or batch < 1:
             raise EstimatorInputError("seq_len", "sequence length and batch must be positive")
-        flops = step_flops_totals(spec, setup, seq, batch)  # once per row
+        flops = step_flops_totals(spec, setup, seq, batch, skey)  # once per row
         row["flops_per_step"] = flops.total
         if seq not in tokens_at:
             tokens_at[seq] = _tokens_for(spec, request, seq)
@@ -127,7 +133,6 @@ def add_time_and_cost(
         by_option = cells.get(key)
         if by_option is None:
             by_option = cells[key] = {}
-            skey = setup_key(setup)
             for option, fit in row["fit"].items():
                 efficiency = source = None
                 if cal is not None:
@@ -146,7 +151,7 @@ def add_time_and_cost(
                         at,
                         efficiency,
                         source,
-                        option_prices[option],
+                        prices,
                     ),
                 )
         for option, fit in row["fit"].items():
@@ -171,21 +176,23 @@ def estimate(
     rows: list[dict[str, Any]] = []
     mem = None
     by_key: dict[tuple[str, str], TrainingSetup] = {}
+    skeys: dict[tuple[str, str], tuple[Any, ...]] = {}  # each setup's key, once
     for setup in setups:
         if variants:
             from estimator.setup import TrainingSetup  # (loaded with the request models)
 
             TrainingSetup.model_validate(setup.model_dump())  # overrides re-validated
         by_key[(setup.checkpointing, setup.loss)] = setup
+        skey = skeys[(setup.checkpointing, setup.loss)] = setup_key(setup)
         setup_rows, mem = estimate_rows(
-            spec, setup, request.seq_lens, options, request.usable_fraction, profile
+            spec, setup, request.seq_lens, options, request.usable_fraction, profile, skey
         )
         rows += setup_rows
     assert mem is not None
     rows.sort(key=lambda r: r["seq_len"])
     tokens_at: dict[int, float | None] = {}
     cal = add_time_and_cost(
-        spec, request, rows, by_key, profile, {o.option: o for o in options}, tokens_at
+        spec, request, rows, by_key, profile, {o.option: o for o in options}, tokens_at, skeys
     )
     longest = max(request.seq_lens)
     base = setups[0]

@@ -25,7 +25,6 @@ branch or tag for `CONFIG_TTL_S`, so a running service does not ask the Hub on e
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -206,6 +205,8 @@ def fetch_config(model_id: str, settings: HubSettings | None = None) -> dict[str
     cache when it was fetched here before (see the module docstring)."""
     hub = parse_hub_id(model_id)
     settings = settings or HubSettings.from_env()
+    import hashlib
+
     token = hashlib.sha256(settings.token.encode()).hexdigest() if settings.token else None
     key = (settings.endpoint, settings.cache_dir, token, hub.repo, hub.revision)
     now = time.monotonic()

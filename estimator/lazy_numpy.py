@@ -73,10 +73,17 @@ def asarray(x: Any, dtype: Any = None) -> Any:
 
 def _result(value: Any, *args: Any) -> Any:
     """numpy's result type for Python scalars: float if any argument is a float."""
-    return float(value) if any(type(a) is float for a in args) else value
+    for a in args:
+        if type(a) is float:
+            return float(value)
+    return value
 
 
 def maximum(a: Any, b: Any) -> Any:
+    if type(a) is float and type(b) is float:  # the memory model's usual case, `_result`'s
+        if a != a or b != b:
+            return NAN
+        return a if a >= b else b
     if type(a) in _SCALARS and type(b) in _SCALARS:
         if a != a or b != b:  # NaN wins, as numpy's maximum
             return NAN
@@ -85,6 +92,10 @@ def maximum(a: Any, b: Any) -> Any:
 
 
 def minimum(a: Any, b: Any) -> Any:
+    if type(a) is float and type(b) is float:
+        if a != a or b != b:
+            return NAN
+        return a if a <= b else b
     if type(a) in _SCALARS and type(b) in _SCALARS:
         if a != a or b != b:
             return NAN
@@ -116,11 +127,19 @@ def log2(x: Any) -> Any:
     return _numpy().log2(x)  # 0, negative, NaN: numpy's value and warning
 
 
+def any(x: Any) -> Any:  # noqa: A001 (numpy's name)
+    """`np.any(x)` of a Python scalar: whether it is non-zero (NaN counts, as in numpy)."""
+    if type(x) in _SCALARS:
+        return x != 0
+    return _numpy().any(x)
+
+
 def max(values: Any, axis: Any = None) -> Any:  # noqa: A001 (numpy's name)
     """`np.max(values, axis=0)` of a list of Python scalars: the largest, NaN winning."""
     if type(values) is list and values and all(type(v) in _SCALARS for v in values):
-        if any(v != v for v in values):
-            return NAN
+        for v in values:  # (not `any`: this module's `any` is numpy's)
+            if v != v:
+                return NAN
         top = values[0]
         for v in values[1:]:
             if v > top:

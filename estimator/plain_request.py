@@ -1,5 +1,6 @@
-"""An estimate request validated without pydantic, for the command line's start-up (issue 17:
-building the pydantic request models costs ~0.1 s, a third of a one-preset `trainfit estimate`).
+"""An estimate (or check) request validated without pydantic, for the command line's start-up
+(issue 17: building the pydantic request models costs ~0.1 s, a third of a one-preset
+`trainfit estimate`; `check_request` does the same for `trainfit check`).
 
 `estimate_request(body)` returns the same request the pydantic model would
 (`estimator.request.EstimateRequest.model_validate(body)`), as plain objects with the same
@@ -35,16 +36,18 @@ from estimator.setup_rules import (
 )
 
 if TYPE_CHECKING:
-    from estimator.request import EstimateRequest
+    from estimator.request import CheckRequest, EstimateRequest
 
 # limits of estimator.request
 MAX_SEQ_LEN = 100_000_000
 MAX_SEQ_LENS = 256
 MAX_NAME_CHARS = 200
+MAX_GPU_OPTION_CHARS = 64
 MAX_CONFIG_KEYS = 2000
 MAX_DATASET_LENGTHS = 10_000_000
 
 INF = float("inf")
+REQUIRED = object()  # the default of a field the body must give
 
 
 class _Defer(Exception):
@@ -188,6 +191,14 @@ REQUEST_FIELDS: dict[str, Field] = {  # estimator.request.EstimateRequest, less 
 }
 
 
+CHECK_FIELDS: dict[str, Field] = {  # estimator.request.CheckRequest, less model and setup
+    "seq_lens": Field("int_list", REQUIRED, min_len=1, max_len=MAX_SEQ_LENS),
+    "gpu": Field("str", REQUIRED, min_len=1, max_len=MAX_GPU_OPTION_CHARS),
+    "usable_fraction": REQUEST_FIELDS["usable_fraction"],
+    "profile": REQUEST_FIELDS["profile"],
+}
+
+
 class PlainSetup:
     """A validated `TrainingSetup`'s values, with the parts of the pydantic model's interface
     the estimator uses: the fields as attributes (in `__dict__`, in the model's order),
@@ -255,12 +266,43 @@ class PlainEstimateRequest:
         self.__dict__.update(values)
 
 
+class PlainCheckRequest:
+    """A validated `CheckRequest` without a training config."""
+
+    train_config = None
+    train_config_report = None
+    seq_lens: list[int]
+    gpu: str
+    usable_fraction: float
+    profile: str
+
+    def __init__(self, model: PlainModelInput, setup: PlainSetup, values: dict[str, Any]) -> None:
+        self.model, self.setup = model, setup
+        self.__dict__.update(values)
+
+    def as_estimate_request(self) -> PlainEstimateRequest:
+        """`CheckRequest.as_estimate_request`: the estimate request of the one GPU."""
+        values = {k: copy.copy(f.default) for k, f in REQUEST_FIELDS.items()}
+        values.update(
+            seq_lens=list(self.seq_lens),
+            gpus=[self.gpu],
+            usable_fraction=self.usable_fraction,
+            profile=self.profile,
+        )
+        return PlainEstimateRequest(self.model, self.setup, values)
+
+
 def _values(fields: dict[str, Field], data: dict[str, Any]) -> dict[str, Any]:
     if not data.keys() <= fields.keys():  # extra="forbid"
         raise _Defer
     out = {}
     for name, f in fields.items():
-        out[name] = f.value(data[name]) if name in data else copy.copy(f.default)
+        if name in data:
+            out[name] = f.value(data[name])
+        elif f.default is REQUIRED:
+            raise _Defer
+        else:
+            out[name] = copy.copy(f.default)
     return out
 
 
@@ -302,6 +344,27 @@ def _plain_request(body: dict[str, Any]) -> PlainEstimateRequest:
         raise _Defer
     setup = plain_setup(body.get("setup", {}))
     return PlainEstimateRequest(_plain_model(body["model"]), setup, values)
+
+
+def _plain_check(body: dict[str, Any]) -> PlainCheckRequest:
+    if type(body) is not dict or "model" not in body:
+        raise _Defer
+    rest = {k: v for k, v in body.items() if k not in ("model", "setup")}
+    values = _values(CHECK_FIELDS, rest)
+    if any(not 1 <= s <= MAX_SEQ_LEN for s in values["seq_lens"]):
+        raise _Defer  # `as_estimate_request` raises it, through pydantic
+    setup = plain_setup(body.get("setup", {}))
+    return PlainCheckRequest(_plain_model(body["model"]), setup, values)
+
+
+def check_request(body: dict[str, Any]) -> CheckRequest | PlainCheckRequest:
+    """`estimate_request`'s rule for a check request."""
+    try:
+        return _plain_check(body)
+    except _Defer:
+        from estimator.request import CheckRequest
+
+        return CheckRequest.model_validate(body)
 
 
 def estimate_request(body: dict[str, Any]) -> EstimateRequest | PlainEstimateRequest:

@@ -152,18 +152,20 @@ def estimate_rows(
     options: list[GpuOption],
     usable_fraction: float,
     profile: Profile,
+    skey: tuple[Any, ...] | None = None,
 ) -> tuple[list[dict[str, Any]], MemoryBreakdown]:
+    """`skey`: `setup_key(setup)` when the caller has it."""
     # one length: numpy scalars, several times faster than one-element arrays (same values)
     seqs: Any = np.asarray(seq_lens, dtype=np.float64) if len(seq_lens) > 1 else float(seq_lens[0])
     # a --parallel layout needs its card count: the first option's (estimator/parallel/)
     first = devices_for(options[0], setup) if options and setup.parallel else None
-    mem = memory_breakdown(spec, setup, seqs, setup.batch, profile, devices=first)
+    mem = memory_breakdown(spec, setup, seqs, setup.batch, profile, first, skey)
     by_devices: dict[int, MemoryBreakdown] = {mem.devices: mem}
     per_option: dict[str, MemoryBreakdown] = {}
     for opt in options:
         n = devices_for(opt, setup)
         if n not in by_devices:  # one evaluation per card count, not per option
-            by_devices[n] = memory_breakdown(spec, setup, seqs, setup.batch, profile, devices=n)
+            by_devices[n] = memory_breakdown(spec, setup, seqs, setup.batch, profile, n, skey)
         per_option[opt.option] = by_devices[n]
     size = len(seq_lens)
     columns = {id(m): _Columns(m, size) for m in by_devices.values()}

@@ -17,6 +17,16 @@ full event order instead of a running sum:
   `empty_cache` and `reset_peak` events, so a replay gives per-length peaks like a GPU memtest.
   Works for `cpu` runs too.
 
+Both recorders are dispatch modes, and under any dispatch mode autograd takes the out-of-place
+paths written for tensor subclasses where CUDA's step runs in place (`probe.grad_sums`: gradient
+sums into a tied weight's gradient, index_backward's `index_put`). The tracker already finds
+those ops; the recording tracker logs them as {result: first operand} in `AllocationTrace.
+in_place` (index_put always; a sum when its chain ends as a parameter's gradient, looked up when
+the optimizer step starts or the components are classified), and `AllocationTrace.cuda_events()`
+is the trace with them done in place (`probe.grad_sums.cuda_trace`): what the simulation should
+replay. `events` keeps the order as recorded. `record_allocations` has no tracker and does not
+correct its trace (its `cuda_events()` is its `events`).
+
 What a trace cannot show: storages created outside the dispatcher (none in a plain training
 step), memory that CUDA kernels would allocate but CPU kernels do not (cuBLAS workspaces,
 fused-kernel temporaries) and vice versa, and cross-stream reuse delays.
@@ -32,7 +42,8 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from probe.allocator_events import Event, alloc, free
+from probe.allocator_events import Event, EventId, alloc, free
+from probe.grad_sums import cuda_trace
 
 __all__ = ["AllocationTrace", "record_allocations", "record_probe_tracker"]
 
@@ -42,7 +53,13 @@ class AllocationTrace:
 
     def __init__(self) -> None:
         self.events: list[Event] = []
+        # {result's id: first operand's id}: ops CUDA runs in place (see the module docstring)
+        self.in_place: dict[EventId, EventId] = {}
         self.closed = False
+
+    def cuda_events(self) -> list[Event]:
+        """`events` with the `in_place` ops done in place, as a CUDA step runs them."""
+        return cuda_trace(self.events, self.in_place)
 
     def append(self, event: Event) -> None:
         if not self.closed:
@@ -135,11 +152,51 @@ def record_allocations(
 def _recording_tracker_class(base: type[Any], log: _StorageLog) -> type[Any]:
     class RecordingTracker(base):  # type: ignore[misc, valid-type]
         """The probe's tracker, also logging each storage it counts (see the module docstring):
-        every op output and adopted weight passes through `_track`."""
+        every op output and adopted weight passes through `_track`; the tracker's in-place-on-
+        CUDA pairs go to the trace's `in_place`, in the log's ids."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._log_ids: dict[int, int] = {}  # tracker uid -> the log's event id
+            self._adopted: list[weakref.ref[Any]] = []
 
         def _track(self, tensor: Any) -> None:
-            super()._track(tensor)
-            log.track(tensor)
+            try:
+                key = tensor.untyped_storage()._cdata
+            except (RuntimeError, NotImplementedError):
+                key = None
+            new = key is not None and key not in self._live
+            try:
+                super()._track(tensor)
+            finally:
+                log.track(tensor)
+                if new and key in self._live and key in log._live:
+                    self._log_ids[self._live[key][0]] = log._live[key]
+
+        def adopt(self, tensors: Iterable[Any]) -> None:
+            tensors = [t for t in tensors if t is not None]
+            super().adopt(tensors)
+            self._adopted.extend(weakref.ref(t) for t in tensors)
+
+        def cuda_pairs(self, grad_uids: set[int]) -> dict[int, int]:
+            pairs: dict[int, int] = super().cuda_pairs(grad_uids)
+            ids = self._log_ids
+            log.trace.in_place.update(
+                {ids[r]: ids[o] for r, o in pairs.items() if r in ids and o in ids}
+            )
+            return pairs
+
+        def mark_optimizer_step(self) -> None:
+            # the backward is done and the gradients are alive: resolve the window's pairs
+            # now, whether or not the stack classifies this step's peak
+            super().mark_optimizer_step()
+            alive = (ref() for ref in self._adopted)
+            grads = self._uids(t.grad for t in alive if t is not None)
+            self.cuda_pairs(grads | getattr(self, "_noted_grads", set()))
+
+        def begin_window(self) -> None:
+            self.cuda_pairs(set())  # index_put pairs need no gradients; sums are kept above
+            super().begin_window()
 
         def mark_host(self, tensor: Any) -> None:
             super().mark_host(tensor)

@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="probe",
         help="hf: transformers Trainer + peft (+ bitsandbytes); torchtune: torchtune's "
         "single-device LoRA / full recipes (needs the torchtune extra); torchtitan: its Trainer "
-        "(FSDP2, gloo, --device cpu; under torchrun for N ranks; needs the torchtitan extra); "
+        "(FSDP2, gloo, --device cpu, under torchrun for N ranks; or --device fake --ranks N; "
+        "needs the torchtitan extra); "
         "probe: the probe's own loop; unsloth/deepspeed: reported as not runnable here",
     )
     k.add_argument(
@@ -103,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--sweep", default="16000,32000,48000", help="comma-separated seq lengths")
     r.add_argument("--steps", type=int, default=3, help="optimizer steps per length")
     r.add_argument("--device", choices=("cuda", "cpu", "fake"), default="cuda")
+    r.add_argument(
+        "--ranks",
+        type=int,
+        default=1,
+        help="--stack torchtitan --device fake: data-parallel ranks torchtitan's fake backend "
+        "simulates (FSDP2 shards over them; rank 0 is traced)",
+    )
     r.add_argument(
         "--memory-cap", type=int, default=None, help="cpu/fake: raise OOM above this many bytes"
     )
@@ -194,8 +202,9 @@ def _run_torchtitan(args: argparse.Namespace, raw: list[str], config: dict[str, 
         device=args.device,
         name=args.name or Path(args.config).stem,
         command="trainfit-probe " + shlex.join(raw),
+        ranks=args.ranks,
     )
-    if int(os.environ.get("RANK", "0")) != 0:
+    if args.device != "fake" and int(os.environ.get("RANK", "0")) != 0:
         return EXIT_OK
     return _save(args, doc)
 

@@ -21,14 +21,21 @@ out-of-place branches written for tensor subclasses; a CUDA step without the tra
 
 `cuda_events` rewrites the tracker's log as CUDA runs these: the out-of-place result takes its
 first operand's identity (its allocation and the operand's free are dropped, its own free
-becomes the operand's), so the classification and the maxima see CUDA's storages.
+becomes the operand's), so the classification and the maxima see CUDA's storages. `cuda_trace`
+does the same to an allocation trace (`probe.allocator_trace`), so the allocator simulation
+replays CUDA's allocation/free sequence, not the dispatch mode's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
+from typing import TypeVar
 
-__all__ = ["cuda_events", "first_contributions"]
+from probe.allocator_events import Event, EventId, free
+
+__all__ = ["cuda_events", "cuda_trace", "first_contributions"]
+
+K = TypeVar("K", bound=Hashable)
 
 
 def first_contributions(sums: dict[int, int], grad_uids: Iterable[int]) -> dict[int, int]:
@@ -43,7 +50,7 @@ def first_contributions(sums: dict[int, int], grad_uids: Iterable[int]) -> dict[
     return pairs
 
 
-def _root(uid: int, pairs: dict[int, int]) -> int:
+def _root(uid: K, pairs: dict[K, K]) -> K:
     while uid in pairs:
         uid = pairs[uid]
     return uid
@@ -64,4 +71,21 @@ def cuda_events(events: Iterable[tuple[int, int]], pairs: dict[int, int]) -> lis
             out.append((_root(uid, pairs), delta))
         else:
             out.append((uid, delta))
+    return out
+
+
+def cuda_trace(events: Iterable[Event], pairs: dict[EventId, EventId]) -> list[Event]:
+    """An allocation trace (`probe.allocator_events`) with each {result: first operand} of
+    `pairs` done in place, as `cuda_events` does to the tracker's log: the result's `alloc` and
+    every operand's `free` are dropped, the free of a chain's last result frees its first
+    operand. What the allocator simulation replays is then the CUDA step's sequence."""
+    consumed = set(pairs.values())
+    out = []
+    for ev in events:
+        if ev.op == "alloc" and ev.id in pairs or ev.op == "free" and ev.id in consumed:
+            continue
+        if ev.op == "free" and ev.id in pairs:
+            out.append(free(_root(ev.id, pairs)))
+        else:
+            out.append(ev)
     return out

@@ -62,19 +62,30 @@ class Lion(Optimizer):
         return loss
 
 
-def make_optimizer(name: str, params: list[torch.Tensor], device: str) -> Optimizer:
+def make_optimizer(
+    name: str, params: list[torch.Tensor], device: str, impl: str = "foreach"
+) -> Optimizer:
     """The optimizer for `setup.optimizer`; `UnsupportedSetup` where it cannot run here.
 
-    Under fake tensors (which model a CUDA run on CPU tensors) AdamW and SGD use the multi-tensor
-    `foreach` path, torch's default on CUDA, so their temporaries are those of the GPU run.
+    AdamW and SGD run the implementation `impl` (`setup.optimizer_impl`) names, on every device:
+    `foreach` (the multi-tensor path, torch's default on CUDA) or `fused` (`torch._fused_adamw_`
+    / `_fused_sgd_`, CPU kernels too). Left to its default, torch picks foreach only when every
+    parameter is on a device with foreach kernels (torch 2.13 optim/optimizer.py:178-185,
+    `_default_to_fused_or_foreach`; utils/_foreach_utils.py:8-10: cuda, xpu, mtia), so CPU
+    tensors would take the per-tensor loop (`_single_tensor_adam`), whose step holds one
+    tensor's `exp_avg_sq.sqrt()` at a time instead of the whole group's (`_multi_tensor_adam`,
+    optim/adam.py `exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)`): the CPU step
+    would not have the CUDA step's temporaries.
     """
-    foreach = True if device in ("cuda", "fake") else None
+    if impl not in ("foreach", "fused"):
+        raise UnsupportedSetup(f"optimizer_impl={impl!r}: the probe loop runs foreach or fused")
+    kind: dict[str, Any] = {"fused": True} if impl == "fused" else {"foreach": True}
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=LR, foreach=foreach)
+        return torch.optim.AdamW(params, lr=LR, **kind)
     if name == "sgd":
-        return torch.optim.SGD(params, lr=LR, foreach=foreach)
+        return torch.optim.SGD(params, lr=LR, **kind)
     if name == "sgd-momentum":
-        return torch.optim.SGD(params, lr=LR, momentum=0.9, foreach=foreach)
+        return torch.optim.SGD(params, lr=LR, momentum=0.9, **kind)
     if name == "adafactor":
         adafactor = getattr(torch.optim, "Adafactor", None)
         if adafactor is None:
@@ -110,12 +121,14 @@ class MasterWeights:
     upcast into the master's `.grad`, the inner optimizer updates the master, the master is
     copied back into the bf16 weight; so the step's temporaries are those of one tensor."""
 
-    def __init__(self, name: str, params: list[torch.Tensor], device: str) -> None:
+    def __init__(
+        self, name: str, params: list[torch.Tensor], device: str, impl: str = "foreach"
+    ) -> None:
         self.params = params
         self.masters = [p.detach().float() for p in params]
         for m in self.masters:
             m.requires_grad_(True)
-        self.inner = [make_optimizer(name, [m], device) for m in self.masters]
+        self.inner = [make_optimizer(name, [m], device, impl) for m in self.masters]
 
     @property
     def state(self) -> dict[Any, dict[str, Any]]:
@@ -142,10 +155,12 @@ class MasterWeights:
 
 def make_training_optimizer(setup: dict[str, Any], params: list[torch.Tensor], device: str) -> Any:
     """`precision: mixed` with full fine-tuning keeps fp32 masters (MasterWeights); every
-    other setup steps the parameters in their own dtype."""
+    other setup steps the parameters in their own dtype. AdamW and SGD run the setup's
+    `optimizer_impl` (foreach, the probe stack's default, or fused) on every device."""
+    impl = setup.get("optimizer_impl") or "foreach"
     if setup.get("precision") == "mixed" and setup.get("method") == "full":
-        return MasterWeights(setup["optimizer"], params, device)
-    return make_optimizer(setup["optimizer"], params, device)
+        return MasterWeights(setup["optimizer"], params, device, impl)
+    return make_optimizer(setup["optimizer"], params, device, impl)
 
 
 def optimizer_state_tensors(optimizer: Any) -> list[torch.Tensor]:

@@ -309,7 +309,8 @@ def _stack_environment(stack: str, device: str, notes: list[str]) -> dict[str, A
     substituted: list[str] = []
     if stack == "probe":
         ran.append(
-            "the probe's own training loop (probe.runner): no autocast, foreach AdamW, its own "
+            "the probe's own training loop (probe.runner): no autocast, foreach AdamW (fused if "
+            "optimizer_impl says so; set explicitly, as on CUDA, also for CPU tensors), its own "
             "fp32 masters stepped per tensor for mixed-precision full fine-tuning, LoRA dropout "
             "0, no gradient accumulation"
         )
@@ -474,7 +475,7 @@ def run_probe(
                 if setup["stack"] == "probe":
                     notes.append(
                         "fake: weights are fake CPU tensors; attention traced with the CPU SDPA "
-                        "kernels, optimizers on their CUDA-default foreach path"
+                        "kernels"
                     )
             if dist.world_size > 1:
                 dist.shard(built)

@@ -1,14 +1,16 @@
 """Which training stack runs the probe's steps, and what each can run on this machine.
 
 - `probe`: the probe's own loop (probe.runner), kept for regression: bf16 weights with its own
-  fp32 masters, no autocast, foreach AdamW, dropout 0, no gradient accumulation.
+  fp32 masters, no autocast, foreach AdamW (fused on request), dropout 0, no gradient
+  accumulation.
 - `hf`: transformers `Trainer` + peft (+ bitsandbytes for QLoRA / 8-bit AdamW), see
   probe.hf_stack. Runs on the CPU, under fake tensors and on CUDA.
 - `torchtune`: torchtune's own single-device recipes (LoRA, QLoRA, full), see
   probe.torchtune_stack.
   Runs on the CPU, under fake tensors (a fake checkpointer) and on CUDA.
 - `torchtitan`: torchtitan's own Trainer (FSDP2 under gloo, CPU), see probe.torchtitan_stack;
-  the CLI hands the run to it.
+  the CLI hands the run to it. Under fake tensors with torchtitan's fake_backend (`--device
+  fake --ranks N`, probe.torchtitan_fake).
 - `unsloth`, `deepspeed`: not runnable by this probe; `check_stack`
   says why (exit 2 on the command line) instead of substituting another stack's numbers.
 
@@ -44,7 +46,6 @@ def _check_probe_stack(setup: dict[str, Any]) -> None:
     """The probe's own loop has none of the stack options; they need `--stack hf`."""
     fixed = {
         "autocast": False,
-        "optimizer_impl": "foreach",
         "paged": False,
         "lora_dropout": 0.0,
         "grad_accum": 1,
@@ -59,6 +60,14 @@ def _check_probe_stack(setup: dict[str, Any]) -> None:
             )
     if setup["loss"] == "liger":
         raise ProbeInputError("setup.loss", "loss=liger needs --stack hf on a CUDA GPU")
+    # foreach (the default) or torch's fused AdamW (probe.optim.make_optimizer)
+    impl = setup["optimizer_impl"]
+    if impl != "foreach" and not (impl == "fused" and setup["optimizer"] == "adamw"):
+        raise ProbeInputError(
+            "setup.optimizer_impl",
+            f"the probe stack (the probe's own loop) runs foreach, or fused with AdamW; got "
+            f"{impl!r} with optimizer {setup['optimizer']!r}: use --stack hf or torchtune",
+        )
 
 
 def _check_hf_stack(setup: dict[str, Any], device: str) -> None:

@@ -116,11 +116,11 @@ def torchtitan_setup(setup: dict[str, Any] | None) -> dict[str, Any]:
 
 def check_torchtitan_setup(setup: dict[str, Any], device: str) -> None:
     """Raise `ProbeInputError` naming the field for what torchtitan's Trainer cannot run here."""
-    if device != "cpu":
+    if device not in ("cpu", "fake"):
         raise ProbeInputError(
             "device",
-            f"--stack torchtitan runs on cpu here (got {device}): on a CUDA machine run "
-            "torchtitan's own train.py with its memory monitor",
+            f"--stack torchtitan runs on cpu or fake here (got {device}): on a CUDA machine "
+            "run torchtitan's own train.py with its memory monitor",
         )
     fixed: dict[str, Any] = {
         "method": ("full", "torchtitan's Trainer trains all weights"),
@@ -472,7 +472,7 @@ def _local_bytes(tensors: Any) -> int:
             continue
         local = t.to_local() if isinstance(t, DTensor) else t
         storage = local.untyped_storage()
-        key = storage.data_ptr()
+        key = storage._cdata  # not data_ptr(): a fake tensor's storage has none
         if key in seen or storage.nbytes() == 0:
             continue
         seen.add(key)
@@ -489,17 +489,30 @@ def _state_tensors(optimizers: Any) -> list[torch.Tensor]:
 
 
 def _hook_phases(
-    trainer: Any, resident: dict[str, int], ends: list[float], phase: Any
+    trainer: Any, resident: dict[str, int], ends: list[float], phase: Any, current: Any = None
 ) -> list[Any]:
     """Phase ends at the model's output (a forward hook), the optimizer step's start (backward
     and loss done) and its end; at the step's end the resident weights, gradients and
-    optimizer states are measured from the tensors and the time is taken (`ends`)."""
+    optimizer states are measured from the tensors and the time is taken (`ends`). With
+    `current` (the counter's bytes now), the model's output hook also records the bytes alive
+    then (`at_output`), the output's own bytes (`output`) and the buffers' (`buffers`): what
+    the forward keeps for the backward is at_output - params - optimizer - output - buffers
+    (no gradients then: zero_grad(set_to_none=True) ran before the forward)."""
     model = trainer.model_parts[0]
     opts = trainer.optimizers.optimizers
-    handles = [model.register_forward_hook(lambda *a: phase("forward"))]
 
     def params() -> list[torch.Tensor]:
         return [p for m in trainer.model_parts for p in m.parameters()]
+
+    def at_output(module: Any, args: Any, output: Any) -> None:
+        phase("forward")
+        if current is None:
+            return
+        resident["at_output"] = int(current())
+        resident["output"] = _local_bytes([output] if isinstance(output, torch.Tensor) else [])
+        resident["buffers"] = _local_bytes(b for m in trainer.model_parts for b in m.buffers())
+
+    handles = [model.register_forward_hook(at_output)]
 
     def before_step(*a: Any) -> None:
         phase("backward")
@@ -555,7 +568,7 @@ def measure_length(
 
     trainer = Trainer(cfg)
     _gloo_sum_reductions(trainer)
-    handles = _hook_phases(trainer, resident, ends, phase)
+    handles = _hook_phases(trainer, resident, ends, phase, lambda: counter.current() - base)
     # global element counts (a DTensor's numel is the whole parameter's)
     params_total = sum(p.numel() for m in trainer.model_parts for p in m.parameters())
     gc.collect()
@@ -583,9 +596,15 @@ def measure_length(
     }
 
 
-def _environment(world: int, substituted: list[str], setup: dict[str, Any]) -> dict[str, Any]:
-    env = describe_environment("cpu", gpu_count=world)
+def _environment(
+    world: int, substituted: list[str], setup: dict[str, Any], device: str = "cpu"
+) -> dict[str, Any]:
+    env = describe_environment(device, gpu_count=world)
     env["memory_counter"] = "cpu_allocator_counter (probe/cpu_memory.py)"
+    if device == "fake":
+        from probe.torchtitan_fake import fake_environment
+
+        env.update(fake_environment(world))
     env["attention_kernel"] = "sdpa (torchtitan ScaledDotProductAttention, CPU flash kernel)"
     versions = {name: package_version(name) for name in LIBRARIES}
     ac = {"none": "no", "gpu": "FullAC", "selective": "SelectiveAC (per-op)"}[
@@ -615,8 +634,25 @@ def _environment(world: int, substituted: list[str], setup: dict[str, Any]) -> d
     return env
 
 
+def _fake_substituted() -> list[str]:
+    """What stood in under `--device fake`: the CPU run's substitutions less the gloo and c10
+    ones (the fake backend replaces gloo; the storage tracker the c10 counter), plus
+    probe.torchtitan_fake.FAKE_SUBSTITUTED."""
+    from probe.torchtitan_fake import FAKE_SUBSTITUTED
+
+    gloo_or_c10 = ("FSDP2 reduce-scatter:", "memory:")
+    gloo = "; torch.distributed then uses gloo (Backend.default_device_backend_map['cpu'])"
+    kept = [s.replace(gloo, "") for s in SUBSTITUTED if not s.startswith(gloo_or_c10)]
+    memory = (
+        "memory: storages counted by probe.torchtitan_fake.ResizeTracker (the storage tracker "
+        "plus FSDP2's storage resizes, rounded to 512 B) in place of the CUDA caching "
+        "allocator's max_memory_allocated; one rank (rank 0) of the simulated ranks is traced"
+    )
+    return [*kept, *FAKE_SUBSTITUTED, memory]
+
+
 def _result(
-    seq: int, batch: int, measured: dict[str, Any] | None, error: str | None
+    seq: int, batch: int, measured: dict[str, Any] | None, error: str | None, device: str = "cpu"
 ) -> dict[str, Any]:
     from probe.results import new_result
 
@@ -627,7 +663,7 @@ def _result(
     res["steps"] = len(seconds)
     res["step_seconds"] = seconds
     res["peak_allocated_bytes"] = measured["peak_bytes"]
-    if seconds:
+    if seconds and device != "fake":  # fake steps take no real time
         res["tokens_per_second"] = seq * batch / (sum(seconds) / len(seconds))
     r = measured["resident"]
     fixed = r.get("params", 0) + r.get("grads", 0) + r.get("optimizer", 0)
@@ -650,10 +686,12 @@ def run_torchtitan(
     *,
     name: str | None = None,
     command: str | None = None,
+    ranks: int = 1,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Run torchtitan's Trainer per length on this rank (all ranks call it under torchrun) and
     return the memtest (rank 0's results, every rank's peaks in `ranks`) and every rank's raw
-    measurements (peak, phase peaks, resident bytes) for the accuracy bench."""
+    measurements (peak, phase peaks, resident bytes) for the accuracy bench. `device="fake"`
+    traces rank 0 of `ranks` simulated ranks in this process (probe/torchtitan_fake.py)."""
     import torch.distributed as dist
 
     from probe.config import check_config
@@ -668,6 +706,14 @@ def run_torchtitan(
     torchtitan_model_config(config)  # bad configs fail here, before any process group
     measured: list[dict[str, Any]] = []
     error: str | None = None
+    if device == "fake":
+        if not 1 <= ranks <= 1_000_000:
+            raise ProbeInputError("ranks", f"must be 1..1000000 for --device fake, got {ranks}")
+        return _fake_memtest(config, setup, lengths, steps, ranks, name, command)
+    if ranks != 1:
+        raise ProbeInputError(
+            "ranks", "only with --device fake; on the CPU the ranks are torchrun's processes"
+        )
     from probe.cpu_memory import CpuAllocatorCounter, compiler_missing
 
     reason = compiler_missing()
@@ -689,6 +735,52 @@ def run_torchtitan(
                 gathered = [None] * world
                 dist.all_gather_object(gathered, measured)
             dist.destroy_process_group()
+    doc = _memtest(
+        config, setup, lengths, world, measured, error, gathered, substituted, name, command
+    )
+    raw = [{"rank": r, **m} for r, per_rank in enumerate(gathered) for m in per_rank]
+    return doc, raw
+
+
+def _fake_memtest(
+    config: dict[str, Any],
+    setup: dict[str, Any],
+    lengths: list[int],
+    steps: int,
+    world: int,
+    name: str | None,
+    command: str | None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """`--device fake`: each length traced by probe.torchtitan_fake.trace_length."""
+    from probe.torchtitan_fake import trace_length
+
+    measured: list[dict[str, Any]] = []
+    error: str | None = None
+    try:
+        for seq in lengths:
+            measured.append(trace_length(config, setup, seq, steps, world, fake=True))
+    except Exception as exc:  # noqa: BLE001 - recorded in the memtest, as the runner does
+        error = f"{type(exc).__name__}: {exc}"
+    doc = _memtest(
+        config, setup, lengths, world, measured, error, [measured], _fake_substituted(),
+        name, command, device="fake",
+    )  # fmt: skip
+    return doc, [{"rank": 0, **m} for m in measured]
+
+
+def _memtest(
+    config: dict[str, Any],
+    setup: dict[str, Any],
+    lengths: list[int],
+    world: int,
+    measured: list[dict[str, Any]],
+    error: str | None,
+    gathered: list[Any],
+    substituted: list[str],
+    name: str | None,
+    command: str | None,
+    device: str = "cpu",
+) -> dict[str, Any]:
     setup = {
         **setup,
         "optimizer_impl": setup["optimizer_impl"] or "fused",
@@ -696,7 +788,7 @@ def run_torchtitan(
         "sharding": "fsdp",
         "num_gpus": world,
         "parallel": f"fsdp={world}",
-        "fsdp_wrap": "layer",
+        "fsdp_wrap": "layer+embeddings+norm_lm_head",
         "reshard_after_forward": True,
         "compile": False,
     }
@@ -705,7 +797,7 @@ def run_torchtitan(
     results = []
     for seq in lengths:
         m = by_seq.get(seq)
-        results.append(_result(seq, setup["batch"], m, None if m else error))
+        results.append(_result(seq, setup["batch"], m, None if m else error, device))
         if m is None and error is not None:
             error = None  # the first length not measured carries the error, the rest skipped
     ranks = [
@@ -733,7 +825,7 @@ def run_torchtitan(
             "version": __version__,
             "command": command or f"probe.torchtitan_stack.run_torchtitan(sweep={lengths})",
         },
-        "environment": _environment(world, substituted, setup),
+        "environment": _environment(world, substituted, setup, device),
         "model": {
             "name": name or str(config.get("_name_or_path") or "llama"),
             "model_type": str(config["model_type"]),
@@ -747,5 +839,13 @@ def run_torchtitan(
         "ranks": ranks,
         "notes": notes,
     }
-    raw = [{"rank": r, **m} for r, per_rank in enumerate(gathered) for m in per_rank]
-    return validate_memtest(doc), raw
+    if device == "fake":
+        notes.append(
+            f"fake trace: rank 0 of {world} ranks simulated by torchtitan's fake_backend; "
+            "build and step seconds per length: "
+            + ", ".join(
+                f"{m['seq_len']}: {m['seconds']['build']:.1f} + {m['seconds']['steps']:.1f}"
+                for m in measured
+            )
+        )
+    return validate_memtest(doc)

@@ -550,6 +550,10 @@ class _StepRecorder:
         self.open = True
         self.classified = False
 
+    def gradient_hook(self, grad: torch.Tensor) -> None:
+        if self.tracker is not None and self.open:
+            self.tracker.note_gradient(grad)
+
     def optimizer_pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.tracker is not None and self.open:
             self.tracker.mark_optimizer_step()
@@ -605,8 +609,12 @@ class _StepRecorder:
             # one optimizer per parameter, stepped inside the backward as each gradient is
             # ready and freed right after (torchtune 0.6.1 training/memory.py:236-242,
             # register_optim_in_bwd_hooks): no separate optimizer step to mark, and the
-            # classification at `log_dict` finds no gradient alive, so the gradients count
-            # as activations there
+            # classification at `log_dict` finds no gradient alive, so each gradient is noted
+            # as one when autograd hands it to the parameter (a tensor hook, run before
+            # AccumulateGrad installs that tensor as `.grad`; it keeps no reference)
+            for param in recipe._model.parameters():
+                if param.requires_grad:
+                    param.register_hook(self.gradient_hook)
             return
         for opt in self.optimizers():
             opt.register_step_pre_hook(self.optimizer_pre_hook)

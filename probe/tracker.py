@@ -131,6 +131,8 @@ class StorageTracker(OutputTensorsMode):
         # {result's uid: first operand's uid}: gradient sums, index_put of index_backward
         self._sums: dict[int, int] = {}
         self._in_place: dict[int, int] = {}
+        # gradients seen by `note_gradient` in this window (freed before the classification)
+        self._noted_grads: set[int] = set()
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -250,9 +252,16 @@ class StorageTracker(OutputTensorsMode):
         self._step_mark = None
         self._sums = {}
         self._in_place = {}
+        self._noted_grads = set()
         self._window_peak = self.current
         self._window_peak_index = 0
         self._window_host_at_peak = self.host_current
+
+    def note_gradient(self, tensor: torch.Tensor) -> None:
+        """`tensor` is a parameter's gradient: classify its storage as one even when it is freed
+        before the classification (an optimizer stepped in the backward sets `.grad = None`
+        right after the gradient is made)."""
+        self._noted_grads |= self._uids([tensor])
 
     def mark_optimizer_step(self) -> None:
         """The optimizer step starts here: temporaries made from now on are `optimizer_step`
@@ -264,12 +273,18 @@ class StorageTracker(OutputTensorsMode):
         """Highest device bytes seen since `begin_window`."""
         return self._window_peak
 
+    def cuda_pairs(self, grad_uids: set[int]) -> dict[int, int]:
+        """This window's out-of-place ops that CUDA runs in place (`probe.grad_sums`),
+        {result's uid: first operand's uid}: every index_put of index_backward, and the
+        gradient sums on chains that end as one of `grad_uids`."""
+        return {**self._in_place, **first_contributions(self._sums, grad_uids)}
+
     def _cuda_log(self, grad_uids: set[int]) -> tuple[list[tuple[int, int]], set[int]]:
         """This window's log with the backward's in-place ops done in place as on CUDA
         (`probe.grad_sums`), and the first contributions that are gradients from their start."""
         sums = first_contributions(self._sums, grad_uids)
         firsts = {uid for uid in sums.values() if uid not in sums}
-        return cuda_events(self._events, {**self._in_place, **sums}), firsts
+        return cuda_events(self._events, self.cuda_pairs(grad_uids)), firsts
 
     def _live_at_window_peak(self, events: list[tuple[int, int]]) -> dict[int, int]:
         live = dict(self._baseline)
@@ -298,7 +313,7 @@ class StorageTracker(OutputTensorsMode):
     ) -> dict[str, int]:
         """Bytes alive at this window's peak, by kind. Call while params/grads/states live."""
         p_uids = self._uids(params)
-        g_uids = self._uids(grads) - p_uids
+        g_uids = (self._uids(grads) | self._noted_grads) - p_uids
         events, firsts = self._cuda_log(g_uids)
         g_uids |= firsts
         live = self._live_at_window_peak(events)
@@ -332,7 +347,7 @@ class StorageTracker(OutputTensorsMode):
         `optimizer_step` instead of activations. Call while params/grads/states are alive.
         """
         p_uids = self._uids(params)
-        g_uids = self._uids(grads) - p_uids
+        g_uids = (self._uids(grads) | self._noted_grads) - p_uids
         events, firsts = self._cuda_log(g_uids)
         s_uids = (g_uids | firsts | self._uids(optimizer_state)) - p_uids
         live = dict(self._baseline)

@@ -19,6 +19,12 @@ from typing import TYPE_CHECKING, Any
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.lora import expert_banks, lora_targets
 from estimator.memory.activations_compiled import adapted_count, compiled_layer_saved
+from estimator.memory.torchtitan import (
+    norm_input_reused,
+    norm_saved_per_row,
+    selective_saved_fused_qkv,
+    torch_rms_norm,
+)
 from estimator.memory.weights import amp_full, kbit_fp32
 from estimator.spec import LAYER_LINEAR, MLP_MOE, ModelSpec
 from estimator.stacks import load_stack
@@ -58,6 +64,8 @@ class Context:
     weight_casts: float = 0.0  # bytes per layer of autocast's bf16 copies of fp32 trained weights
     autocast: bool = False
     input_bytes: int = 0  # bytes per element of a decoder layer's input (the checkpoint)
+    torch_norm: bool = False  # torchtitan 0.3.0's modules: nn.RMSNorm, fused wqkv (torchtitan.py)
+    torchtune: bool = False  # torchtune's attention and RMSNorm (`torchtune_modules`)
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -103,7 +111,34 @@ class Context:
             casts,
             autocast,
             FP32 if amp_full(setup) else stream,
+            torch_rms_norm(setup),
+            bool(stack.get_optional("torchtune_modules", False)),
         )
+
+
+def torchtune_modules(ctx: Context) -> str:
+    """What the stack fact `torchtune_modules` changes (torchtune 0.6.1's modules; "" when
+    off, else a description):
+    1. MultiHeadAttention expands k and v to `num_heads` before SDPA (modules/attention.py:
+       285-291, `k.unsqueeze(2).expand(...).flatten(1, 2)`: a copy), which saves them at that
+       width (`_attention_core`).
+    2. Its output is `output.transpose(1, 2).contiguous().view(b, s_x, -1)` (:303), a view of
+       SDPA's saved output (see `sdpa_output_reused`), and a LoRA output projection whose
+       adapters share their input (LoRALinear `lora_a(self.dropout(x))`, nn.Identity at
+       dropout 0, modules/peft/lora.py:137) saves that very tensor.
+    3. RMSNorm is `F.rms_norm(x.float(), weight=self.scale)` (modules/rms_norm.py), whose bf16
+       scale differs from the fp32 input's dtype, so torch takes the composite (aten/src/ATen/
+       native/layer_norm.cpp `rms_norm_symint` -> `rms_norm_composite` on a dtype mismatch; on
+       the CPU always): `upcasted_input.mul(rsqrt)` then `.mul(weight)`, which saves the fp32
+       normed tensor when the scale trains (`rms_norm_saved`). This form is in the 0.6.0 and
+       0.6.1 releases only (pytorch/torchtune 1450d6126, 2024-11-25, to c5c160b42, 2025-03-26,
+       on main): the 2024 README rows (1814feb17) and main bd2a0fc7c cast the normed to bf16
+       before the scale, as transformers does (1 and 2 hold at all three).
+    4. TransformerSelfAttentionLayer.forward keeps `attn_out` bound while the MLP runs
+       (modules/transformer.py:122-128: `attn_out = self.attn(...)`, `h = attn_out + x`,
+       `self.mlp(self.mlp_norm(h))`), where transformers' layer rebinds it
+       (`_forward_transient`); the MLP input is held there only when nothing saved it."""
+    return "torchtune 0.6.1 attention and RMSNorm" if ctx.torchtune else ""
 
 
 def autocast_layer_casts(spec: ModelSpec) -> float:
@@ -255,6 +290,8 @@ def input_reused(ctx: Context, spec: ModelSpec) -> float:
         return 0.0 if ctx.autocast else float(ctx.input_bytes * h)
     if ctx.fused or ctx.compiled:
         return 0.0
+    if ctx.torch_norm:  # torch.nn.RMSNorm saves the layer input itself (memory/torchtitan.py)
+        return norm_input_reused(ctx.input_bytes, h)
     return float(FP32 * h) if ctx.input_bytes == FP32 else 0.0
 
 
@@ -275,8 +312,12 @@ def inputs_saved(ctx: Context, consumers: list[str], width: int) -> float:
 
 def rms_norm_saved(ctx: Context, width: int, rows: int = 1) -> float:
     """HF RMSNorm: fp32 input (the upcast copy, or the fp32 input itself), rsqrt per row, and
-    the normalised tensor when the norm's weight trains (weight * normed saves normed)."""
-    return FP32 * width + FP32 * rows + (width * ctx.compute_bytes if ctx.full else 0)
+    the normalised tensor when the norm's weight trains (weight * normed saves normed).
+    torch.nn.RMSNorm on CUDA (torchtitan, `ctx.torch_norm`): its input and the fp32 rstd."""
+    if ctx.torch_norm:
+        return norm_saved_per_row(ctx.compute_bytes, width, rows)
+    normed = FP32 if ctx.torchtune else ctx.compute_bytes  # `torchtune_modules` 3
+    return FP32 * width + FP32 * rows + (width * normed if ctx.full else 0)
 
 
 def head_input_saved(ctx: Context, spec: ModelSpec, loss: str) -> float:
@@ -317,7 +358,8 @@ def _attention_core(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
         saved += cb * q * 3
         per_seq = spec.num_heads * (FP32 + cb)
     else:
-        saved += cb * (q + 2 * kv) + cb * q + FP32 * spec.num_heads  # q, k, v, out, logsumexp
+        kv_saved = q if ctx.torchtune else kv  # k, v repeated (`torchtune_modules` 1)
+        saved += cb * (q + 2 * kv_saved) + cb * q + FP32 * spec.num_heads  # q, k, v, out, lse
     if spec.attn_output_gate:
         saved += 2 * cb * q  # sigmoid(gate) and the attention output kept by the gating mul
     saved += inputs_saved(ctx, ["q_proj", "k_proj", "v_proj", "qkv_proj"], spec.hidden or 0)
@@ -335,9 +377,12 @@ def sdpa_output_reused(ctx: Context, width: int) -> float:
     `Tensor attention = output.transpose(1, 2)`; the CPU flash kernel likewise), so both calls
     are views and a trained o_proj saves the very tensor SDPA saved as `out`. Eager attention's
     matmul output is (batch, heads, seq, dim): its `contiguous()` is a copy, counted."""
-    if ctx.eager or not ctx.full:
+    if ctx.eager:
         return 0.0
-    return float(width * ctx.compute_bytes)
+    shared = ctx.torchtune and "o_proj" in ctx.targets and ctx.adapter_shared > 0
+    if ctx.full or shared:  # `torchtune_modules` 2
+        return float(width * ctx.compute_bytes)
+    return 0.0
 
 
 def _attention(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
@@ -497,6 +542,11 @@ def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_pro
         # for the two matmuls' backward; under autocast the branch is bf16 and the base
         # output's gradient is the incoming one itself
         held += ctx.adapter_bytes * h
+    if ctx.torchtune:  # `torchtune_modules` 4
+        held += cb * h  # attn_out
+        adapted = {"gate_proj", "up_proj"} & ctx.targets
+        if ctx.full or (adapted and ctx.adapter_shared):
+            held -= cb * h  # the MLP input: saved already, counted there
     return float(held)
 
 
@@ -576,7 +626,11 @@ def selective_saved(ctx: Context, spec: ModelSpec) -> float:
     backward reads nothing, so compiled it is not kept; an MoE's expert outputs are read by the
     routing weights' gradient and a post-FFN norm reads its input, so those keep it.
     bench/titan_sac_saved.py runs torchtitan@9dec370's block and policy both ways: eager keeps
-    the four mm outputs, compiled all but down's."""
+    the four mm outputs, compiled all but down's. torchtitan 0.3.0's fused wqkv:
+    `torchtitan.selective_saved_fused_qkv`."""
+    if ctx.torch_norm and spec.moe is None:
+        keep_down = not (ctx.compiled and _down_output_unread(spec))
+        return selective_saved_fused_qkv(ctx.compute_bytes, spec, keep_down)
     cb = ctx.compute_bytes
     h = spec.hidden or 0
     heads, hd = spec.num_heads or 0, spec.head_dim or 0

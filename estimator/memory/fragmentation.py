@@ -65,23 +65,36 @@ probe/allocator.py, not fitted to them.
    device (`sharding` none): sharded gradients are flat or DTensor shards whose blocks this
    rule does not follow, and the term is not counted there (nor in estimator/memory/
    sharded.py's layouts).
-5. FSDP2's sharded gradients (`reduce_pool_bytes`). foreach_reduce allocates each unit's
+5. FSDP2's reduce-scatter stream (`reduce_pool_bytes`). foreach_reduce allocates each unit's
    reduce-scatter output on the reduce-scatter stream and makes the unit's sharded gradients
-   views of it, or its cast to the parameters' dtype made on that stream too (torch 2.6.0
+   views of it, or of its cast to the parameters' dtype made on that stream too (torch 2.6.0
    distributed/fsdp/_fully_shard/_fsdp_collectives.py:382-383 `reduce_output =
    reduce_scatter_input.new_empty(...)` under `device_handle.stream(reduce_scatter_stream)`,
-   :425-446 `torch.as_strided(reduce_output, ...)`, :458-460 and :479-481: "the GPU sharded
-   gradient is allocated in the RS stream"; the same in torch 2.13 _fsdp_collectives.py:611-612,
-   :685-696, :734, :763). The step frees them (torchtitan@9dec370 train.py:266
-   `optimizers.zero_grad()` at the start of each step; torch's set_to_none default), and their
-   blocks stay cached for that stream: the next forward and loss, on the default stream, cannot
-   use them (as in 2). So at the loss reserved >= loss-phase allocated + every sharded
-   gradient of the rank. Not counted where the gradients are kept across micro-batches
-   (gradient accumulation, a pipeline's micro-batches): there they are allocated at the loss,
-   and counted as such. Applied to every `fsdp` layout, as 2 is: FSDP1 (accelerate's default)
-   also makes the sharded gradient on a stream of its own (torch 2.13 distributed/fsdp/
-   _runtime_utils.py:755 `stream(state._post_backward_stream)`, :848 and :901
-   `new_sharded_grad = torch.empty_like(chunks[0])`).
+   :425-440 the cast and `torch.as_strided(reduce_output, ...)` under
+   `device_handle.stream(post_reduce_stream)`, :447-449 and :474-477: "the GPU sharded
+   gradient is allocated in the RS stream"; the same in torch 2.13 _fsdp_collectives.py:611-616,
+   :685-709, :734; estimator/parallel/data.py's docstring). Those blocks belong to that stream
+   (`Block::stream`, "allocation stream"; CUDACachingAllocator.cpp's header note: "Once freed,
+   blocks can be re-allocated on the same stream, but not on any other stream";
+   `get_free_block` returns false for another stream's block; an expandable segment is made
+   "per stream" and gives pages to another stream's segment only when unmapped on an OOM).
+   So the gradients made in the backward cannot take the blocks of the checkpoints the
+   default stream frees, and once the step frees them (torchtitan@9dec370 train.py:266
+   `optimizers.zero_grad()` at the start of each step; torch's set_to_none default) their
+   blocks stay cached for the reduce-scatter stream, which the next forward and loss cannot
+   use (as in 2). Both pools only grow (nothing is released before an OOM or `empty_cache`;
+   torchtitan@9dec370 empties the cache once, in DeviceMemoryMonitor.__init__, metrics.py),
+   so from the second step on reserved = the default stream's peak + the reduce-scatter
+   stream's (the rank's sharded gradients, plus a unit's reduce-dtype output while it is cast
+   or copied to the host: `DataParallelBytes.reduce_stream`) + the all-gather pool (2). Where
+   the estimator keeps the sharded gradients allocated in every phase (gradient accumulation,
+   a pipeline's micro-batches) they are taken out of the default stream's bytes and counted
+   once, in the pool. The allocated peak (`max_memory_allocated`, blind to streams) is not
+   changed: there the gradients made still take the checkpoints' place. Applied to every
+   `fsdp` layout, as 2 is: FSDP1 (accelerate's default) also makes the sharded gradient on a
+   stream of its own (torch 2.13 distributed/fsdp/_runtime_utils.py:755
+   `stream(state._post_backward_stream)`, :848 and :901 `new_sharded_grad =
+   torch.empty_like(chunks[0])`).
 """
 
 from __future__ import annotations
@@ -128,13 +141,12 @@ def gather_pool_bytes(setup: TrainingSetup, profile: Profile, root: float, unit:
     return root + unit
 
 
-def reduce_pool_bytes(setup: TrainingSetup, profile: Profile, grads: float) -> float:
-    """FSDP2's reduce-scatter stream pool at the loss (module note, 5): the rank's sharded
-    gradients (`grads`, their bytes at the end of the backward), freed by the step and cached
-    for that stream."""
+def reduce_pool_bytes(setup: TrainingSetup, profile: Profile, reduce_stream: float) -> float:
+    """FSDP2's reduce-scatter stream pool (module note, 5): the most bytes that stream holds
+    (`DataParallelBytes.reduce_stream`)."""
     if not counts_fragmentation(setup, profile):
         return 0.0
-    return grads
+    return reduce_stream
 
 
 def forward_cache_bytes(

@@ -76,7 +76,7 @@ def loss_parallel_extra_bytes(
 
 
 def chunked_output_loss_bytes(
-    tokens: Any, chunk: Any, vocab: int, logit_dtype: int, grad_hidden: Any
+    tokens: Any, chunk: Any, vocab: int, logit_dtype: int, grad_hidden: Any, head_grad: float = 0.0
 ) -> Any:
     """torchtune 0.6.1's `CEWithChunkedOutputLoss` (the last release; the recipes' loss,
     recipes/configs/llama3_1/8B_lora_single_device.yaml:70-71), eager. The model returns a
@@ -89,11 +89,15 @@ def chunked_output_loss_bytes(
     upcast (none when the logits are fp32: `.float()` returns them). The recipe drops the logit
     list before the backward (recipes/lora_finetune_single_device.py:658-659 `del logits`);
     the backward then holds the saved log-softmax outputs, one chunk's nll and log-softmax
-    gradients (fp32) and the hidden states' gradient. (torchtune main's LinearCrossEntropyLoss
-    makes the logits inside the loss per chunk instead; not a release yet.)"""
+    gradients (fp32) and the hidden states' gradient. A trained output projection's weight
+    gradient (`head_grad`, full fine-tuning) is made by that backward (each chunk's
+    `self.output(chunk)` matmul backward, summed by the engine), so it counts with the backward
+    moment only: measured on `--stack torchtune` full fine-tuning of small-llama at 512 tokens,
+    the step's peak is the forward's, with no gradient alive. (torchtune main's
+    LinearCrossEntropyLoss makes the logits inside the loss per chunk instead; not a release.)"""
     upcast = 0 if logit_dtype == FP32 else FP32
     forward = tokens * vocab * (logit_dtype + FP32) + chunk * vocab * upcast
-    backward = tokens * vocab * FP32 + chunk * vocab * 2 * FP32 + grad_hidden
+    backward = tokens * vocab * FP32 + chunk * vocab * 2 * FP32 + grad_hidden + head_grad
     return np.maximum(forward, backward)
 
 
@@ -118,6 +122,30 @@ def _chunk_positions(tokens: Any, seq: Any, setup: TrainingSetup) -> Any:
 
 
 def logits_bytes(
+    tokens: Any,
+    seq: Any,
+    shape: tuple[int, int],
+    setup: TrainingSetup,
+    profile: Profile,
+    dtypes: tuple[int, int],
+    head_grad: float = 0.0,
+) -> Any:
+    """Peak bytes of the loss (`loss_bytes`) with a trained head's weight gradient
+    (`head_grad`), which the loss's backward makes while the loss holds its tensors: added to
+    the loss's one moment, or for torchtune 0.6.1's eager loss to its backward moment only
+    (`chunked_output_loss_bytes`)."""
+    stack = load_stack(setup.stack)
+    compiled = bool(setup.compile) and setup.loss in (stack.get("loss_compiled") or ())
+    fixed = profile.get("memory", "chunked_logits_fixed_bytes")
+    if setup.loss == "chunked" and stack.get("loss_num_chunks") and not (compiled or fixed):
+        vocab, hidden = shape
+        chunk = _chunk_positions(tokens, seq, setup)
+        grad_hidden = tokens * hidden * dtypes[1]
+        return chunked_output_loss_bytes(tokens, chunk, vocab, dtypes[0], grad_hidden, head_grad)
+    return loss_bytes(tokens, seq, shape, setup, profile, dtypes) + head_grad
+
+
+def loss_bytes(
     tokens: Any,
     seq: Any,
     shape: tuple[int, int],

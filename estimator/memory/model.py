@@ -14,6 +14,7 @@ from estimator import lazy_numpy as np
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.errors import EstimatorInputError
 from estimator.memo import Memo, setup_key
+from estimator.memory import torchtitan
 from estimator.memory.activations import (
     Context,
     autocast_forward_casts,
@@ -24,6 +25,8 @@ from estimator.memory.activations import (
     selective_saved,
     stream_bytes,
 )
+from estimator.memory.activations_torchtune import final_norm_backward, first_norm_unsaved
+from estimator.memory.dequant import dequant_terms
 from estimator.memory.fragmentation import (
     forward_cache_bytes,
     gather_pool_bytes,
@@ -36,7 +39,7 @@ from estimator.memory.logits import (
     loss_bytes_per_logit,
     loss_forward_bytes_per_logit,
 )
-from estimator.memory.reserved import allocator_slack, grad_tensor_sizes
+from estimator.memory.reserved import grad_tensor_sizes, slack_bytes, with_slack
 from estimator.memory.states import StateBytes, trainable_state_bytes
 from estimator.memory.weights import (
     amp_full,
@@ -80,12 +83,15 @@ class MemoryBreakdown:
     loss_hole: Any = 0.0  # bytes the eager full loss leaves cached (memory/fragmentation.py)
     forward_cache: Any = 0.0  # the last layer's forward, cached at the loss (fragmentation.py 3)
     grad_cache: Any = 0.0  # the last step's gradient blocks, cached at the loss (fragmentation 4)
+    # of `logits`, what the loss moment holds that is not a vocab-wide tensor, by storage kind:
+    # `gradients` (a trained head's weight gradient, `_head_grad_bytes`), `activations` (the
+    # last norm's and the head's saved inputs, `activations.head_input_saved`, a frozen fp32
+    # head's bf16 cast, `activations.frozen_head_cast`, and under AMP autocast's weight copies
+    # and the last norm's fp32 output, `_with_forward_casts`: at their most over the loss's
+    # forward and backward moments)
+    logits_other: dict[str, Any] = field(default_factory=dict)
     parallel: dict[str, Any] | None = None  # the --parallel layout's terms (memory/sharded.py)
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # moment -> part -> bytes
-    # bytes of `logits` (the loss moment) that are no logits: the last norm's and the head's
-    # saved tensors, autocast's weight copies, at their most over the loss's moments (for the
-    # per-component comparison with the probe)
-    loss_activations: Any = 0.0
     loss_logits: Any = None  # the most bytes the logit tensors themselves hold (the loss's)
 
     @property
@@ -169,9 +175,11 @@ def memory_breakdown(
     batch: Any,
     profile: Profile,
     devices: int | None = None,
+    skey: tuple[Any, ...] | None = None,
 ) -> MemoryBreakdown:
     """Per-device memory for `devices` cards (default `setup.num_gpus`) under `setup.sharding`
-    (`none` with several cards means device_map layer splitting)."""
+    (`none` with several cards means device_map layer splitting). `skey`: `setup_key(setup)`
+    when the caller has it (computed here otherwise)."""
     n = devices or setup.num_gpus
     layout = layout_of(setup, n)
     if layout is not None:
@@ -185,7 +193,8 @@ def memory_breakdown(
     tokens = seq * np.asarray(batch, dtype=np.float64)
     missing: dict[str, str] = {}
     # the terms that do not depend on the length, once per (spec, setup, profile, devices)
-    key = (*setup_key(setup), amp_full(setup))
+    skey = setup_key(setup) if skey is None else skey
+    key = (*skey, amp_full(setup), torchtitan.on_cpu_referee())
     f = _FIXED.get((spec, profile), (key, n), lambda: _fixed(spec, setup, profile, n, key))
     states, weights, trainable, stream = f.states, f.weights, f.trainable, f.stream
 
@@ -216,9 +225,12 @@ def memory_breakdown(
         assert h and layers
         ctx, acts = f.ctx, f.acts
         if setup.checkpointing == "none":
-            checkpoints = sum(
-                count * (a.per_token * tokens + a.per_token_seq * tokens * seq + a.per_layer)
-                for a, count in acts
+            checkpoints = (
+                sum(
+                    count * (a.per_token * tokens + a.per_token_seq * tokens * seq + a.per_layer)
+                    for a, count in acts
+                )
+                - tokens * f.first_norm_unsaved
             )
             recompute = np.max(
                 [
@@ -230,15 +242,19 @@ def memory_breakdown(
                 ],
                 axis=0,
             )
+            held, dequant = f.dequant
+            if dequant:  # torchao's NF4 dequantization (memory/dequant.py)
+                recompute = np.maximum(recompute, tokens * held + dequant)
+            recompute = np.maximum(recompute, tokens * f.final_norm)
         elif setup.checkpointing == "selective":
             checkpoints = tokens * f.selective * layers
-            recompute = _recompute_peak(spec, profile, acts, tokens, seq, f.cb)
+            recompute = _recompute_peak(spec, profile, acts, tokens, seq, f.cb, f.dequant)
             fwd_cache = forward_cache_bytes(
                 setup, profile, _layer_saved(acts, tokens, seq), tokens * f.selective
             )
         else:
             checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
-            recompute = _recompute_peak(spec, profile, acts, tokens, seq, f.cb)
+            recompute = _recompute_peak(spec, profile, acts, tokens, seq, f.cb, f.dequant)
             fwd_cache = forward_cache_bytes(setup, profile, _layer_saved(acts, tokens, seq), 0.0)
         checkpoints = (
             checkpoints / layer_split
@@ -251,24 +267,32 @@ def memory_breakdown(
     host = host + f.paged
     if vocab and h:
         logit_dtype = f.logit_dtype
-        logits = logits_bytes(tokens, seq, (vocab, h), setup, profile, (logit_dtype, stream))
-        loss_logits = logits  # the logit tensors themselves, at their own most
+        shape, dtypes = (vocab, h), (logit_dtype, stream)
+        logits = logits_bytes(tokens, seq, shape, setup, profile, dtypes, f.head_grad)
+        logits_other: dict[str, Any] = {}
+        if f.head_grad:  # what the head's gradient adds to the loss's peak
+            without = logits_bytes(tokens, seq, shape, setup, profile, dtypes)
+            logits_other["gradients"] = logits - without
+        loss_logits = logits - logits_other.get("gradients", 0.0)  # the logit tensors' most
         hole = loss_hole_bytes(setup, profile, tokens * vocab * logit_dtype, logit_dtype)
         if checkpoints is not None and sharding == "none":  # last step's grads (fragmentation 4)
             grads_cached = grad_cache_bytes(
                 setup, profile, f.grad_sizes, tokens * vocab * logit_dtype, checkpoints
             )
-        logits = logits + f.head_grad + f.head_cast
-        loss_acts = tokens * 0.0 + f.head_cast  # the loss moment's tensors that are no logits
+        # the frozen fp32 head's bf16 cast and the last norm's and head's saved inputs: not
+        # vocab-wide (`logits_other`)
+        other = tokens * 0.0 + f.head_cast
         if f.head_input is not None:
-            logits = logits + tokens * f.head_input
-            loss_acts = loss_acts + tokens * f.head_input
+            other = other + tokens * f.head_input
+        logits = logits + other
         per_logit = (tokens * vocab, *f.per_logit)
-        logits, loss_acts = _with_forward_casts(
-            (logits, loss_acts), spec, setup, profile, per_logit, tokens
+        logits, other = _with_forward_casts(
+            (logits, other), spec, setup, profile, per_logit, tokens
         )
+        logits_other["activations"] = other
     else:
-        logits, hole, loss_acts, loss_logits = None, tokens * 0.0, tokens * 0.0, None
+        logits, hole, loss_logits = None, tokens * 0.0, None
+        logits_other = {}
         missing["logits"] = "needs --vocab and --hidden"
 
     overhead = tokens * 0.0 + f.context
@@ -281,8 +305,10 @@ def memory_breakdown(
         "overhead": overhead,
     }
     phases = _phases(components, profile, f.grads, f.step, f.embed, f.keep_grads)
+    _head_grad_at_loss(phases, logits_other.get("gradients"))
+    torchtitan.add_rope_cache(phases, spec, setup, seq)  # torchtitan's per-layer RoPE caches
     allocated = _peak(phases, overhead) - overhead
-    slack = allocator_slack(spec, setup, allocated, n) if f.count_slack else 0.0
+    slack = with_slack(allocated, f.slack) if f.count_slack else 0.0  # allocator_slack
     pool = f.pool
     loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
     cached = hole + np.maximum(fwd_cache, grads_cached)  # at the loss (fragmentation.py 1, 3, 4)
@@ -302,7 +328,7 @@ def memory_breakdown(
         loss_hole=hole,
         forward_cache=fwd_cache,
         grad_cache=grads_cached,
-        loss_activations=loss_acts,
+        logits_other=logits_other,
         loss_logits=loss_logits,
     )
 
@@ -336,7 +362,11 @@ class _Fixed:
     embed: float
     keep_grads: bool
     count_slack: bool
+    slack: float | None  # reserved.py slack_bytes (when count_slack)
     pool: float
+    dequant: tuple[float, float]  # (bytes per token, bytes): memory/dequant.py dequant_terms
+    final_norm: float  # bytes per token of the last norm's backward (activations_torchtune)
+    first_norm_unsaved: float  # bytes per token the first norm does not save (no checkpoints)
 
 
 _FIXED: Memo[_Fixed] = Memo()
@@ -360,9 +390,13 @@ def _fixed(
     stream = stream_bytes(setup, cb)
     ctx: Context | None = None
     acts: list[tuple[Any, int]] = []
-    selective = tied = 0.0
+    selective = tied = final_norm = first_norm = 0.0
+    dequant = (0.0, 0.0)
     if spec.geometry_known:
         ctx, acts = _ACTS.get((spec,), key, lambda: _activations(spec, setup, cb))
+        dequant = dequant_terms(ctx, spec, setup)
+        final_norm = final_norm_backward(ctx, spec)
+        first_norm = first_norm_unsaved(ctx, spec, setup)
         if setup.checkpointing == "selective":
             selective = selective_saved(ctx, spec)
         tied = _tied_head_grad_buffer(spec, setup, states)
@@ -385,6 +419,7 @@ def _fixed(
             loss_bytes_per_logit(logit_dtype, hold),
         )
     grads, step = _sharded_grads_and_step(states, sharding, n)
+    count_slack = bool(profile.get("memory", "count_allocator_slack"))
     embed = _embedding_grad_bytes(spec, setup, states) * (
         grads / states.grads if states.grads else 0
     )
@@ -421,8 +456,12 @@ def _fixed(
         step=step,
         embed=embed,
         keep_grads=(setup.grad_accum or 1) > 1,
-        count_slack=bool(profile.get("memory", "count_allocator_slack")),
+        count_slack=count_slack,
+        slack=slack_bytes(spec, setup, n) if count_slack else None,
         pool=pool,
+        dequant=dequant,
+        final_norm=final_norm,
+        first_norm_unsaved=first_norm,
     )
 
 
@@ -554,11 +593,18 @@ def _layer_saved(acts: list[Any], tokens: Any, seq: Any) -> Any:
 
 
 def _recompute_peak(
-    spec: ModelSpec, profile: Profile, acts: list[Any], tokens: Any, seq: Any, cb: int
+    spec: ModelSpec,
+    profile: Profile,
+    acts: list[Any],
+    tokens: Any,
+    seq: Any,
+    cb: int,
+    dequant: tuple[float, float] = (0.0, 0.0),
 ) -> Any:
     """`saved_tensors`: the worst layer's saved activations (rebuilt by the recompute, less
     what is the checkpoint itself, `checkpoint_reused`) plus its backward transient (the larger
-    of the layer's two moments where it has two, `other_transient_per_token`).
+    of the layer's two moments where it has two, `other_transient_per_token`, or the quantized
+    down projection's dequantization, `dequant` = memory/dequant.py `dequant_terms`).
     `mlp_tensors` (seed 000's hand rule): `recompute_mlp_tensors` tensors of tokens x
     intermediate plus a fixed attention allowance."""
     if profile.get("memory", "recompute_model") == "mlp_tensors":
@@ -567,18 +613,32 @@ def _recompute_peak(
             "memory", "recompute_attention_bytes"
         )
     worst = tokens * 0.0
+    held, peak = dequant
     for a, _ in acts:
+        transient = np.maximum(
+            a.transient_per_token * tokens + a.transient_per_layer,
+            a.other_transient_per_token * tokens,
+        )
+        if peak:
+            transient = np.maximum(transient, tokens * held + peak)
         worst = np.maximum(
             worst,
             (a.per_token - a.checkpoint_reused) * tokens
             + a.per_token_seq * tokens * seq
             + a.per_layer
-            + np.maximum(
-                a.transient_per_token * tokens + a.transient_per_layer,
-                a.other_transient_per_token * tokens,
-            ),
+            + transient,
         )
     return worst
+
+
+def _head_grad_at_loss(phases: dict[str, dict[str, Any]], head_grad: Any) -> None:
+    """The loss moment's trained-head gradient (part of `logits`, `_head_grad_bytes`) as a
+    part of its own, `gradients`, as the backward moment's: the kind a memtest counts it as."""
+    loss = phases.get("loss")
+    if loss is None or head_grad is None or not np.any(head_grad):
+        return
+    loss["logits"] = loss["logits"] - head_grad
+    loss["gradients"] = head_grad
 
 
 def _phases(

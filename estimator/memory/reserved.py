@@ -77,15 +77,25 @@ def _state_tensors(setup: TrainingSetup) -> list[int]:
 
 def allocator_slack(spec: ModelSpec, setup: TrainingSetup, allocated: Any, devices: int) -> Any:
     """Slack over `allocated` (same shape) for the stack's allocator settings."""
+    return with_slack(allocated, slack_bytes(spec, setup, devices))
+
+
+def slack_bytes(spec: ModelSpec, setup: TrainingSetup, devices: int) -> float | None:
+    """`allocator_slack`'s bytes: they do not depend on the length (None: no slack)."""
     expandable = load_stack(setup.stack).get("expandable_segments")
-    zero = np.asarray(allocated, dtype=np.float64) * 0.0
     if expandable is None or not spec.geometry_known:
-        return zero
+        return None
     if expandable:
-        return zero + K_LARGE_BUFFER
-    # one float per (spec, setup, devices): memoised, it does not depend on the length
+        return K_LARGE_BUFFER
+    # one float per (spec, setup, devices): memoised
     key = (setup_key(setup), devices)
-    return zero + _SLACK.get((spec,), key, lambda: _tensor_slack(spec, setup, devices))
+    return _SLACK.get((spec,), key, lambda: _tensor_slack(spec, setup, devices))
+
+
+def with_slack(allocated: Any, slack: float | None) -> Any:
+    """`allocator_slack` from its `slack_bytes`: that slack in `allocated`'s shape."""
+    zero = np.asarray(allocated, dtype=np.float64) * 0.0
+    return zero if slack is None else zero + slack
 
 
 _SLACK: Memo[float] = Memo()

@@ -15,10 +15,11 @@ A pipeline's first rank (embedding, the schedule's most micro-batches in flight)
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.lazy_numpy import numpy as np
+from estimator.memory import torchtitan
 from estimator.memory.activations import (
     Context,
     head_input_saved,
@@ -28,6 +29,7 @@ from estimator.memory.activations import (
     stream_bytes,
 )
 from estimator.memory.fragmentation import (
+    counts_fragmentation,
     gather_pool_bytes,
     reduce_pool_bytes,
     reserved_with_fragmentation,
@@ -46,6 +48,7 @@ from estimator.parallel.data import (
     DataParallelBytes,
     ReplicaBytes,
     data_parallel_bytes,
+    default_stream_bytes,
     reduce_bytes,
     shard_degree,
 )
@@ -299,21 +302,45 @@ def _stage_name(stage: Stage) -> str:
     return "first" if stage.first else "last"
 
 
+class PipelineMoments(NamedTuple):
+    """A pipeline rank's extra bytes at its moments (all zero without a pipeline): `held`, the
+    fractions of the checkpoints held at the chunk backwards (`schedule.held_at_chunk_backwards`);
+    `pipe`, the stage's receive buffers and cached outputs; `loss_accumulated`, the gradients the
+    last rank has accumulated at its later losses; `outputs`, the model outputs it keeps."""
+
+    held: tuple[float, float] = (0.0, 0.0)
+    pipe: Any = 0.0
+    loss_accumulated: float = 0.0
+    outputs: Any = 0.0
+
+
+NO_PIPELINE = PipelineMoments()
+
+
+class RankPhases(NamedTuple):
+    """One rank's memory moments for `_reserved`: its stage and replica, its stream-blind
+    `phases`, whether it keeps its outputs (`_kept_outputs`), and FSDP2's `streams` (the
+    default stream's phases, the reduce-scatter stream's pool) or None."""
+
+    stage: Stage
+    replica: ReplicaBytes
+    phases: dict[str, dict[str, Any]]
+    outputs_kept: bool = False
+    streams: tuple[dict[str, dict[str, Any]], float] | None = None
+
+
 def _phases(
     dp: DataParallelBytes,
     acts: tuple[Any, Any, Any],
     profile: Profile,
     keep_grads: bool,
     layers: int,
-    held: tuple[float, float] = (0.0, 0.0),
-    pipe: Any = 0.0,
-    loss_accumulated: float = 0.0,
-    outputs: Any = 0.0,
+    pipeline: PipelineMoments = NO_PIPELINE,
 ) -> dict[str, dict[str, Any]]:
     """What is alive at each moment, by part (the same moments as `model._phases`). Under a
     pipeline with FSDP2 the unsharded accumulated gradients exist from the first
     micro-batch's backward on, when that micro-batch's checkpoints are gone: the backward holds
-    the larger of all checkpoints and, for each moment of `held`
+    the larger of all checkpoints and, for each moment of `pipeline.held`
     (`schedule.held_at_chunk_backwards`: the rank's first backward, and chunk 0's first when
     the chunks are reduced one after the other), that fraction of them plus the gradients then
     accumulating (`dp.accumulated`, `dp.accumulated_last`). `loss_accumulated`: the gradients
@@ -321,6 +348,7 @@ def _phases(
     (`schedule.accumulated_at_loss`); `outputs`: the model outputs it keeps through the step
     (`_kept_outputs`), alive at every moment from the last micro-batch's loss on."""
     checkpoints, recompute, logits = acts
+    held, pipe, loss_accumulated, outputs = pipeline
     zero = checkpoints * 0.0
     states = zero + dp.states + (dp.grads if keep_grads else 0.0)
     if profile.get("memory", "peak_rule") == "sum":
@@ -333,7 +361,7 @@ def _phases(
             "logits": logits,
         }
         return {"all": parts}
-    made = zero + (0.0 if keep_grads else dp.grads)
+    made = zero + (0.0 if keep_grads else dp.grads - dp.grads_late)
     held_now = checkpoints
     accumulated = zero
     for fraction, acc in zip(held, (dp.accumulated, dp.accumulated_last), strict=True):
@@ -411,19 +439,18 @@ def _reserved(
     profile: Profile,
     layout: Layout,
     base: MemoryBreakdown,
-    stage: Stage,
-    replica: ReplicaBytes,
-    phases: dict[str, dict[str, Any]],
-    outputs_kept: bool = False,
-    freed_grads: float = 0.0,
+    rank: RankPhases,
 ) -> Any:
     """The stage's reserved bytes: its allocated peak with the allocator's slack and holes
     (memory/fragmentation.py, memory/reserved.py). `outputs_kept`: the last rank keeps its
     micro-batches' logits (`_kept_outputs`), so they leave no hole at the loss's backward
-    (fragmentation.py 1: a held model output is allocated, not a hole). `freed_grads`: the
-    sharded gradients the last step freed (none where they are kept across micro-batches),
-    cached on FSDP2's reduce-scatter stream at the loss (fragmentation.py 5)."""
+    (fragmentation.py 1: a held model output is allocated, not a hole). `streams`: FSDP2's
+    (default stream's phases, reduce-scatter stream's pool) (fragmentation.py 5): the pools
+    add up, so the default stream's peak and loss phase count with that pool, in place of the
+    stream-blind `phases`."""
+    stage, replica, phases, outputs_kept, streams = rank
     allocated = _largest(phases)
+    default, reduce_pool = streams if streams is not None else (phases, 0.0)
     # the allocator's per-tensor slack on the tensors as the layout shards them: FSDP2 / ZeRO-3
     # over the shard group (the same rule the one-device model applies to `sharding`), so a
     # legacy `sharding` alias and its `parallel` layout are one model
@@ -442,10 +469,13 @@ def _reserved(
         if layout.data == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
         else 0.0
     )
-    if layout.data == "fsdp":
-        hole = hole + reduce_pool_bytes(setup, profile, freed_grads)
-    loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
-    return reserved_with_fragmentation(allocated, loss_phase, hole, pool, slack)
+    # the pool of FSDP2's reduce-scatter stream adds to the default stream's peak, which is
+    # at least the allocated peak less the gradients the stream-blind phases let share the
+    # checkpoints' blocks; the larger of the two (the stream-blind end of the backward also
+    # counts a reduce output that is its own sharded gradient twice, data.py `end_outputs`)
+    peak = np.maximum(allocated, _largest(default) + reduce_pool)
+    loss_phase = sum(default["loss"].values()) + reduce_pool if "loss" in default else peak
+    return reserved_with_fragmentation(peak, loss_phase, hole, pool, slack)
 
 
 def _largest(phases: dict[str, dict[str, Any]]) -> Any:
@@ -488,6 +518,7 @@ def layout_breakdown(
             chunks,
             bool(load_stack(setup.stack).get("pp_keeps_last_reduce_input")),
         )
+        dp = torchtitan.fsdp_units(dp, replica, layout, reduce_bytes(setup), setup)
         # RoPE buffers (weights.rope_buffer_bytes): FSDP2 shards parameters, not buffers
         dp = dataclasses.replace(dp, weights=dp.weights + rope_buffer_bytes(spec, setup))
         acts = _activations(spec, setup, base, stage, layout, tokens)
@@ -501,17 +532,15 @@ def layout_breakdown(
         held = held_at_chunk_backwards(m, layout.virtual, stage.in_flight)
         at_loss = accumulated_at_loss(layout.schedule, m, layout.pp) and stage.last
         outputs = _kept_outputs(spec, setup, layout, stage, tokens)
-        phases = _phases(
-            dp,
-            acts,
-            profile,
-            keep,
-            stage.layers,
-            held,
-            pipe,
-            loss_accumulated=dp.accumulated if at_loss else 0.0,
-            outputs=outputs,
-        )
+        moments = PipelineMoments(held, pipe, dp.accumulated if at_loss else 0.0, outputs)
+        phases = _phases(dp, acts, profile, keep, stage.layers, moments)
+        torchtitan.add_rope_cache(phases, spec, setup, seq)
+        streams = None
+        if layout.data == "fsdp" and counts_fragmentation(setup, profile):
+            # fragmentation.py (5): the default stream's bytes, and the reduce-scatter pool
+            default = _phases(default_stream_bytes(dp), acts, profile, keep, stage.layers, moments)
+            torchtitan.add_rope_cache(default, spec, setup, seq)
+            streams = (default, reduce_pool_bytes(setup, profile, dp.reduce_stream))
         allocated = _largest(phases)
         host = np.asarray(base.host) * stage.layers / (spec.layers or 1) + dp.host
         components = {
@@ -523,10 +552,8 @@ def layout_breakdown(
             "overhead": overhead,
         }
         kept = bool(np.any(np.asarray(outputs) > 0))
-        freed = 0.0 if keep else dp.grads
-        reserved = _reserved(
-            spec, setup, profile, layout, base, stage, replica, phases, kept, freed
-        )
+        rank = RankPhases(stage, replica, phases, kept, streams)
+        reserved = _reserved(spec, setup, profile, layout, base, rank)
         # the worst rank by what the caching allocator holds (torchtitan's benchmark takes the
         # maximum of max_memory_reserved over all GPUs, llama3_h100_202412_torchtitan.md
         # footnote 1); the last rank's loss holes count only there

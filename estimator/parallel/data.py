@@ -35,6 +35,21 @@ FSDP2 (torch 2.13 torch/distributed/fsdp/_fully_shard/):
   (`schedule.reduced_per_chunk`).
 - offload_policy=CPUOffloadPolicy moves the sharded parameters, gradients and optimizer states
   to the host (the optimizer steps on the CPU).
+- the reduce-scatter output is allocated on the reduce-scatter stream (torch 2.13
+  _fsdp_collectives.py:611-616 `with device_handle.stream(reduce_scatter_stream): reduce_output
+  = reduce_scatter_comm.allocate(...)`), and the new sharded gradients are `as_strided` views
+  of it (:704-709), or of its cast to the sharded parameters' dtype when reduce_dtype differs
+  (:685-696 `_to_dtype_if_needed` under `device_handle.stream(post_reduce_stream)`: the same
+  stream, or HSDP's all-reduce stream); the input is allocated on the default stream
+  (:597-601). The same in the run-era line: torch 2.6.0 (the release cut from the Dec-2024
+  main of the torchtitan runs' torch 1963fc8, whose tree is not reachable here)
+  _fsdp_collectives.py:371-373 the input, :382-383 the output, :425-440 the cast and views;
+  and since FSDP2's first version (pytorch/pytorch@01d66d2 foreach_reduce_scatter:
+  everything on that stream). So the device's sharded gradients are that stream's blocks
+  (`reduce_stream_grads`), with the reduce-dtype outputs that are not themselves gradients
+  (`reduce_stream_transient`, `_reduce_stream`), and the 1/N outputs are no default-stream
+  bytes (`reduce_outputs`, `end_outputs`, `default_stream_bytes`); estimator/memory/
+  fragmentation.py (5) says what that does to reserved.
 
 DeepSpeed ZeRO (deepspeedai/DeepSpeed@1b88ac36 deepspeed/runtime/zero/config.py defaults:
 reduce_bucket_size 5e8, allgather_bucket_size 5e8, stage3_prefetch_bucket_size 5e7,
@@ -117,8 +132,34 @@ class DataParallelBytes:
     accumulated_last: float = 0.0
     step_transient: float = 0.0
     persistent: float = 0.0  # buffers alive all step (DDP / ZeRO buckets)
+    # of `grads`, those not made yet when the last decoder unit runs its backward (units
+    # reduced after it); 0: all counted (memory/torchtitan.py fsdp_units sets it)
+    grads_late: float = 0.0
     host: float = 0.0  # offloaded bytes
+    # FSDP2 (module docstring): of `reduce_buffers` and `end_extra`, the reduce-scatter outputs;
+    # of `grads`, those made on the reduce-scatter stream; the most that stream holds beyond them
+    reduce_outputs: float = 0.0
+    end_outputs: float = 0.0
+    reduce_stream_grads: float = 0.0
+    reduce_stream_transient: float = 0.0
     terms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def reduce_stream(self) -> float:
+        """Bytes FSDP2's reduce-scatter stream holds at most at once: the sharded gradients it
+        made plus the reduce-dtype output being cast or offloaded."""
+        return self.reduce_stream_grads + self.reduce_stream_transient
+
+
+def default_stream_bytes(dp: DataParallelBytes) -> DataParallelBytes:
+    """`dp` without what FSDP2 allocates on its reduce-scatter stream (module docstring): the
+    default stream's own bytes, the same `dp` under DDP and ZeRO."""
+    return dataclasses.replace(
+        dp,
+        grads=dp.grads - dp.reduce_stream_grads,
+        reduce_buffers=dp.reduce_buffers - dp.reduce_outputs,
+        end_extra=dp.end_extra - dp.end_outputs,
+    )
 
 
 def shard_degree(layout: Layout) -> int:
@@ -227,7 +268,70 @@ def fsdp_bytes(
         out.host = out.weights + out.states + out.grads
         out.weights = out.states = out.grads = 0.0
         out.step_transient = 0.0
+    _reduce_stream(out, r, layout, reduce_bytes, root_trainable, units)
     return out
+
+
+def _reduce_stream(
+    out: DataParallelBytes,
+    r: ReplicaBytes,
+    layout: Layout,
+    reduce_bytes: float,
+    root_trainable: float,
+    units: SeparateUnits,
+) -> None:
+    """What FSDP2 allocates on its reduce-scatter stream (module docstring). A unit's 1/N
+    output is in `reduce_buffers`; the root's and a separate embedding unit's are in
+    `end_extra` (under a pipeline, `_pipelined`'s end holds one layer unit's). The sharded
+    gradients on the device (`grads`; none under offload, copied to the host by `.to("cpu")`,
+    torch 2.13 _fsdp_collectives.py:737-739, 2.6.0 :450-452) are that stream's blocks.
+
+    A reduce-dtype output that is not itself the gradient (cast to the sharded parameters'
+    dtype: 2.13 :696, 2.6.0 :427; or copied to the host) is freed after its unit's reduce, and
+    the caching allocator keeps its block for the stream's next output of at most its size
+    (best fit). Unit after unit, in reduce order, a block is added only when an output is
+    larger than every earlier one: their sum (`_new_blocks`). The order: a separate lm_head
+    unit in the loss's backward, the layers, a separate embedding unit, the root last
+    (`_root_post_backward_final_callback`); under a pipeline the stage's manual loop over
+    `all_states`, the stage module (root) first. Under HSDP each group keeps its reduce-dtype
+    output referenced (`_all_reduce_state`, 2.6.0 _fsdp_param_group.py:438-442, freed by the
+    group's own `_wait_for_post_backward` at its next reduce or at finalize_backward, :462-467;
+    2.13 _fsdp_collectives.py:663-672 "held across layers"): all of them are alive at the end
+    of the backward when cast."""
+    n = shard_degree(layout)
+    embed_unit = units.trainable - units.head_trainable  # a separate embedding unit's
+    unit_out = r.unit_trainable * reduce_bytes / n
+    out.reduce_outputs = unit_out
+    if layout.pp > 1:
+        out.end_outputs = unit_out  # `_pipelined`'s end: the last group's buffers
+        order = [root_trainable, embed_unit, r.unit_trainable, units.head_trainable]
+    else:
+        out.end_outputs = (root_trainable + embed_unit) * reduce_bytes / n
+        order = [units.head_trainable, r.unit_trainable, embed_unit, root_trainable]
+    # the sharded gradients' bytes per value: the sharded parameters' dtype
+    grad_dtype = (r.masters if r.masters else r.grads) / r.trainable if r.trainable else 0.0
+    cast = grad_dtype != reduce_bytes
+    offload = layout.offload == "params"
+    outputs = [t / n * reduce_bytes for t in order]
+    if cast and layout.replicate > 1:
+        held = r.trainable / n * reduce_bytes  # every group's output, to the end
+    else:
+        held = _new_blocks(outputs) if cast or offload else 0.0
+    copies = _new_blocks([t / n * grad_dtype for t in order]) if cast and offload else 0.0
+    out.reduce_stream_grads = out.grads
+    out.reduce_stream_transient = held + copies
+    out.terms["fsdp_reduce_stream_pool"] = out.reduce_stream
+
+
+def _new_blocks(sizes: list[float]) -> float:
+    """Bytes of the blocks a stream creates for tensors of `sizes`, made and freed one after
+    the other, each served from the best-fitting cached block when one is large enough."""
+    largest = total = 0.0
+    for size in sizes:
+        if size > largest:
+            total += size
+            largest = size
+    return total
 
 
 def _pipelined(

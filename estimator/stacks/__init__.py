@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 STACKS = (
@@ -46,7 +46,7 @@ OVERRIDES = (
 
 # TrainingSetup fields a stack file may give a default for; without one the field's own default
 # stands (`fsdp_wrap`: `layer`, the decoder layers as units, the rest in the root).
-OPTIONAL_OVERRIDES = ("fsdp_wrap",)
+OPTIONAL_OVERRIDES = ("fsdp_wrap", "adapter_dtype")
 
 # Behaviour of the stack that is not a setup option.
 FACTS = (
@@ -70,6 +70,9 @@ FACTS = (
     "pp_keeps_last_reduce_input",
 )
 
+# Behaviour only some stacks have: a file without the entry has none of it (`get_optional`).
+OPTIONAL_FACTS = ("nf4_dequant", "torchtune_modules")
+
 
 @dataclass(frozen=True)
 class Fact:
@@ -87,7 +90,8 @@ class Stack:
         return self.entries[key].value
 
     def get_optional(self, key: str, default: Any) -> Any:
-        """An OPTIONAL_OVERRIDES entry's value, or `default` when the file gives none."""
+        """An OPTIONAL_OVERRIDES or OPTIONAL_FACTS entry's value, or `default` when the file
+        gives none."""
         fact = self.entries.get(key)
         return default if fact is None else fact.value
 
@@ -100,7 +104,7 @@ def load_stack(name: str) -> Stack:
     """The stack's file; every key of OVERRIDES and FACTS must be present with a source."""
     if name not in STACKS:
         raise ValueError(f"unknown stack {name!r}; known: {', '.join(STACKS)}")
-    raw = json.loads(resources.files("estimator").joinpath("stacks", f"{name}.json").read_text())
+    raw = json.loads((Path(__file__).parent / f"{name}.json").read_text())  # the package data
     about = str(raw.pop("_about", ""))
     entries = {k: Fact(v["value"], str(v["source"])) for k, v in raw.items()}
     missing = [k for k in OVERRIDES + FACTS if k not in entries]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from estimator.architectures.attention import chunked_pairs, core_head_dims
 from estimator.lora import lora_rank_check, lora_targets
@@ -311,18 +311,23 @@ def step_flops(spec: ModelSpec, setup: TrainingSetup, seq_len: int, batch: int) 
 
 
 def step_flops_totals(
-    spec: ModelSpec, setup: TrainingSetup, seq_len: int, batch: int
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    seq_len: int,
+    batch: int,
+    skey: tuple[Any, ...] | None = None,
 ) -> FlopsTotals:
     """`step_flops(...).total` and `.model_flops`: `_group_sums`' sums (each part's, from zero,
     in the order its terms come; then the parts in the order they first come) without building
-    the parts, the notes or a dict."""
+    the parts, the notes or a dict. `skey`: `setup_key(setup)` when the caller has it."""
     if not spec.geometry_known:
         p = _params_only(spec, setup, seq_len * batch)
         return FlopsTotals(p.total, p.model_flops)
     tokens = seq_len * batch
     recompute_on = setup.checkpointing in CHECKPOINTED
     trainable = not setup.is_adapter  # LoRA/QLoRA: every base weight (and lm_head) is frozen
-    plan = _PLANS.get((spec,), setup_key(setup), lambda: _flops_plan(spec, setup))
+    skey = setup_key(setup) if skey is None else skey
+    plan = _PLANS.get((spec,), skey, lambda: _flops_plan(spec, setup))
     fwd_total = bwd_total = rec_total = model_total = 0.0
     for group, per_tokens in plan.groups:
         f = b = r = m = 0.0

@@ -64,6 +64,18 @@ LOSSES = {
     "torch.nn.CrossEntropyLoss": "full",
 }
 DEFAULT_LOSS_CHUNKS = 8  # num_output_chunks default, see module docstring
+# torchtune main's LinearCrossEntropyLoss (bd2a0fc7c modules/loss/cross_entropy_loss.py:18-142)
+# is in no release: 0.6.1 (2025-04-07) is the last on PyPI and has CEWithChunkedOutputLoss only.
+# Its bytes differ: the model skips its output layer (`set_model_output`, skip_output_layer) and
+# each chunk's logits are made inside the loss (`compute_cross_entropy`: linear_projection of the
+# chunk, `F.cross_entropy(logits.float(), ...)`), so only the fp32 log-softmax outputs are saved,
+# not every chunk's bf16 logits as 0.6.1's `chunked_output` list holds them
+# (memory/logits.py `chunked_output_loss_bytes`). Estimated as 0.6.1's loss, said so.
+UNRELEASED_LOSS = (
+    "torchtune.modules.loss.LinearCrossEntropyLoss is on torchtune main only (no release has "
+    "it; 0.6.1 is the last): estimated as 0.6.1's CEWithChunkedOutputLoss, which also holds "
+    "every chunk's bf16 logits at the loss (tokens x vocab x 2 bytes more than main's loss)"
+)
 DTYPES = {"bf16": "bf16", "fp32": "fp32", "bfloat16": "bf16", "float32": "fp32"}
 
 
@@ -220,6 +232,8 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
             m.ignore("loss._component_", f"loss {component!r} is not modelled")
         return
     m.set("loss", kind, "loss._component_")
+    if component.endswith(".LinearCrossEntropyLoss"):
+        m.warnings.append(f"loss._component_: {UNRELEASED_LOSS}")
     if kind == "chunked" and m.seq_lens:
         chunks = whole_number(
             loss.get("num_output_chunks", DEFAULT_LOSS_CHUNKS), "loss.num_output_chunks"

@@ -12,6 +12,7 @@ import re
 import struct
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -149,6 +150,7 @@ def test_plain_types_and_their_subclasses_are_written_alike() -> None:
         "enum": [_Kind.LORA, _Count.THREE],
         "enum_key": {_Kind.LORA: 1},
         "big": 2**64 + 1,
+        "numpy_float64": [np.float64(2.5e-05), np.float64(1e16), np.float64(-0.0)],
         "empty": [{}, [], ""],
     }
     _same(doc)

@@ -59,6 +59,13 @@ def test_max_and_asarray_agree_with_numpy_on_python_scalars() -> None:
         assert lazy_numpy.asarray(x, dtype=lazy_numpy.float64) == numpy.asarray(x, numpy.float64)
 
 
+def test_any_agrees_with_numpy_on_python_scalars() -> None:
+    for x in [*SCALARS, NAN, -0.0, -math.inf]:
+        assert bool(lazy_numpy.any(x)) == bool(numpy.any(x)), x
+        assert type(lazy_numpy.any(x)) is bool
+    assert lazy_numpy.any(numpy.asarray([0.0, 2.0])) == numpy.True_
+
+
 def test_arrays_and_other_names_are_numpy_s() -> None:
     seqs = numpy.asarray([1.0, 5.0])
     assert type(lazy_numpy.maximum(seqs, 2.0)) is numpy.ndarray

@@ -281,9 +281,16 @@ def test_selective_checkpointing_keeps_every_other_matmul() -> None:
     gpu = _mem(setup.model_copy(update={"checkpointing": "gpu"}))
     none = _mem(setup.model_copy(update={"checkpointing": "none"}))
     h, m, q, kv = 4096, LLAMA8B.intermediate, 4096, 1024
-    per_token = 2 * (h + q + kv + m + h) + 2 * q + 4 * 32
+    # torchtitan 0.3.0 fuses q, k, v into wqkv: the five mms wqkv, wo, w1, w3, w2 keep the
+    # odd ones (estimator/memory/torchtitan.py selective_saved_fused_qkv), SDPA out and lse
+    per_token = 2 * (h + q + 2 * kv + m + h) + 2 * q + 4 * 32
     assert _c(sel, "checkpoints") == 4096 * per_token * LLAMA8B.layers
     assert _c(gpu, "checkpoints") < _c(sel, "checkpoints") < _c(none, "checkpoints")
+    # torchtitan@9dec370 had separate wq, wk, wv: q, k, v, o, gate, up, down keep q, v, gate,
+    # down (its parallelize_llama.py:214-265 policy)
+    older = _mem(setup.model_copy(update={"stack": "torchtitan-2024"}))
+    per_token = 2 * (h + q + kv + m + h) + 2 * q + 4 * 32
+    assert _c(older, "checkpoints") == 4096 * per_token * LLAMA8B.layers
 
 
 def test_compiled_selective_checkpointing_drops_the_unread_down_output() -> None:
@@ -440,27 +447,39 @@ def test_compiled_chunked_loss_keeps_bf16_logits_not_fp32_log_softmax() -> None:
     assert _c(_mem(TrainingSetup(compile=True, **titan)), "logits") == _c(
         _mem(TrainingSetup(**titan)), "logits"
     )
+    # the last norm (torch.nn.RMSNorm, outside the compiled blocks) keeps its bf16 input and
+    # an fp32 rstd on CUDA (estimator/memory/torchtitan.py torch_rms_norm), the head its input
     main = {"stack": "torchtitan", "checkpointing": "gpu", "loss": "full", "compile": True}
     assert _c(_mem(TrainingSetup(**main)), "logits") == pytest.approx(
-        tokens * vocab * 2 * 2 + tokens * 8 + tokens * (8 * h + 4), rel=1e-9
+        tokens * vocab * 2 * 2 + tokens * 8 + tokens * (2 * h + 4 + 2 * h), rel=1e-9
     )
 
 
 def test_chunked_losses_keep_the_heads_weight_gradient_with_the_chunks() -> None:
-    """Full fine-tuning: the output projection's gradient is made at the first chunk while the
-    other chunks' saved tensors are alive (Liger allocates it in the forward); adapters and the
-    full loss add none."""
+    """Full fine-tuning: the output projection's gradient is made at the first chunk's backward
+    while the other chunks' saved tensors are alive (Liger allocates it in the forward);
+    adapters and the full loss add none. torchtune 0.6.1's eager loss holds every chunk's bf16
+    logits in its forward, before any gradient: the head's gradient joins its backward moment
+    only, the larger of the two counting."""
     full = TrainingSetup(stack="torchtune", method="full", optimizer_impl="fused")
     lora = TrainingSetup(stack="torchtune", method="lora")
-    per_logit = _c(_mem(lora), "logits")
-    head = 128256 * 4096 * 2
-    norm_and_head_input = 4096 * 4096 * 4  # trained last norm's bf16 normed + the head input
-    assert _c(_mem(full), "logits") == pytest.approx(
-        per_logit + head + norm_and_head_input, rel=1e-9
+    tokens, vocab, h, chunk = 4096, 128256, 4096, 4096 // 8
+    head = vocab * h * 2
+    forward = tokens * vocab * (2 + 4) + chunk * vocab * 4
+    backward = tokens * vocab * 4 + chunk * vocab * 2 * 4 + tokens * h * 2
+    assert backward + head > forward > backward  # the head's gradient decides the moment here
+    # the trained last norm's fp32 normed (torchtune's composite RMSNorm) + the head's input
+    norm_and_head_input = tokens * h * (4 + 2)
+    full_mem = _mem(full)
+    assert _c(full_mem, "logits") - _c(_mem(lora), "logits") == pytest.approx(
+        backward + head - forward + norm_and_head_input, rel=1e-9
     )
+    assert full_mem.logits_other["gradients"][0] == pytest.approx(backward + head - forward)
+    # torchtitan's last norm is torch.nn.RMSNorm: its bf16 input and fp32 rstd on CUDA
+    # (estimator/memory/torchtitan.py torch_rms_norm); the head's bf16 input
     titan = TrainingSetup(stack="torchtitan", method="full", loss="full", checkpointing="gpu")
     assert _c(_mem(titan), "logits") == pytest.approx(
-        4096 * 128256 * 12 + 4096 * (8 * 4096 + 4), rel=1e-9
+        4096 * 128256 * 12 + 4096 * (2 * 4096 + 4 + 2 * 4096), rel=1e-9
     )
 
 
@@ -582,7 +601,9 @@ def test_amp_keeps_autocasts_bf16_weight_copies_through_the_forward() -> None:
     backward = tokens * vocab * 12 + 2 * h * vocab
     assert amp - bf16 == pytest.approx(max(forward, backward) - tokens * vocab * 12, rel=1e-6)
     # what the probe counts as activations: the copies and that output, at the forward moment
-    extra = float(mem.loss_activations[0]) - float(bf16_mem.loss_activations[0])
+    extra = float(mem.logits_other["activations"][0]) - float(
+        bf16_mem.logits_other["activations"][0]
+    )
     assert extra == pytest.approx(2 * body + 2 * h * vocab + 4 * tokens * h, rel=1e-6)
 
 
@@ -628,8 +649,9 @@ def test_fused_adamw_keeps_a_step_tensor_per_parameter_on_the_device() -> None:
         )
         assert fused.optimizer - foreach.optimizer == 512 * tensors
     eight = {"method": "lora", "optimizer": "adamw-8bit"}  # bitsandbytes: a Python int step
-    assert trainable_state_bytes(
-        LLAMA8B, TrainingSetup(optimizer_impl="fused", **eight)
-    ).optimizer == trainable_state_bytes(
-        LLAMA8B, TrainingSetup(optimizer_impl="foreach", **eight)
-    ).optimizer
+    assert (
+        trainable_state_bytes(LLAMA8B, TrainingSetup(optimizer_impl="fused", **eight)).optimizer
+        == trainable_state_bytes(
+            LLAMA8B, TrainingSetup(optimizer_impl="foreach", **eight)
+        ).optimizer
+    )

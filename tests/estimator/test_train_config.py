@@ -423,3 +423,27 @@ def test_torchtune_8bit_optimizers_of_its_tutorial(component: str, paged: bool) 
     assert (m.setup["optimizer"], m.setup["paged"]) == ("adamw-8bit", paged)
     assert m.setup["optimizer_impl"] == "in-backward"
     assert "optimizer._component_" not in ignored_keys(m)
+
+
+@pytest.mark.parametrize(
+    ("component", "warned"),
+    [
+        ("torchtune.modules.loss.CEWithChunkedOutputLoss", False),
+        ("torchtune.modules.loss.LinearCrossEntropyLoss", True),
+    ],
+)
+def test_torchtune_losses_map_to_the_released_chunked_loss(component: str, warned: bool) -> None:
+    """0.6.1 (the last torchtune release) has CEWithChunkedOutputLoss; main's
+    LinearCrossEntropyLoss is in no release and keeps fewer bytes (no chunk's bf16 logits
+    held): it is estimated as 0.6.1's loss, and a warning names the key and says so."""
+    text = (
+        "model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\ntokenizer:\n"
+        "  _component_: torchtune.models.llama3.llama3_tokenizer\n  max_seq_len: 2048\n"
+        f"loss:\n  _component_: {component}\n"
+    )
+    m = read_train_config_text(text, "torchtune")
+    assert (m.setup["loss"], m.setup["loss_chunk"]) == ("chunked", 256)
+    warnings = [w for w in m.warnings if w.startswith("loss._component_")]
+    assert bool(warnings) == warned
+    if warned:
+        assert "no release" in warnings[0] and "CEWithChunkedOutputLoss" in warnings[0]

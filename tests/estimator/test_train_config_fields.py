@@ -55,7 +55,7 @@ NOT_IN_FORMAT: dict[str, dict[str, str]] = {
         "fp16": "covered as ignored: recipes refuse fp16 (full fp16 training is not supported)",
         "attention": "torchtune picks its own SDPA/flex kernel; no config key",
         "liger": "no Liger option in torchtune recipes",
-        "cce": "no cut-cross-entropy option; LinearCrossEntropyLoss is chunked (chunked_loss)",
+        "cce": "no cut-cross-entropy option; LinearCrossEntropyLoss (main) is chunked_loss",
         "deepspeed": "torchtune does not run under DeepSpeed",
     },
     "trl": {

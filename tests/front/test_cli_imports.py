@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from trainfit.cli.common import terminal_columns
+
 ROOT = Path(__file__).parents[2]
 HEAVY = ("numpy", "pydantic", "pydantic_core", "gpu_catalog.schema", "estimator.request")
+HELP_HEAVY = (*HEAVY, "dataclasses", "shutil", "estimator.document")
 RUN = """
 import json, runpy, sys
 sys.argv = ["trainfit", *{args!r}]
@@ -23,9 +29,9 @@ print(json.dumps({{"code": code, "loaded": [m for m in {heavy!r} if m in sys.mod
 """
 
 
-def _loaded(*args: str) -> tuple[int, list[str]]:
+def _loaded(*args: str, heavy: tuple[str, ...] = HEAVY) -> tuple[int, list[str]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    code = RUN.format(args=list(args), heavy=HEAVY)
+    code = RUN.format(args=list(args), heavy=heavy)
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
     )
@@ -34,7 +40,17 @@ def _loaded(*args: str) -> tuple[int, list[str]]:
 
 
 def test_help_loads_no_heavy_module() -> None:
-    assert _loaded("--help") == (0, [])
+    assert _loaded("--help", heavy=HELP_HEAVY) == (0, [])
+
+
+@pytest.mark.parametrize("columns", [None, "50", "200", "0", "wide"])
+def test_help_width_is_shutil_s(columns: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The formatters' width without shutil is shutil's (the help text wraps as before)."""
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert terminal_columns() == shutil.get_terminal_size().columns
 
 
 def test_one_preset_on_one_gpu_estimate_loads_no_heavy_module() -> None:
@@ -44,6 +60,11 @@ def test_one_preset_on_one_gpu_estimate_loads_no_heavy_module() -> None:
     assert (code, loaded) == (0, [])
     args = ("estimate", "--model", "qwen3-8b", "--method", "qlora", "--gpu", "h200,2xh200")
     assert _loaded(*args, "--format", "json") == (0, [])
+
+
+def test_check_on_one_gpu_loads_no_heavy_module() -> None:
+    code, loaded = _loaded("check", "--model", "llama-3.1-8b", "--method", "lora", "--gpu", "h200")
+    assert (code, loaded) == (0, [])
 
 
 def test_bad_input_still_gets_pydantic_s_message() -> None:

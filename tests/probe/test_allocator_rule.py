@@ -37,3 +37,31 @@ def test_report_prints_one_line_per_case_with_the_error_against_the_replay() -> 
 def test_an_unknown_case_name_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert rule.main(["--only", "nope"]) == 2
     assert "--only" in capsys.readouterr().err
+
+
+def test_report_shows_the_recorded_trace_beside_the_one_replayed_as_cuda_runs_it() -> None:
+    # the recorded trace's out-of-place gradient sum reserves 1 GiB more than CUDA's order
+    side = {"allocated": 10 * GiB, "reserved": 12 * GiB, "need": 11 * GiB}
+    side |= {"cached_at_first_logits": GiB, "small_blocks_at_logits": GiB}
+    est = {"allocated": 10 * GiB, "reserved": 12.6 * GiB, "forward_cache": GiB, "grad_cache": 0}
+    rec = {"allocated": 11 * GiB, "off": 13 * GiB, "on": 13 * GiB}
+    row = {"case": "x", "estimator": est, "off": side, "on": side, "recorded": rec}
+    line = rule.report([row]).splitlines()[2]
+    assert line.endswith("13.00   -3.1%"), line
+    assert rule.report([{**row, "recorded": None}]).splitlines()[2].endswith("-       -")
+
+
+def test_kept_traces_are_reused_with_the_recorded_order(tmp_path) -> None:
+    import json
+
+    from probe.allocator_events import dump_jsonl
+
+    case = rule.Case("x", "gpt2", {}, 8)
+    cuda = [alloc(1, 4 * MiB), free(1)]
+    recorded = [alloc(1, 4 * MiB), alloc(2, 4 * MiB), free(1), free(2)]
+    dump_jsonl(cuda, tmp_path / "x.jsonl")
+    (tmp_path / "x.jsonl.setup.json").write_text(json.dumps({"setup": {"method": "full"}}))
+    assert rule.trace_case(case, tmp_path).recorded is None
+    dump_jsonl(recorded, tmp_path / "x.recorded.jsonl")
+    traced = rule.trace_case(case, tmp_path)
+    assert (traced.events, traced.recorded, traced.setup) == (cuda, recorded, {"method": "full"})

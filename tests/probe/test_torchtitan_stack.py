@@ -10,13 +10,14 @@ What the figures must satisfy, and why:
   are 4 bytes x parameters / N, AdamW's two fp32 states twice that (+ the 4-byte `step`
   tensors), measured from the tensors; the estimator's `weights` and `trainable_states` for
   `--stack torchtitan --parallel fsdp=N` equal them within 0.1 %;
-- the peak is never above the estimate and at most 15 % below it. The estimate is high for a
-  cause in the estimator, not the probe (bench/results/accuracy_torchtitan_2026-12-03.md): it
-  models FSDP2's root as one unit (embeddings + norm + lm_head, reduced together at the end of
-  backward, estimator/parallel/data.py:127-143), torchtitan wraps tok_embeddings and
-  [norm, lm_head] as two units (torchtitan 0.3.0 distributed/fsdp.py apply_fsdp_to_decoder), so
-  only the embedding's gradients are reduced last: +11.7 % at 1 rank, +2.3 % on both of 2 ranks
-  at this length.
+- each rank's peak is at most 3 % below the estimate priced as the CPU referee runs
+  torch.nn.RMSNorm (`estimator.memory.torchtitan.cpu_referee`; torchtitan's FSDP2 units, RoPE
+  caches and reduce-scatter buffers in estimator/memory/torchtitan.py) and at most 5 % above
+  it: under gloo a collective's buffers are freed by gloo's worker thread, later or sooner
+  with the machine's load, and the c10 counter holds them until then (2 ranks, this length:
+  37.81, 38.24 and 39.25 MiB in three runs; 37.81 in the deterministic fake trace, which
+  tests/probe/test_torchtitan_fake.py holds to 3 %). +11.7 / +2.3 % before those terms
+  (bench/results/accuracy_torchtitan_2026-12-03b.md).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ pytest.importorskip("torchtitan")
 
 from estimator.architectures import spec_from_config  # noqa: E402
 from estimator.memory import memory_breakdown  # noqa: E402
+from estimator.memory.torchtitan import cpu_referee  # noqa: E402
 from estimator.profile import load_profile  # noqa: E402
 from estimator.setup import TrainingSetup  # noqa: E402
 from memtest_schema import load_memtest  # noqa: E402
@@ -71,7 +73,8 @@ def _estimate(n: int, checkpointing: str) -> object:
         parallel=f"fsdp={n}",
         num_gpus=n,
     )
-    return memory_breakdown(spec, setup, [SEQ], 1, load_profile("default"), devices=n)
+    with cpu_referee():
+        return memory_breakdown(spec, setup, [SEQ], 1, load_profile("default"), devices=n)
 
 
 @pytest.mark.slow
@@ -105,8 +108,7 @@ def test_torchtitan_trainer_steps_write_a_memtest_naming_the_stack(n: int, tmp_p
     est = float(mem.allocated[0])
     for rank in doc["ranks"]:
         peak = rank["peak_allocated_bytes"]
-        # above: the estimator's single FSDP root unit (module docstring); never below
-        assert peak <= est <= 1.15 * peak, (n, rank, est)
+        assert -0.05 * peak <= est - peak <= 0.03 * peak, (n, rank, est)
 
 
 def test_setups_torchtitan_cannot_run_name_the_field() -> None:

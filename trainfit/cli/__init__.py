@@ -23,6 +23,7 @@ from trainfit.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_UNREACHABLE,
     InputError,
+    RawDescriptionFormatter,
     ServerUnavailable,
     validation_message,
 )
@@ -54,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trainfit",
         description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDescriptionFormatter,
         epilog="example:\n  trainfit estimate --model llama-3.1-8b --method lora --gpu h100-80gb\n"
         "  (trainfit COMMAND --help: that command's options, defaults and an example)",
     )

@@ -74,9 +74,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check_local(body: dict[str, Any]) -> dict[str, Any]:
     from estimator.document import check_document
-    from estimator.request import CheckRequest
+    from estimator.plain_request import check_request  # pydantic only when needed
 
-    return check_document(CheckRequest.model_validate(body))
+    return check_document(check_request(body))  # type: ignore[arg-type]
 
 
 def _check_remote(args: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from trainfit.cli.common import (
     EXIT_NO_FIT,
@@ -27,10 +26,10 @@ from trainfit.cli.common import (
 )
 
 
-@dataclass(frozen=True)
-class Question:
+class Question(NamedTuple):
     """One solver command: its name, what it answers, the document function that answers it
-    (by name in `estimator.document`), the answer's key and how the headline reads."""
+    (by name in `estimator.document`), the answer's key and how the headline reads. (A named
+    tuple: a dataclass would load `dataclasses` and `inspect` into `trainfit --help`.)"""
 
     name: str
     help: str

@@ -1,0 +1,96 @@
+"""estimator/memory/torchtitan.py: the `torchtitan` stack's own terms, worked out by hand from
+the sources each function names (torchtitan 0.3.0, torch 2.13). The figures they produce were
+checked against fake traces of torchtitan's Trainer (tests/probe/test_torchtitan_fake.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from estimator.architectures import spec_from_config
+from estimator.dtypes import BF16, FP32
+from estimator.memory import memory_breakdown
+from estimator.memory.activations import Context, rms_norm_saved
+from estimator.memory.torchtitan import cpu_referee, fsdp_units, rope_cache_bytes
+from estimator.parallel.data import DataParallelBytes
+from estimator.profile import load_profile
+from estimator.setup import TrainingSetup
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = spec_from_config(
+    json.loads((ROOT / "tests/data/configs/small-llama-parallel.json").read_text())
+)
+LLAMA70 = spec_from_config(json.loads((ROOT / "estimator/presets/llama-3.1-70b.json").read_text()))
+MIB = 2**20
+
+
+def _setup(stack: str = "torchtitan", n: int = 1, checkpointing: str = "gpu") -> TrainingSetup:
+    return TrainingSetup(
+        stack=stack,
+        method="full",
+        precision="mixed",
+        checkpointing=checkpointing,
+        loss="full",
+        optimizer="adamw",
+        parallel=f"fsdp={n}",
+        num_gpus=n,
+    )
+
+
+def _phases(setup: TrainingSetup, seq: int, n: int) -> dict[str, dict[str, float]]:
+    mem = memory_breakdown(SMALL, setup, [seq], 1, load_profile("default"), devices=n)
+    return {p: {k: float(v[0]) for k, v in parts.items()} for p, parts in mem.phases.items()}
+
+
+def test_rope_caches_are_one_complex64_table_per_layer_at_the_training_length() -> None:
+    # Llama 3.1 70B: 80 layers x 8192 positions x 64 complex64 = 320 MiB (the 70B fake trace's
+    # buffers: 33,962.6 MiB at the window start - 33,642.6 MiB of parameter shards)
+    assert rope_cache_bytes(LLAMA70, _setup(), 8192.0) == 80 * 8192 * 64 * 8 == 320 * MIB
+    assert rope_cache_bytes(LLAMA70, _setup("torchtitan-2024"), 8192.0) == 0.0
+    phases = _phases(_setup(n=2), 1024, 2)
+    assert all(p["rope_cache"] == 4 * 1024 * 16 * 8 for p in phases.values())
+    assert "rope_cache" not in _phases(_setup("torchtitan-2024", n=2), 1024, 2)["loss"]
+
+
+def test_torch_rms_norm_saves_its_input_and_rstd_on_cuda_and_two_fp32_copies_on_cpu() -> None:
+    h = SMALL.hidden or 0
+    titan = Context.build(SMALL, _setup(), BF16)
+    assert rms_norm_saved(titan, h) == BF16 * h + FP32
+    with cpu_referee():
+        assert rms_norm_saved(titan, h) == 2 * FP32 * h + FP32
+    older = Context.build(SMALL, _setup("torchtitan-2024"), BF16)  # its own RMSNorm
+    assert rms_norm_saved(older, h) == FP32 * h + FP32 + BF16 * h
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_the_embeddings_reduce_ends_the_backward_with_its_input_and_the_one_rank_temporary(
+    n: int,
+) -> None:
+    phases = _phases(_setup(n=n), 256, n)
+    end = phases["end_of_backward"]
+    extra = end["root_reduce"]
+    embed = (SMALL.vocab or 0) * (SMALL.hidden or 0)
+    # after its reshard: fp32 reduce-scatter input (+ the divide's copy at one rank); the
+    # output is the sharded gradient already in trainable_states; the copy-in before it
+    # holds the bf16 gradient + input - the shard not made yet
+    per_param = max(BF16 + FP32 - FP32 / n, FP32 + (FP32 if n == 1 else 0))
+    assert extra == pytest.approx(embed * per_param)
+
+
+def test_the_last_layers_backward_has_not_made_its_own_nor_the_embeddings_gradients() -> None:
+    phases = _phases(_setup(n=2), 256, 2)
+    embed = (SMALL.vocab or 0) * (SMALL.hidden or 0)
+    layer = sum(lin.params for lin in SMALL.linears if lin.group != "head") / (SMALL.layers or 1)
+    all_grads = FP32 * SMALL.params_total / 2
+    late = FP32 * (embed + layer) / 2
+    assert phases["backward"]["gradients"] == pytest.approx(all_grads - late, rel=1e-3)
+
+
+def test_other_stacks_keep_the_generic_fsdp_terms() -> None:
+    from estimator.parallel.layout import parse_parallel, resolve
+
+    dp = DataParallelBytes(weights=1.0, states=2.0, grads=3.0, reduce_buffers=4.0)
+    layout = resolve(parse_parallel("fsdp=2"), 2)
+    assert fsdp_units(dp, None, layout, 4.0, _setup("hf", n=2)) is dp  # type: ignore[arg-type]
