@@ -84,24 +84,22 @@ def add_time_and_cost(
     spec: ModelSpec,
     request: EstimateRequest,
     rows: list[dict[str, Any]],
-    setups: dict[tuple[str, str], TrainingSetup],
+    setups: dict[tuple[str, str], tuple[TrainingSetup, tuple[Any, ...]]],
     profile: Profile,
     options: dict[str, GpuOption],
     tokens_at: dict[int, float | None] | None = None,
-    skeys: dict[tuple[str, str], tuple[Any, ...]] | None = None,
 ) -> Calibration | None:
     """FLOPs once per row (they do not depend on the GPU); the rates of each GPU option once
     per setup (`option_cells`); `time` and `cost` per row and option (the cells
-    `estimator.time.plan.row_time_and_cost` makes one at a time). `skeys`: each setup's
-    `setup_key`, when the caller has them."""
-    skeys = {} if skeys is None else skeys
+    `estimator.time.plan.row_time_and_cost` makes one at a time). `setups`: each
+    (checkpointing, loss) row key's setup with its `setup_key`."""
     cal = None
     if request.calibration is not None:
         from estimator.time.calibration import calibrate  # loaded only when asked for
 
         c = request.calibration
         measured = Scenario(
-            spec, next(iter(setups.values())), profile, c.seq_len, c.batch, option=c.gpu
+            spec, next(iter(setups.values()))[0], profile, c.seq_len, c.batch, option=c.gpu
         )
         cal = calibrate(
             measured,
@@ -117,10 +115,7 @@ def add_time_and_cost(
     tokens_at = {} if tokens_at is None else tokens_at  # the run's tokens per length, filled
     for row in rows:
         key = (row["checkpointing"], row["loss"])
-        setup = setups[key]
-        skey = skeys.get(key)
-        if skey is None:
-            skey = skeys[key] = setup_key(setup)
+        setup, skey = setups[key]
         seq, batch = row["seq_len"], row["batch"]
         if seq < 1 or batch < 1:
             raise EstimatorInputError("seq_len", "sequence length and batch must be positive")
@@ -175,15 +170,15 @@ def estimate(
     )
     rows: list[dict[str, Any]] = []
     mem = None
-    by_key: dict[tuple[str, str], TrainingSetup] = {}
+    by_key: dict[tuple[str, str], tuple[TrainingSetup, tuple[Any, ...]]] = {}
     skeys: dict[tuple[str, str], tuple[Any, ...]] = {}  # each setup's key, once
     for setup in setups:
         if variants:
             from estimator.setup import TrainingSetup  # (loaded with the request models)
 
             TrainingSetup.model_validate(setup.model_dump())  # overrides re-validated
-        by_key[(setup.checkpointing, setup.loss)] = setup
         skey = skeys[(setup.checkpointing, setup.loss)] = setup_key(setup)
+        by_key[(setup.checkpointing, setup.loss)] = (setup, skey)
         setup_rows, mem = estimate_rows(
             spec, setup, request.seq_lens, options, request.usable_fraction, profile, skey
         )
@@ -192,7 +187,7 @@ def estimate(
     rows.sort(key=lambda r: r["seq_len"])
     tokens_at: dict[int, float | None] = {}
     cal = add_time_and_cost(
-        spec, request, rows, by_key, profile, {o.option: o for o in options}, tokens_at, skeys
+        spec, request, rows, by_key, profile, {o.option: o for o in options}, tokens_at
     )
     longest = max(request.seq_lens)
     base = setups[0]
