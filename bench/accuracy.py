@@ -39,6 +39,7 @@ the caching allocator's reserved-but-unused memory, or kernels that differ on CU
     .venv/bin/python bench/accuracy.py                 # the grid (a few minutes on 2 cores)
     .venv/bin/python bench/accuracy.py --quick         # one config, a handful of rows
     .venv/bin/python bench/accuracy.py --json rows.json --out bench/results/accuracy_hf.txt
+    .venv/bin/python bench/accuracy.py --variant AMP   # only the rows whose variant says AMP
 """
 
 from __future__ import annotations
@@ -411,6 +412,9 @@ def main() -> int:
         "single-device recipes (needs the torchtune extra)",
     )
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps per length (>= 2)")
+    parser.add_argument(
+        "--variant", help="run only the rows whose variant name contains this text (a re-run)"
+    )
     parser.add_argument("--json", help="write the rows to this file")
     parser.add_argument("--out", help="write the table to this file too")
     args = parser.parse_args()
@@ -418,6 +422,8 @@ def main() -> int:
     known = _estimator_fields()
     rows: list[dict[str, Any]] = []
     cases = torchtune_grid(args.quick) if args.stack == "torchtune" else grid(args.quick)
+    if args.variant:
+        cases = [case for case in cases if args.variant in case.variant]
     for case in cases:
         rows.extend(run_case(case, args.steps, known))
         print(f"  {case.config} / {case.variant}: done", file=sys.stderr)

@@ -295,6 +295,21 @@ def input_reused(ctx: Context, spec: ModelSpec) -> float:
     return float(FP32 * h) if ctx.input_bytes == FP32 else 0.0
 
 
+def amp_input_casts(ctx: Context, spec: ModelSpec, consumers: list[str], width: int) -> float:
+    """Bytes per token of autocast's extra bf16 copies of an fp32 norm output read by several
+    separate Linears under `amp_fp32_stream`. Each F.linear casts its fp32 input anew and saves
+    that copy for its weight gradient: torch aten/src/ATen/autocast_mode.cpp `cached_cast`
+    caches only when `can_try_cache` (a leaf that requires grad, i.e. a weight), and an
+    activation is no leaf. `inputs_saved` counts one copy per group; a group of n separate
+    Linears (llama's q_proj, k_proj, v_proj at modeling_llama.py:244-246; gate_proj, up_proj at
+    :164) saves n. A fused Linear (qkv_proj, gate_up_proj) is one consumer: nothing extra."""
+    if not amp_fp32_stream(ctx):
+        return 0.0
+    present = {lin.name for lin in spec.linears if lin.experts == 1}
+    n = sum(1 for c in consumers if c in present)
+    return float(max(n - 1, 0) * width * ctx.compute_bytes)
+
+
 def inputs_saved(ctx: Context, consumers: list[str], width: int) -> float:
     """A tensor consumed by Linear layers `consumers`: saved once in the compute dtype when the
     weights train; under LoRA each adapted consumer saves its own adapter-dtype copy (peft
@@ -310,13 +325,26 @@ def inputs_saved(ctx: Context, consumers: list[str], width: int) -> float:
     return saved
 
 
-def rms_norm_saved(ctx: Context, width: int, rows: int = 1) -> float:
+def amp_fp32_stream(ctx: Context) -> bool:
+    """AMP full fine-tuning with an fp32 residual stream (`amp_full`): the decoder layers'
+    RMSNorms take fp32 input, so `input_dtype` is fp32 (transformers 5.24.0
+    models/llama/modeling_llama.py:63) and their output is fp32."""
+    return ctx.full and ctx.autocast and ctx.input_bytes == FP32
+
+
+def rms_norm_saved(ctx: Context, width: int, rows: int = 1, stream: bool = False) -> float:
     """HF RMSNorm: fp32 input (the upcast copy, or the fp32 input itself), rsqrt per row, and
-    the normalised tensor when the norm's weight trains (weight * normed saves normed).
+    the normalised tensor when the norm's weight trains (weight * normed saves normed), in the
+    norm's input dtype (`self.weight * hidden_states.to(input_dtype)`, transformers 5.24.0
+    models/llama/modeling_llama.py:67): fp32 for a residual-stream norm (`stream`) under
+    `amp_fp32_stream`, where autocast leaves the fp32 mul alone (mul is on none of
+    aten/src/ATen/autocast_mode.h's cast lists).
     torch.nn.RMSNorm on CUDA (torchtitan, `ctx.torch_norm`): its input and the fp32 rstd."""
     if ctx.torch_norm:
         return norm_saved_per_row(ctx.compute_bytes, width, rows)
     normed = FP32 if ctx.torchtune else ctx.compute_bytes  # `torchtune_modules` 3
+    if stream and amp_fp32_stream(ctx):
+        normed = FP32
     return FP32 * width + FP32 * rows + (width * normed if ctx.full else 0)
 
 
@@ -362,7 +390,8 @@ def _attention_core(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
         saved += cb * (q + 2 * kv_saved) + cb * q + FP32 * spec.num_heads  # q, k, v, out, lse
     if spec.attn_output_gate:
         saved += 2 * cb * q  # sigmoid(gate) and the attention output kept by the gating mul
-    saved += inputs_saved(ctx, ["q_proj", "k_proj", "v_proj", "qkv_proj"], spec.hidden or 0)
+    qkv, h = ["q_proj", "k_proj", "v_proj", "qkv_proj"], spec.hidden or 0
+    saved += inputs_saved(ctx, qkv, h) + amp_input_casts(ctx, spec, qkv, h)
     saved += inputs_saved(ctx, ["o_proj"], q) - sdpa_output_reused(ctx, q)
     return saved, per_seq
 
@@ -431,7 +460,8 @@ def _mlp(ctx: Context, spec: ModelSpec, moe: bool) -> tuple[float, float]:
     h = spec.hidden or 0
     if not moe:
         m = spec.intermediate or 0
-        saved = inputs_saved(ctx, ["gate_proj", "up_proj", "gate_up_proj", "c_fc"], h)
+        names = ["gate_proj", "up_proj", "gate_up_proj", "c_fc"]
+        saved = inputs_saved(ctx, names, h) + amp_input_casts(ctx, spec, names, h)
         saved += 3 * cb * m  # gate output (silu input), silu output, up output
         saved += inputs_saved(ctx, ["down_proj", "mlp.c_proj"], m)
         return saved, float(m)
@@ -484,9 +514,9 @@ def layer_activations(
         saved += adapters * (spec.hidden or 0) * ctx.mask_bytes  # dropout masks (approx. width)
         m = spec.intermediate or 0
         return LayerActivations(saved, 0.0, 2 * cb * h + 2 * cb * m)
-    saved = rms_norm_saved(ctx, h) * 2  # input_layernorm, post_attention_layernorm
+    saved = rms_norm_saved(ctx, h, stream=True) * 2  # input_layernorm, post_attention_layernorm
     if spec.norms_per_layer > 2:  # gemma2/3, glm4: post-attention and post-feedforward norms
-        saved += rms_norm_saved(ctx, h) * 2  # post-attention and post-feedforward norms
+        saved += rms_norm_saved(ctx, h) * 2  # on the sublayers' bf16 outputs: not `stream`
     per_seq = 0.0
     if layer_type == LAYER_LINEAR:
         saved += _gated_deltanet(ctx, spec)
