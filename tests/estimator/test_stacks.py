@@ -655,3 +655,27 @@ def test_fused_adamw_keeps_a_step_tensor_per_parameter_on_the_device() -> None:
             LLAMA8B, TrainingSetup(optimizer_impl="foreach", **eight)
         ).optimizer
     )
+
+
+def test_amp_casts_the_fp32_norm_output_once_per_separate_linear() -> None:
+    """Under AMP full fine-tuning each separate Linear reading the fp32 norm output saves its
+    own bf16 cast (autocast caches weights only): llama's q, k, v and gate, up are 3 + 2
+    copies where one per group is counted by `inputs_saved`; phi3's fused qkv_proj and
+    gate_up_proj are one each. The residual-stream norms save their normalised tensor in fp32."""
+    from estimator.memory.activations import amp_input_casts, rms_norm_saved
+
+    amp = TrainingSetup(method="full", precision="mixed")
+    h = LLAMA8B.hidden
+    qkv = ["q_proj", "k_proj", "v_proj", "qkv_proj"]
+    mlp = ["gate_proj", "up_proj", "gate_up_proj", "c_fc"]
+    ctx = Context.build(LLAMA8B, amp, 2)  # bf16 compute; the fp32 stream is `input_bytes`
+    assert amp_input_casts(ctx, LLAMA8B, qkv, h) == 2 * 2 * h
+    assert amp_input_casts(ctx, LLAMA8B, mlp, h) == 2 * h
+    assert rms_norm_saved(ctx, h, stream=True) - rms_norm_saved(ctx, h) == 2 * h
+    phi3 = spec_from_config({**preset_config("llama-3.1-8b"), "model_type": "phi3"})
+    assert {"qkv_proj", "gate_up_proj"} <= set(phi3.linear_names)
+    fused = Context.build(phi3, amp, 2)
+    assert amp_input_casts(fused, phi3, qkv, h) == amp_input_casts(fused, phi3, mlp, h) == 0
+    plain = Context.build(LLAMA8B, TrainingSetup(method="full", precision="bf16"), 2)
+    assert amp_input_casts(plain, LLAMA8B, qkv, h) == 0
+    assert rms_norm_saved(plain, h, stream=True) == rms_norm_saved(plain, h)
