@@ -186,9 +186,9 @@ def test_offload_needs_a_layout_that_can_do_it() -> None:
 
 
 def test_sequence_parallelism_splits_what_plain_tensor_parallelism_replicates() -> None:
-    tp = _mem(LLAMA8B, 8, method="full", parallel="tp=8", checkpointing="none")
-    sp = _mem(LLAMA8B, 8, method="full", parallel="tp=8,sp", checkpointing="none")
-    one = _mem(LLAMA8B, 1, method="full", checkpointing="none")
+    tp = _mem(LLAMA8B, 8, method="full", precision="bf16", parallel="tp=8", checkpointing="none")
+    sp = _mem(LLAMA8B, 8, method="full", precision="bf16", parallel="tp=8,sp", checkpointing="none")
+    one = _mem(LLAMA8B, 1, method="full", precision="bf16", checkpointing="none")
     c1 = float(one.components["checkpoints"][0])
     c_tp, c_sp = float(tp.components["checkpoints"][0]), float(sp.components["checkpoints"][0])
     # plain tp keeps the norms and the q/k/v and gate/up inputs whole (Korthikanti 4.2.1);
