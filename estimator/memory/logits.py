@@ -96,7 +96,7 @@ def chunked_output_loss_bytes(
     the step's peak is the forward's, with no gradient alive. The backward runs in two phases:
     the chunks' `self.output(chunk)` matmuls are recorded in the model's forward, before the
     loss's ops, and the engine's ready queue runs the higher sequence number first
-    (torch/csrc/autograd/engine.cpp `CompareNodeTaskTime`), so every chunk's cross-entropy
+    (torch/csrc/autograd/engine.h `ReadyQueue::CompareNodeTaskTime`), so every chunk's cross-entropy
     backward runs first (the `ce` phase: the saved log-softmax outputs, one chunk's fp32 nll and
     log-softmax gradients; each leaves its chunk's logit gradient in the logit dtype), then
     the matmul backwards (the `matmul` phase: the other chunks' logit gradients, the head's
