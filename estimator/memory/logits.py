@@ -93,12 +93,42 @@ def chunked_output_loss_bytes(
     gradient (`head_grad`, full fine-tuning) is made by that backward (each chunk's
     `self.output(chunk)` matmul backward, summed by the engine), so it counts with the backward
     moment only: measured on `--stack torchtune` full fine-tuning of small-llama at 512 tokens,
-    the step's peak is the forward's, with no gradient alive. (torchtune main's
-    LinearCrossEntropyLoss makes the logits inside the loss per chunk instead; not a release.)"""
+    the step's peak is the forward's, with no gradient alive. The backward runs in two phases:
+    the chunks' `self.output(chunk)` matmuls are recorded in the model's forward, before the
+    loss's ops, and the engine's ready queue runs the higher sequence number first
+    (torch/csrc/autograd/engine.h `ReadyQueue::CompareNodeTaskTime`), so every chunk's cross-entropy
+    backward runs first (the `ce` phase: the saved log-softmax outputs, one chunk's fp32 nll and
+    log-softmax gradients; each leaves its chunk's logit gradient in the logit dtype), then
+    the matmul backwards (the `matmul` phase: the other chunks' logit gradients, the head's
+    gradient buffer and the next chunk's weight-gradient contribution, which the engine adds
+    into the buffer after it is made, torch/csrc/autograd/input_buffer.cpp `accumulate`: two
+    head gradients). (torchtune main's LinearCrossEntropyLoss makes the logits inside the loss
+    per chunk instead; not a release.)"""
     upcast = 0 if logit_dtype == FP32 else FP32
     forward = tokens * vocab * (logit_dtype + FP32) + chunk * vocab * upcast
-    backward = tokens * vocab * FP32 + chunk * vocab * 2 * FP32 + grad_hidden + head_grad
-    return np.maximum(forward, backward)
+    ce = tokens * vocab * FP32 + chunk * vocab * 2 * FP32 + grad_hidden
+    matmul = (tokens - chunk) * vocab * logit_dtype + grad_hidden + 2 * head_grad
+    return np.maximum(forward, np.maximum(ce, matmul))
+
+
+def loss_backward_activations(
+    tokens: Any,
+    seq: Any,
+    shape: tuple[int, int],
+    setup: TrainingSetup,
+    dtypes: tuple[int, int],
+    head_grad: float = 0.0,
+) -> Any:
+    """The non-vocab tensors that the loss's backward adds at their own most, which the
+    tracker files as activations: for torchtune 0.6.1's eager loss the matmul phase of
+    `chunked_output_loss_bytes` (the chunks' hidden-state gradients, and with a trained head
+    the next chunk's weight-gradient contribution before the engine adds it into the head's
+    gradient buffer, torch/csrc/autograd/input_buffer.cpp `accumulate`); 0 for the others."""
+    stack = load_stack(setup.stack)
+    compiled = bool(setup.compile) and setup.loss in (stack.get("loss_compiled") or ())
+    if setup.loss == "chunked" and stack.get("loss_num_chunks") and not compiled:
+        return tokens * shape[1] * dtypes[1] + head_grad
+    return tokens * 0.0
 
 
 def _next_pow2(x: Any) -> Any:

@@ -37,6 +37,7 @@ from estimator.memory.fragmentation import (
 )
 from estimator.memory.logits import (
     logits_bytes,
+    loss_backward_activations,
     loss_bytes_per_logit,
     loss_forward_bytes_per_logit,
 )
@@ -272,10 +273,16 @@ def memory_breakdown(
         shape, dtypes = (vocab, h), (logit_dtype, stream)
         logits = logits_bytes(tokens, seq, shape, setup, profile, dtypes, f.head_grad)
         logits_other: dict[str, Any] = {}
-        if f.head_grad:  # what the head's gradient adds to the loss's peak
-            without = logits_bytes(tokens, seq, shape, setup, profile, dtypes)
-            logits_other["gradients"] = logits - without
-        loss_logits = logits - logits_other.get("gradients", 0.0)  # the logit tensors' most
+        transient = tokens * 0.0  # a second head-gradient-sized temporary (not vocab-wide)
+        if f.head_grad:  # what the head's gradient adds to the loss's peak: one gradient, and
+            # torchtune 0.6.1's next weight-gradient contribution (`chunked_output_loss_bytes`)
+            added = logits - logits_bytes(tokens, seq, shape, setup, profile, dtypes)
+            logits_other["gradients"] = np.minimum(added, f.head_grad)
+            transient = added - logits_other["gradients"]
+        loss_logits = logits - logits_other.get("gradients", 0.0) - transient  # logit tensors
+        # the loss backward's own non-vocab most (tracked as activations), whichever moment
+        # sets the loss's peak
+        backward_acts = loss_backward_activations(tokens, seq, shape, setup, dtypes, f.head_grad)
         hole = loss_hole_bytes(setup, profile, tokens * vocab * logit_dtype, logit_dtype, f.frag)
         if checkpoints is not None and sharding == "none":  # last step's grads (fragmentation 4)
             grads_cached = grad_cache_bytes(
@@ -291,7 +298,7 @@ def memory_breakdown(
         logits, other = _with_forward_casts(
             (logits, other), spec, setup, profile, per_logit, tokens
         )
-        logits_other["activations"] = other
+        logits_other["activations"] = other + backward_acts  # >= `transient`
     else:
         logits, hole, loss_logits = None, tokens * 0.0, None
         logits_other = {}

@@ -459,22 +459,40 @@ def test_chunked_losses_keep_the_heads_weight_gradient_with_the_chunks() -> None
     """Full fine-tuning: the output projection's gradient is made at the first chunk's backward
     while the other chunks' saved tensors are alive (Liger allocates it in the forward);
     adapters and the full loss add none. torchtune 0.6.1's eager loss holds every chunk's bf16
-    logits in its forward, before any gradient: the head's gradient joins its backward moment
-    only, the larger of the two counting."""
+    logits in its forward, before any gradient; its backward runs every chunk's cross-entropy
+    backward first, then the chunks' head matmul backwards (recorded earlier, in the model's
+    forward): the head's gradient buffer and the next chunk's contribution (two head
+    gradients, the second a temporary: activations) with the other chunks' bf16 logit
+    gradients. The largest of the three moments counts."""
     full = TrainingSetup(stack="torchtune", method="full", optimizer_impl="fused")
     lora = TrainingSetup(stack="torchtune", method="lora")
-    tokens, vocab, h, chunk = 4096, 128256, 4096, 4096 // 8
+    vocab, h = 128256, 4096
     head = vocab * h * 2
-    forward = tokens * vocab * (2 + 4) + chunk * vocab * 4
-    backward = tokens * vocab * 4 + chunk * vocab * 2 * 4 + tokens * h * 2
-    assert backward + head > forward > backward  # the head's gradient decides the moment here
-    # the trained last norm's fp32 normed (torchtune's composite RMSNorm) + the head's input
-    norm_and_head_input = tokens * h * (4 + 2)
-    full_mem = _mem(full)
-    assert _c(full_mem, "logits") - _c(_mem(lora), "logits") == pytest.approx(
-        backward + head - forward + norm_and_head_input, rel=1e-9
-    )
-    assert full_mem.logits_other["gradients"][0] == pytest.approx(backward + head - forward)
+    norm_and_head_input = 4096 * h * (4 + 2)  # the trained last norm's fp32 normed + head input
+    for tokens in (1024, 4096):
+        chunk = tokens // 8
+        forward = tokens * vocab * (2 + 4) + chunk * vocab * 4
+        ce = tokens * vocab * 4 + chunk * vocab * 2 * 4 + tokens * h * 2
+        matmul = (tokens - chunk) * vocab * 2 + tokens * h * 2 + 2 * head
+        full_mem, lora_mem = _mem(full, seq=tokens), _mem(lora, seq=tokens)
+        without = max(forward, ce, matmul - 2 * head)
+        added = max(forward, ce, matmul) - without
+        assert full_mem.logits_other["gradients"][0] == pytest.approx(min(added, head))
+        # the activations' own most in the loss's backward (whichever moment sets the loss's
+        # peak): the chunks' hidden-state gradients, with a trained head the second temporary
+        lora_other = lora_mem.logits_other["activations"][0]
+        full_other = full_mem.logits_other["activations"][0]
+        assert full_other - lora_other == pytest.approx(
+            norm_and_head_input * tokens / 4096 + head, rel=1e-9
+        )
+        assert full_other >= norm_and_head_input * tokens / 4096 + tokens * h * 2 + head
+        assert _c(full_mem, "logits") - _c(lora_mem, "logits") == pytest.approx(
+            added + norm_and_head_input * tokens / 4096, rel=1e-9
+        )
+        if tokens == 1024:  # the matmul phase decides: one gradient and one temporary
+            assert matmul > forward > ce and added - head > 0
+        else:  # the forward decides: no gradient alive at the loss's most
+            assert forward > matmul and added == 0
     # torchtitan's last norm is torch.nn.RMSNorm: its bf16 input and fp32 rstd on CUDA
     # (estimator/memory/torchtitan.py torch_rms_norm); the head's bf16 input
     titan = TrainingSetup(stack="torchtitan", method="full", loss="full", checkpointing="gpu")
