@@ -200,7 +200,12 @@ def trace_length(
     from torchtitan.config import CommConfig
     from torchtitan.trainer import Trainer
 
-    from probe.torchtitan_stack import _hook_phases, _torchtitan_on_cpu, _trainer_config
+    from probe.torchtitan_stack import (
+        _hook_phases,
+        _torchtitan_on_cpu,
+        _trainer_config,
+        length_result,
+    )
 
     started = time.perf_counter()
     tracker = ResizeTracker(vocab=int(config["vocab_size"]))
@@ -248,18 +253,9 @@ def trace_length(
             if dist.is_initialized():
                 dist.destroy_process_group()
         gc.collect()
-    times = [window, *ends]
-    peak = max(v for k, v in trace.items() if k not in ("at_window_start", "at_end"))
-    return {
-        "seq_len": seq,
-        "params_total": int(params_total),
-        "peak_bytes": int(peak),
-        "base_bytes": 0,
-        "trace": trace,
-        "resident": resident,
-        "step_seconds": [b - a for a, b in zip(times, times[1:], strict=False)],
-        "seconds": {"build": built - started, "steps": time.perf_counter() - window},
-    }
+    result = length_result(seq, params_total, 0, trace, resident, [window, *ends])
+    result["seconds"] = {"build": built - started, "steps": time.perf_counter() - window}
+    return result
 
 
 def fake_environment(world: int) -> dict[str, Any]:

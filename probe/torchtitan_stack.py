@@ -583,13 +583,26 @@ def measure_length(
     trainer.close()
     del trainer
     gc.collect()
-    times = [started, *ends]
+    return length_result(seq, params_total, int(base), trace, resident, [started, *ends])
+
+
+def length_result(
+    seq: int,
+    params_total: float,
+    base: int,
+    trace: dict[str, int],
+    resident: dict[str, int],
+    times: list[float],
+) -> dict[str, Any]:
+    """One length's result, from either path (the gloo run here, the fake trace in
+    `torchtitan_fake`): the peak is the largest phase of the trace, leaving out the window's
+    start and end marks; `times` the window's start, then each step's end."""
     peak = max(v for k, v in trace.items() if k not in ("at_window_start", "at_end"))
     return {
         "seq_len": seq,
         "params_total": int(params_total),
         "peak_bytes": int(peak),
-        "base_bytes": int(base),
+        "base_bytes": base,
         "trace": trace,
         "resident": resident,
         "step_seconds": [b - a for a, b in zip(times, times[1:], strict=False)],
