@@ -117,12 +117,7 @@ class ResizeTracker(StorageTracker):
             self.current += nbytes
             self._events.append((uid, nbytes))
             self.largest_allocation = max(self.largest_allocation, nbytes)
-        if self.current > self.peak:
-            self.peak = self.current
-        if self.current > self._window_peak:
-            self._window_peak = self.current
-            self._window_peak_index = len(self._events)
-            self._window_host_at_peak = self.host_current
+        self._note_peak()
 
 
 class _FakeScalars(TorchDispatchMode):

@@ -196,16 +196,21 @@ class StorageTracker(OutputTensorsMode):
         self.current += nbytes
         self.largest_allocation = max(self.largest_allocation, nbytes)
         self._events.append((uid, nbytes))
+        self._note_peak()
+        if self.cap is not None and self.current > self.cap:
+            raise TrackerOOM(
+                f"out of memory (injected): {self.current} bytes in use > cap of {self.cap}"
+            )
+
+    def _note_peak(self) -> None:
+        """After bytes were added: the step's peak and the window's (with where in the event
+        list it happened and the host bytes then)."""
         if self.current > self.peak:
             self.peak = self.current
         if self.current > self._window_peak:
             self._window_peak = self.current
             self._window_peak_index = len(self._events)
             self._window_host_at_peak = self.host_current
-        if self.cap is not None and self.current > self.cap:
-            raise TrackerOOM(
-                f"out of memory (injected): {self.current} bytes in use > cap of {self.cap}"
-            )
 
     def _free(self, key: int, uid: int) -> None:
         entry = self._live.get(key)
