@@ -23,6 +23,7 @@ from bench.published import (
     load,
     run_case,
 )
+from estimator.document import estimate_document
 
 CONFIGS, CASES = load()
 BY_ID = {c["id"]: c for c in CASES}
@@ -206,3 +207,56 @@ def test_flags_rows_carry_every_flag_of_the_rows_above() -> None:
     ac = BY_ID["flags-3b-ac"]["mapping"]["setup"]
     assert ac["optimizer_impl"] != "in-backward" and ac["optimizer"] == "adamw"
     assert BY_ID["flags-3b-opt-in-bwd"]["mapping"]["setup"]["checkpointing"] == "gpu"
+
+
+# The same table as first measured in the PR that added it (pytorch/torchtune#2003, branch commit
+# c43584cba, 2024-11-13, README.md:106-124): Llama 3.2 3B, batch 5, max_seq_len 2048, the same
+# recipe and cumulative flags (README.md:104); the published figures (b19719f9b, 2024-11-18,
+# README.md:110-129) re-measured it at batch 2 x 4096. A second token count for the same mappings.
+FLAGS_FIRST_MEASUREMENT_GIB = {
+    "flags-3b-packed": 70.52,
+    "flags-3b-compile": 59.33,
+    "flags-3b-chunked-ce": 48.69,
+    "flags-3b-ac": 25.28,
+    "flags-3b-opt-in-bwd": 23.92,
+    "flags-3b-act-offload": 22.34,
+    "flags-3b-adamw8bit": 17.57,
+    "flags-3b-lora": 9.16,
+    "flags-3b-qlora": 5.28,
+}
+# Rows whose published figure misses the targets for a reason their mapping note gives (the
+# foreach step temporary; the compiled 8-bit step's transient, not sourced): not asserted here.
+FLAGS_KNOWN_MISSES = {"flags-3b-ac", "flags-3b-adamw8bit"}
+
+
+def _at_first_measurement(case_id: str) -> dict[str, Any]:
+    case: dict[str, Any] = copy.deepcopy(BY_ID[case_id])
+    mapping = case["mapping"]
+    mapping["seq_len"] = 2048
+    mapping["setup"]["batch"] = 5
+    if mapping["setup"].get("loss") == "chunked":
+        mapping["setup"]["loss_chunk"] = 2048 // 8  # CEWithChunkedOutputLoss: 8 chunks per row
+    case["published"]["reported_memory"] = FLAGS_FIRST_MEASUREMENT_GIB[case_id]
+    assert mapping["unit"] == "GiB"
+    return case
+
+
+@pytest.mark.parametrize("case_id", sorted(set(FLAGS_FIRST_MEASUREMENT_GIB) - FLAGS_KNOWN_MISSES))
+def test_flags_rows_hold_the_targets_at_the_tables_first_measurement(case_id: str) -> None:
+    _assert_inside_targets(run_case(_at_first_measurement(case_id), CONFIGS))
+
+
+def test_flags_ac_miss_is_the_step_alone_at_both_measurements() -> None:
+    """flags-3b-ac's note: the run's figure sits at the estimate's forward/backward, and grows
+    with the tokens (24.9 GiB at 2 x 4096, 25.28 at 5 x 2048) where the step (weights, states,
+    gradients, the foreach temporary) does not depend on them; only the mapped step is above."""
+    for case in (BY_ID["flags-3b-ac"], _at_first_measurement("flags-3b-ac")):
+        mapping = case["mapping"]
+        doc = estimate_document(published.build_request(mapping, CONFIGS, dict(mapping["setup"])))
+        row = doc["rows"][0]
+        phases = {name: sum(terms.values()) for name, terms in row["phases"].items()}
+        before_step = max(v for name, v in phases.items() if name != "step")
+        error_pct = 100.0 * (before_step / published.measured_bytes(case) - 1.0)
+        assert -TARGET_MAX_UNDER_PCT <= error_pct <= TARGET_MAX_ABS_PCT, (
+            f"{mapping['setup']['batch']} x {mapping['seq_len']}: {error_pct:+.1f} %"
+        )

@@ -94,3 +94,17 @@ def test_other_stacks_keep_the_generic_fsdp_terms() -> None:
     dp = DataParallelBytes(weights=1.0, states=2.0, grads=3.0, reduce_buffers=4.0)
     layout = resolve(parse_parallel("fsdp=2"), 2)
     assert fsdp_units(dp, None, layout, 4.0, _setup("hf", n=2)) is dp  # type: ignore[arg-type]
+
+
+def test_torchtitan_2024_gets_fsdp2s_reduce_terms_but_keeps_its_last_block_at_the_loss() -> None:
+    """torch 2.6's FSDP2 (the 2024 runs' line) makes a unit's sharded gradient in its own
+    post-backward, so the last decoder unit's backward has not made its own yet; the 2024
+    stack has no separate embedding unit, so only that layer's are late. Its last block is
+    not resharded after forward (torchtitan@9dec370 parallelize_llama.py:333): the loss
+    moment keeps one unit unsharded, as the generic term counts."""
+    titan24 = _setup("torchtitan-2024", n=2)
+    phases = _phases(titan24, 256, 2)
+    layer = sum(lin.params for lin in SMALL.linears if lin.group != "head") / (SMALL.layers or 1)
+    all_grads = FP32 * SMALL.params_total / 2
+    assert phases["backward"]["gradients"] == pytest.approx(all_grads - FP32 * layer / 2, rel=1e-3)
+    assert phases["loss"]["unsharded_params"] >= BF16 * layer
