@@ -89,7 +89,13 @@ def fsdp_units(
       module's outputs (_fsdp_state.py:381-392, :434-): torchtitan's model returns the logits
       and its loss runs outside the model (trainer.py `_forward_backward_body`), so that hook
       fires once the loss's backward has made the logits' gradient and freed its fp32 buffers:
-      the loss moment holds no prefetched decoder unit (`forward_extra`).
+      the loss moment holds no prefetched decoder unit (`forward_extra`). Only with 0.3.0's
+      own head unit: `fsdp_wrap` with the lm_head in the root is torchtitan before
+      pytorch/torchtitan#1094 (83e6941, 2025-07-28), which kept the last transformer block
+      unsharded after its forward instead (torchtitan@e7c0cae
+      torchtitan/models/llama3/parallelize_llama.py:349-357 `reshard_after_forward =
+      int(layer_id) < len(model.layers) - 1`; #1094 moved that optimisation to the
+      [norm, output] unit): one decoder unit at the loss, as the generic term counts.
     Other data-parallel kinds, pipelines and other reduce dtypes keep the generic terms.
 
     `torchtitan-2024` (9dec370 on torch 1963fc8, the 2.6 line) gets the torch FSDP2 parts only:
@@ -127,11 +133,15 @@ def fsdp_units(
         )
     ):
         head_kept = r.head_weights  # data._separate_units `kept` of the head unit
+    # 0.3.0's units reshard every block after its forward; with the head in the root unit
+    # (`fsdp_wrap` without norm_lm_head / lm_head: torchtitan before #1094) the last block
+    # was kept unsharded instead, the one unit the generic term counts at the loss
+    head_unit = {"norm_lm_head", "lm_head"} & set(layout.separate_units)
+    no_unit_at_loss = titan03 and layout.reshard_after_forward and bool(head_unit)
     out = dataclasses.replace(
         dp,
         backward_extra=dp.backward_extra - head_kept,
-        forward_extra=dp.forward_extra
-        - (r.unit_weights if layout.reshard_after_forward and titan03 else 0),
+        forward_extra=dp.forward_extra - (r.unit_weights if no_unit_at_loss else 0.0),
         grads_late=(unit + embed) * shard,
         # after a layer unit's backward, its reduce: copy-in (gradients + input), then the
         # input, the divide's temporary and the output (the unit's sharded gradients)

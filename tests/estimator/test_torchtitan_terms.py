@@ -108,3 +108,21 @@ def test_torchtitan_2024_gets_fsdp2s_reduce_terms_but_keeps_its_last_block_at_th
     all_grads = FP32 * SMALL.params_total / 2
     assert phases["backward"]["gradients"] == pytest.approx(all_grads - FP32 * layer / 2, rel=1e-3)
     assert phases["loss"]["unsharded_params"] >= BF16 * layer
+
+
+def test_torchtitan_with_the_head_in_the_root_keeps_its_last_block_at_the_loss() -> None:
+    """`fsdp_wrap` "layer" under the torchtitan stack is torchtitan before pytorch/torchtitan
+    #1094 (83e6941, 2025-07-28): tok_embeddings, norm and output in the root unit, and the
+    last transformer block not resharded after its forward (e7c0cae
+    torchtitan/models/llama3/parallelize_llama.py:349-357, `int(layer_id) <
+    len(model.layers) - 1`), so the loss holds the root and that block unsharded. 0.3.0's own
+    units (a kept [norm, lm_head] unit, every block resharded) hold no decoder unit there."""
+    layer = sum(lin.params for lin in SMALL.linears if lin.group != "head") / (SMALL.layers or 1)
+    root_only = TrainingSetup(
+        **{**_setup(n=2).model_dump(exclude_unset=True), "fsdp_wrap": "layer"}
+    )
+    loss = _phases(root_only, 256, 2)["loss"]["unsharded_params"]
+    root = 2 * (SMALL.vocab or 0) * (SMALL.hidden or 0) * BF16  # untied embedding + output
+    assert loss - root == pytest.approx(layer * BF16, rel=1e-2)  # one block (norms aside)
+    own_units = _phases(_setup(n=2), 256, 2)["loss"]["unsharded_params"]
+    assert own_units < loss - 0.5 * layer * BF16
