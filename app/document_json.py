@@ -36,6 +36,7 @@ import pydantic_core
 # (marker, what it is searched by): a one-byte search is a memchr, fast for the rare N and I
 _MARKERS = ((b"NaN", b"N"), (b"Infinity", b"I"))
 _DASH, _DOT, _ZERO, _NINE, _E, _QUOTE = b'-.09e"'
+_DASH_U8 = np.uint8(_DASH)  # `.` is `-` + 1
 _PAD = b"    "  # no marker byte, no digit: a marker's look-ahead past the end sees text
 _TOKEN_CHARS = b"-+.0123456789eNaIfinty"
 _NUMBER = re.compile(rb"-?(?:\d+(?:\.\d+)?(?:e[-+]?\d+)?|NaN|Infinity)")
@@ -56,7 +57,7 @@ def _marker_positions(out: bytes, codes: Any) -> list[int]:
     """Where a marker starts, ascending: `e-` and one digit not followed by a digit (`1e-7`:
     Python writes `1e-07`), `0.0000` (overlapping ones too), `NaN`, `Infinity`. `codes`:
     `out` and `_PAD` as uint8 (the pad keeps every look-ahead below in bounds)."""
-    at = np.flatnonzero((codes == _DASH) | (codes == _DOT))
+    at = np.flatnonzero(np.subtract(codes, _DASH_U8) <= 1)  # `-` or `.` (uint8 wraps below)
     at = at[at >= 1]  # both markers have a byte before the `-` or `.`
     before = codes[at - 1]
     at = at[(before == _E) | (before == _ZERO)]  # `e-`, `0.` (and the rare `e.`, `0-`)
