@@ -9,6 +9,7 @@ naming the missing term, so they fail loudly the day they start passing (none to
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from bench.published import (
     run_case,
 )
 from estimator.document import estimate_document
+from estimator.parallel.layout import parse_parallel, resolve
 
 CONFIGS, CASES = load()
 BY_ID = {c["id"]: c for c in CASES}
@@ -46,14 +48,68 @@ def _assert_inside_targets(result: CaseResult) -> None:
     )
 
 
+# The 38 cases of shared/reference/measured_cases.json, and the rows of torchtitan's 2024 document
+# that the reference left out (its Table 6), added from the document itself.
+REFERENCE_CASES = 38
+TITAN_202412 = "llama3_h100_202412_torchtitan.md"
+# Memory-figure rows per table of pytorch/torchtitan@b5bcd76
+# benchmarks/llama3_h100_202412_torchtitan.md (Tables 1-6: 3 + 4 + 3 + 2 + 2 + 4 rows): every row
+# is a case, none cherry-picked.
+TITAN_202412_TABLE_ROWS = {"1": 3, "2": 4, "3": 3, "4": 2, "5": 2, "6": 4}
+
+
+def _titan_202412_table(case: dict[str, Any]) -> str:
+    """The table number the reference's notes give ('Table 1', 'Table 5; ...')."""
+    found = re.findall(r"\bTable (\d+)\b", str(case["published"]["notes"]))
+    assert len(found) == 1, case["id"]
+    return str(found[0])
+
+
 def test_every_published_case_is_kept_with_its_source() -> None:
-    assert len(CASES) == 38
-    assert len(BY_ID) == 38
+    # the reference holds Tables 1-5 of the document; Table 6's rows are the added ones
+    assert len(CASES) == REFERENCE_CASES + TITAN_202412_TABLE_ROWS["6"]
+    assert len(BY_ID) == len(CASES)
     for case in CASES:
         pub = case["published"]
         assert pub["source"].startswith("https://"), case["id"]
         assert pub["source_file"] and pub["memory_metric"], case["id"]
         assert pub["reported_memory"] > 0, case["id"]
+
+
+def test_every_memory_row_of_torchtitans_2024_document_is_a_case() -> None:
+    """Each table of the document contributes all of its rows (Table 6 too, whose rows the
+    reference left out), each mapped, with the table's own sequence length and counter."""
+    rows = [c for c in CASES if c["published"]["source"].endswith(TITAN_202412)]
+    counts: dict[str, int] = {}
+    for case in rows:
+        table = _titan_202412_table(case)
+        counts[table] = counts.get(table, 0) + 1
+        assert case["published"]["reported_unit"] == "GiB", case["id"]
+        assert "max_reserved" in case["published"]["memory_metric"], case["id"]
+        assert case["mapping"]["seq_len"] == case["published"]["seq_len"], case["id"]
+    assert counts == TITAN_202412_TABLE_ROWS
+
+
+def test_table_6_rows_shard_and_split_the_local_batch_like_torchtitan() -> None:
+    """Table 6: 512 GPUs, TP 8, PP 8, local batch 8 -> 8 micro-batches of 1 (pipeline_llama.py
+    n_microbatches = pp degree), FSDP x CP = 8 ranks in every row (dp_shard_cp), so each row has
+    seq_len / cp tokens per GPU."""
+    table6 = [
+        c
+        for c in CASES
+        if c["published"]["source"].endswith(TITAN_202412) and _titan_202412_table(c) == "6"
+    ]
+    assert len(table6) == TITAN_202412_TABLE_ROWS["6"]
+    for case in table6:
+        mapping = case["mapping"]
+        layout = parse_parallel(mapping["setup"]["parallel"])
+        resolved = resolve(layout, mapping["setup"]["num_gpus"])
+        assert (resolved.tp, resolved.pp, resolved.sp) == (8, 8, True), case["id"]
+        assert resolved.data == "fsdp" and resolved.shard * resolved.cp == 8, case["id"]
+        assert resolved.gpus == case["published"]["num_gpus"] == 512, case["id"]
+        assert mapping["setup"]["batch"] * resolved.pp == case["published"]["micro_batch"]
+        assert mapping["seq_len"] // resolved.cp == 32768, case["id"]
+        assert mapping["setup"]["pp_schedule"] == "1f1b", case["id"]
 
 
 def test_counter_decides_the_compared_figure() -> None:
@@ -114,7 +170,7 @@ def test_error_sign_is_positive_for_an_overestimate() -> None:
 
 
 def test_allocated_figure_takes_the_context_off_a_document_without_allocated_bytes() -> None:
-    row = {"components": {"overhead": 100}, "fit": {"x": {"peak_bytes": 1100}}}
+    row: dict[str, Any] = {"components": {"overhead": 100}, "fit": {"x": {"peak_bytes": 1100}}}
     assert figure_bytes({"rows": [row]}, "allocated") == 1000
     assert figure_bytes({"rows": [row]}, "reserved") is None
     row["fit"]["x"].update(allocated_bytes=900, reserved_bytes=950)
