@@ -80,11 +80,10 @@ class _Columns:
         self.allocated = [_int(mem.allocated)]
         self.reserved = [_int(mem.reserved)]
         self.host = [_int(mem.host)]
-        comps = mem.components
-        self.components = [
-            {name: None if comps[name] is None else _int(comps[name]) for name in COMPONENTS}
-        ]
-        ceil = math.ceil  # `_int` of a Python float, the usual part (estimator/lazy_numpy.py)
+        ceil = math.ceil  # `_int` of a Python float, the usual value (estimator/lazy_numpy.py)
+        values = [mem.components[name] for name in COMPONENTS]
+        rounded = [v if v is None else ceil(v) if type(v) is float else _int(v) for v in values]
+        self.components = [dict(zip(COMPONENTS, rounded, strict=True))]
         phases = {
             moment: {name: ceil(v) if type(v) is float else _int(v) for name, v in parts.items()}
             for moment, parts in mem.phases.items()
