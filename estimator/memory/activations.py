@@ -541,8 +541,14 @@ def layer_activations(
     MLP-wide tensors; an fp32 adapter on down_proj adds the gradient of its fp32 input copy.
     The incoming gradient has the layer output's dtype (torch/csrc/autograd/engine.cpp
     `validate_outputs` casts each gradient to its input's metadata dtype): fp32 under AMP full
-    fine-tuning, whose residual stream is fp32 (`input_bytes`). An MoE block's gradients are
-    in its experts' dtype (`expert_bytes`).
+    fine-tuning, whose residual stream is fp32 (`input_bytes`); counted so for an MoE block,
+    whose grouped_mm output is fp32 there too (no bf16 copy of the gradient for the branch),
+    and its expert gradients in the experts' dtype (`expert_bytes`). The dense MLP under AMP
+    keeps the compute dtype here: its backward moment (small-llama, 1024 tokens) holds the
+    fp32 gradient but no longer down_proj's bf16 weight copy (`weight_casts`, released with
+    that matmul's backward), two differences of opposite sign that this round does not model
+    (at 256 tokens on small-qwen3 the most is inside down_proj's backward instead, with its
+    weight copy and a bf16 weight gradient alive; bench/results/accuracy_hf_2026-12-03e.md).
     Checked to the byte on the hf stack's full fine-tuning of small-llama at 256 tokens (fake
     trace, bench/accuracy.py): 4,003,840 B estimated + rope's cos/sin (65,536 B, not modelled)
     + nine 512-byte scalars = 4,073,984 B measured."""
@@ -570,17 +576,16 @@ def layer_activations(
         saved += core
     mlp_saved, width = _mlp(ctx, spec, mlp_type == MLP_MOE)
     saved += mlp_saved
-    wide = expert_bytes(ctx, spec) if mlp_type == MLP_MOE else cb  # the expert path's gradients
-    grad = ctx.input_bytes * h  # the incoming gradient, in the layer output's dtype
-    transient = grad + 2 * wide * width
+    moe = mlp_type == MLP_MOE
+    # the incoming gradient; an MoE block's in its output's dtype (`input_bytes`), the dense
+    # MLP's as before (see the docstring)
+    grad = (ctx.input_bytes if moe else cb) * h
+    transient = grad + 2 * (expert_bytes(ctx, spec) if moe else cb) * width
     if not ctx.full and "down_proj" in ctx.targets and ctx.adapter_each not in (0, cb):
         transient += ctx.adapter_each * width  # d(adapter-dtype copy of down's input), cast
-    per_layer = transient_layer = other = 0.0
     if mlp_type != MLP_MOE:
-        # two moments: the MLP's backward, by which time down_proj's backward has run and
-        # released its saved bf16 weight copy (`down_cast`), and the recompute's forward
-        other = _forward_transient(ctx, spec)
-        transient_layer = -down_cast(ctx, spec)
+        transient = max(transient, _forward_transient(ctx, spec))
+    per_layer = transient_layer = other = 0.0
     if mlp_type == MLP_MOE and ctx.expert_lora:
         # peft's merged expert weights: their gradient (per layer) comes later in the block's
         # backward than the combine's temporaries, which are gone by then: two moments
@@ -592,25 +597,6 @@ def layer_activations(
     return LayerActivations(
         saved, per_seq, transient, per_layer, transient_layer, input_reused(ctx, spec), other
     )
-
-
-def down_cast(ctx: Context, spec: ModelSpec) -> float:
-    """Bytes per layer of autocast's bf16 copy of the dense MLP's down projection weight
-    (`weight_casts`, AMP full fine-tuning) that are gone by the MLP's backward moment: the
-    copy is saved by down_proj's matmul (for its input's gradient) and held by nothing else
-    in the backward's recompute, whose autocast region has exited and cleared the cache
-    (torch/amp/autocast_mode.py:346-349), so the engine frees it once that matmul's backward
-    node has run (torch/csrc/autograd/engine.cpp evaluate_function: `fn.release_variables()`).
-    Seen on the hf stack's small-llama at 1024 tokens (fake trace): q, k, v, o, gate and up
-    copies alive at the activations' most, down_proj's not."""
-    if not ctx.weight_casts or not ctx.full or not spec.layers:
-        return 0.0
-    down = sum(
-        lin.in_features * lin.out_features * lin.count
-        for lin in spec.linears
-        if lin.name in ("down_proj", "mlp.c_proj") and lin.experts == 1
-    )
-    return float(BF16 * down / spec.layers)
 
 
 def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_proj") -> float:
