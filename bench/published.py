@@ -2,8 +2,10 @@
 
 `bench/data/published_cases.json` holds every case of the shared reference set (torchtitan's
 benchmarks, torchtune's README tables, Liger-Kernel's HF example) verbatim under `published`,
-and under `mapping` what this benchmark sends to the estimator: model, setup, sequence length,
-GPU, which counter the source read and therefore which estimate figure is compared:
+plus the rows of torchtitan's 2024 document the set left out (its Table 6, copied from the
+document in the same fields; grouped with that document's other rows), and under `mapping`
+what this benchmark sends to the estimator: model, setup, sequence length, GPU, which counter
+the source read and therefore which estimate figure is compared:
 
 - `allocated` (`max_memory_allocated`, torchtune's `active_bytes.all.peak`): the document's
   `allocated_bytes`; a document without it (before issue 10's stacks) has `peak_bytes` =

@@ -57,20 +57,20 @@ class _Columns:
         self.reserved = _ints(mem.reserved, shape)
         self.host = _ints(mem.host, shape)
         comps = mem.components
-        parts = [
-            (name, None if comps[name] is None else _ints(comps[name], shape))
+        columns = [
+            [None] * rows if comps[name] is None else _ints(comps[name], shape)
             for name in COMPONENTS
         ]
         self.components = [
-            {name: None if v is None else v[i] for name, v in parts} for i in range(rows)
+            dict(zip(COMPONENTS, row, strict=True)) for row in zip(*columns, strict=True)
         ]
+        # each moment's parts, row by row, then the moments of each row
         moments = [
-            (moment, [(name, _ints(v, shape)) for name, v in parts_.items()])
-            for moment, parts_ in mem.phases.items()
+            [dict(zip(parts, row, strict=True)) for row in _rows_of(parts, shape)]
+            for parts in mem.phases.values()
         ]
-        self.phases = [
-            {moment: {name: v[i] for name, v in p} for moment, p in moments} for i in range(rows)
-        ]
+        names = list(mem.phases)
+        self.phases = [dict(zip(names, row, strict=True)) for row in zip(*moments, strict=True)]
         self.peak_phase = [_peak_phase(p) for p in self.phases]
 
     def _one(self, mem: MemoryBreakdown) -> None:
@@ -84,17 +84,21 @@ class _Columns:
         self.components = [
             {name: None if comps[name] is None else _int(comps[name]) for name in COMPONENTS}
         ]
+        ceil = math.ceil  # `_int` of a Python float, the usual part (estimator/lazy_numpy.py)
         phases = {
-            moment: {name: _int(v) for name, v in parts.items()}
+            moment: {name: ceil(v) if type(v) is float else _int(v) for name, v in parts.items()}
             for moment, parts in mem.phases.items()
         }
         self.phases = [phases]
         self.peak_phase = [_peak_phase(phases)]
 
-    def phases_at(self, i: int) -> dict[str, dict[str, int]]:
-        """Each moment of the step (memory/model.py `_phases`) by part, bytes without the
-        overhead and the allocator's slack; the largest is `peak_phase` (a fresh copy)."""
-        return {moment: dict(parts) for moment, parts in self.phases[i].items()}
+
+def _rows_of(parts: dict[str, Any], shape: tuple[int, ...]) -> Any:
+    """The values of `parts` (name -> bytes over the rows) row by row, whole bytes (`_ints`);
+    as many rows as `shape` says even with no parts."""
+    if not parts:
+        return [()] * shape[0]
+    return zip(*(_ints(v, shape) for v in parts.values()), strict=True)
 
 
 def _peak_phase(phases: dict[str, dict[str, int]]) -> str | None:
@@ -171,17 +175,16 @@ def estimate_rows(
     columns = {id(m): _Columns(m, size) for m in by_devices.values()}
     base = columns[id(mem)]
     # what each option's fit entry takes from the option alone, once (not per row); an option
-    # on its own card count (`own`) carries that breakdown's parts: the first option of the
-    # count takes the row's dicts of its `_Columns`, the others copies
+    # on another card count than the row's (`own`) carries that breakdown's parts: the row's
+    # dicts of its `_Columns`, one set per card count, shared by the options of that count
+    # (equal figures; the document is read, not edited, by its consumers)
     per = []
-    taken = {id(mem)}  # the base's row dicts go to the rows themselves
     for opt in options:
         m = per_option[opt.option]
         col = columns[id(m)]
         cap = opt.gpu.capacity_bytes
         codes = [verdict_code(peak, cap, usable_fraction) for peak in col.peak]
-        own = 0 if m is mem else 2 if id(m) in taken else 1
-        taken.add(id(m))
+        own = m is not mem
         per.append(
             (
                 opt.option,
@@ -212,13 +215,9 @@ def estimate_rows(
                 "margin_bytes": usable - peak_bytes,
                 "peak_is_lower_bound": lower,
             }
-            if own == 1:
+            if own:
                 entry["components"] = col.components[i]
                 entry["phases"] = col.phases[i]
-                entry["peak_phase"] = col.peak_phase[i]
-            elif own:
-                entry["components"] = dict(col.components[i])
-                entry["phases"] = col.phases_at(i)
                 entry["peak_phase"] = col.peak_phase[i]
         seq = int(seq)
         rows.append(

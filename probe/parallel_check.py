@@ -234,6 +234,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     try:
         return [run_layout(config, layout, args, counter) for layout in args.layout.split(",")]
     finally:
+        dist.barrier()  # no rank tears gloo down while another still has a collective in flight
         dist.destroy_process_group()
 
 
@@ -260,5 +261,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _exit_without_finalizing(rc: int) -> None:
+    """Leaves without interpreter finalization: gloo's worker threads can still hold work
+    objects whose tensors have Python owners, and freeing them while the interpreter is torn
+    down aborts the process ("terminate called without an active exception", pytorch/pytorch
+    PR 179291, issue 190489), seen here about once in ten 2-rank runs after a clean step.
+    Everything the run reports is written and flushed before this."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit_without_finalizing(main())

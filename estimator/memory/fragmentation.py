@@ -116,26 +116,23 @@ def counts_fragmentation(setup: TrainingSetup, profile: Profile) -> bool:
     return setup.stack != "probe" and bool(profile.get("memory", "count_allocator_slack"))
 
 
-def loss_hole_bytes(
-    setup: TrainingSetup,
-    profile: Profile,
-    logits_bytes: Any,
-    logit_dtype: int,
-    counts: bool | None = None,
-) -> Any:
-    """Bytes the eager full loss leaves cached and unused at its backward (module note, 1).
-    `logits_bytes` = tokens x vocab x `logit_dtype`. None for a compiled loss (no fp32 copy),
-    a held model output (then the logits are allocated, not a hole), fp32 logits, or another
-    loss. `counts`: `counts_fragmentation(setup, profile)` when the caller has it (the same
-    for the two other terms)."""
-    if counts is None:
-        counts = counts_fragmentation(setup, profile)
-    zero = np.asarray(logits_bytes, dtype=np.float64) * 0.0
-    if not counts or setup.loss != "full" or logit_dtype >= FP32:
-        return zero
+def leaves_loss_hole(setup: TrainingSetup, profile: Profile, logit_dtype: int) -> bool:
+    """Whether the loss leaves the hole of `loss_hole_bytes` (module note, 1): the eager full
+    loss of logits narrower than fp32. None for a compiled loss (no fp32 copy), a held model
+    output (then the logits are allocated, not a hole), fp32 logits, or another loss."""
+    if not counts_fragmentation(setup, profile) or setup.loss != "full" or logit_dtype >= FP32:
+        return False
     if profile.get("memory", "hold_model_output"):
-        return zero
-    if setup.compile and "full" in (load_stack(setup.stack).get("loss_compiled") or ()):
+        return False
+    return not (setup.compile and "full" in (load_stack(setup.stack).get("loss_compiled") or ()))
+
+
+def loss_hole_bytes(leaves_hole: bool, logits_bytes: Any) -> Any:
+    """Bytes the eager full loss leaves cached and unused at its backward (module note, 1):
+    `logits_bytes` = tokens x vocab x the logits' dtype where the loss leaves it
+    (`leaves_hole`: `leaves_loss_hole`), else none."""
+    zero = np.asarray(logits_bytes, dtype=np.float64) * 0.0
+    if not leaves_hole:
         return zero
     return zero + logits_bytes
 
@@ -156,38 +153,25 @@ def reduce_pool_bytes(setup: TrainingSetup, profile: Profile, reduce_stream: flo
     return reduce_stream
 
 
-def forward_cache_bytes(
-    setup: TrainingSetup,
-    profile: Profile,
-    layer_bytes: Any,
-    kept_bytes: Any,
-    counts: bool | None = None,
-) -> Any:
-    """Bytes the last decoder layer's forward leaves cached at the loss (module note, 3):
-    `layer_bytes` = one layer's activations as the recompute keeps them (worst layer kind),
-    `kept_bytes` = the part the checkpointing policy keeps allocated (selective)."""
-    if counts is None:
-        counts = counts_fragmentation(setup, profile)
+def forward_cache_bytes(layer_bytes: Any, kept_bytes: Any, counts: bool) -> Any:
+    """Bytes the last checkpointed decoder layer's forward leaves cached at the loss (module
+    note, 3; none without checkpointing: the caller's): `layer_bytes` = one layer's
+    activations as the recompute keeps them (worst layer kind), `kept_bytes` = the part the
+    checkpointing policy keeps allocated (selective). `counts`: `counts_fragmentation` (the
+    same for `grad_cache_bytes`)."""
     zero = np.asarray(layer_bytes, dtype=np.float64) * 0.0
-    if not counts or setup.checkpointing == "none":
+    if not counts:
         return zero
     return np.maximum(zero + layer_bytes - kept_bytes, 0.0)
 
 
 def grad_cache_bytes(
-    setup: TrainingSetup,
-    profile: Profile,
-    grads: list[tuple[float, int]],
-    loss_first: Any,
-    kept: Any,
-    counts: bool | None = None,
+    grads: list[tuple[float, int]], loss_first: Any, kept: Any, counts: bool
 ) -> Any:
     """Bytes of the previous step's gradient blocks still cached at the loss (module note, 4):
     the gradient tensors (`grads`: (bytes, count) pairs) smaller than the loss's first tensor
     (`loss_first` = tokens x vocab x the logits' dtype) less the activations the forward keeps
     (`kept`), which are carved from them."""
-    if counts is None:
-        counts = counts_fragmentation(setup, profile)
     first = np.asarray(loss_first, dtype=np.float64)
     if not counts or not grads:
         return first * 0.0

@@ -3,6 +3,7 @@ their gradients, for each loss implementation a stack can run."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from estimator import lazy_numpy as np
@@ -75,6 +76,49 @@ def loss_parallel_extra_bytes(
     return local_logits * float(max(extra, 0))
 
 
+@dataclass(frozen=True)
+class LossRule:
+    """What the loss's terms (`logits_bytes`, `loss_bytes`, `loss_backward_activations`) read
+    from the setup, its stack and the profile, read once per (setup, profile, logits dtype) by
+    `loss_rule` (memory/model.py keeps it with the length-free terms) and used at every
+    length."""
+
+    loss: str  # setup.loss
+    compiled: bool  # the loss runs compiled (setup.compile and in the stack's `loss_compiled`)
+    per_logit: Any  # the one-device full loss's bytes per logit (the profile's, or derived)
+    fixed_chunked: Any  # the profile's `chunked_logits_fixed_bytes` (seed 000's hand rule)
+    num_chunks: Any  # the stack's `loss_num_chunks` (torchtune)
+    chunk: int  # setup.loss_chunk or 4096 positions
+    row_scope: bool  # the stack's `loss_chunk_scope` is `row`
+    upcasts_head: bool  # the stack's `loss_upcasts_head` (TRL)
+    target: float  # the stack's `loss_target_bytes` (Unsloth), 4 GiB without
+    torchtune_eager: bool  # torchtune 0.6.1's eager loss, its own moments (`logits_bytes`)
+    torchtune_backward: bool  # its backward's non-vocab tensors (`loss_backward_activations`)
+
+
+def loss_rule(setup: TrainingSetup, profile: Profile, logit_dtype: int) -> LossRule:
+    """The `LossRule` of `setup` under `profile` with logits in `logit_dtype` bytes."""
+    stack = load_stack(setup.stack)
+    compiled = bool(setup.compile) and setup.loss in (stack.get("loss_compiled") or ())
+    fixed_chunked = profile.get("memory", "chunked_logits_fixed_bytes")
+    num_chunks = stack.get("loss_num_chunks")
+    chunked_output = setup.loss == "chunked" and bool(num_chunks)
+    return LossRule(
+        loss=setup.loss,
+        compiled=compiled,
+        per_logit=profile.get("memory", "logits_bytes_per_logit")
+        or loss_bytes_per_logit(logit_dtype, bool(profile.get("memory", "hold_model_output"))),
+        fixed_chunked=fixed_chunked,
+        num_chunks=num_chunks,
+        chunk=setup.loss_chunk or 4096,
+        row_scope=stack.get("loss_chunk_scope") == "row",
+        upcasts_head=bool(stack.get("loss_upcasts_head")),
+        target=float(stack.get("loss_target_bytes") or 4 * 2**30),
+        torchtune_eager=chunked_output and not (compiled or fixed_chunked),
+        torchtune_backward=chunked_output and not compiled,
+    )
+
+
 def chunked_output_loss_bytes(
     tokens: Any, chunk: Any, vocab: int, logit_dtype: int, grad_hidden: Any, head_grad: float = 0.0
 ) -> Any:
@@ -112,21 +156,14 @@ def chunked_output_loss_bytes(
 
 
 def loss_backward_activations(
-    tokens: Any,
-    seq: Any,
-    shape: tuple[int, int],
-    setup: TrainingSetup,
-    dtypes: tuple[int, int],
-    head_grad: float = 0.0,
+    rule: LossRule, tokens: Any, shape: tuple[int, int], dtypes: tuple[int, int], head_grad: float
 ) -> Any:
     """The non-vocab tensors that the loss's backward adds at their own most, which the
     tracker files as activations: for torchtune 0.6.1's eager loss the matmul phase of
     `chunked_output_loss_bytes` (the chunks' hidden-state gradients, and with a trained head
     the next chunk's weight-gradient contribution before the engine adds it into the head's
     gradient buffer, torch/csrc/autograd/input_buffer.cpp `accumulate`); 0 for the others."""
-    stack = load_stack(setup.stack)
-    compiled = bool(setup.compile) and setup.loss in (stack.get("loss_compiled") or ())
-    if setup.loss == "chunked" and stack.get("loss_num_chunks") and not compiled:
+    if rule.torchtune_backward:
         return tokens * shape[1] * dtypes[1] + head_grad
     return tokens * 0.0
 
@@ -135,28 +172,26 @@ def _next_pow2(x: Any) -> Any:
     return 2.0 ** np.ceil(np.log2(np.maximum(x, 1)))
 
 
-def _chunk_positions(tokens: Any, seq: Any, setup: TrainingSetup) -> Any:
+def _chunk_positions(rule: LossRule, tokens: Any, seq: Any) -> Any:
     """Positions of one loss chunk. `row` scope: `loss_chunk` positions of every row (probe
     loss.py:44-47: split along the sequence), so batch x min(seq, chunk); `flat`: chunks of the
     flattened micro-batch (TRL sft_trainer.py:203-214, Unsloth, torchtune); a stack with
     `loss_num_chunks` splits the tokens into that many chunks (torchtune)."""
-    stack = load_stack(setup.stack)
-    n = stack.get("loss_num_chunks")
+    n = rule.num_chunks
     if n:  # torch.chunk(n, dim=1) of every row: ceil(seq / n) positions each
         return tokens / np.maximum(seq, 1) * np.ceil(seq / n)
-    chunk = setup.loss_chunk or 4096
-    if stack.get("loss_chunk_scope") == "row":
+    chunk = rule.chunk
+    if rule.row_scope:
         batch = tokens / np.maximum(seq, 1)
         return batch * np.minimum(seq, chunk)
     return np.minimum(tokens, chunk)
 
 
 def logits_bytes(
+    rule: LossRule,
     tokens: Any,
     seq: Any,
     shape: tuple[int, int],
-    setup: TrainingSetup,
-    profile: Profile,
     dtypes: tuple[int, int],
     head_grad: float = 0.0,
 ) -> Any:
@@ -164,24 +199,16 @@ def logits_bytes(
     (`head_grad`), which the loss's backward makes while the loss holds its tensors: added to
     the loss's one moment, or for torchtune 0.6.1's eager loss to its backward moment only
     (`chunked_output_loss_bytes`)."""
-    stack = load_stack(setup.stack)
-    compiled = bool(setup.compile) and setup.loss in (stack.get("loss_compiled") or ())
-    fixed = profile.get("memory", "chunked_logits_fixed_bytes")
-    if setup.loss == "chunked" and stack.get("loss_num_chunks") and not (compiled or fixed):
+    if rule.torchtune_eager:
         vocab, hidden = shape
-        chunk = _chunk_positions(tokens, seq, setup)
+        chunk = _chunk_positions(rule, tokens, seq)
         grad_hidden = tokens * hidden * dtypes[1]
         return chunked_output_loss_bytes(tokens, chunk, vocab, dtypes[0], grad_hidden, head_grad)
-    return loss_bytes(tokens, seq, shape, setup, profile, dtypes) + head_grad
+    return loss_bytes(rule, tokens, seq, shape, dtypes) + head_grad
 
 
 def loss_bytes(
-    tokens: Any,
-    seq: Any,
-    shape: tuple[int, int],
-    setup: TrainingSetup,
-    profile: Profile,
-    dtypes: tuple[int, int],
+    rule: LossRule, tokens: Any, seq: Any, shape: tuple[int, int], dtypes: tuple[int, int]
 ) -> Any:
     """Peak bytes of the loss. `shape` = (vocab, hidden); `dtypes` = (logits dtype, hidden
     dtype). full: tokens x vocab x bytes-per-logit. chunked (checkpointed per chunk, probe and
@@ -205,32 +232,28 @@ def loss_bytes(
     Profiles may replace full and chunked by the seed's hand rules."""
     vocab, hidden = shape
     logit_dtype, hidden_dtype = dtypes
-    fixed_per_logit = profile.get("memory", "logits_bytes_per_logit")
-    per_logit = fixed_per_logit or loss_bytes_per_logit(
-        logit_dtype, bool(profile.get("memory", "hold_model_output"))
-    )
+    per_logit = rule.per_logit
     grad_hidden = tokens * hidden * hidden_dtype
-    loss = setup.loss
-    stack = load_stack(setup.stack)
-    compiled = bool(setup.compile) and loss in (stack.get("loss_compiled") or ())
+    loss = rule.loss
+    compiled = rule.compiled
     rows = tokens * 2 * FP32  # compiled cross-entropy: amax and log-sum-exp per row
     if loss == "full":
         if compiled:
             return tokens * vocab * 2 * logit_dtype + rows
         return tokens * vocab * per_logit
     if loss == "chunked":
-        fixed_chunked = profile.get("memory", "chunked_logits_fixed_bytes")
+        fixed_chunked = rule.fixed_chunked
         if fixed_chunked:
             return tokens * 0 + fixed_chunked
-        chunk = _chunk_positions(tokens, seq, setup)
-        if compiled and stack.get("loss_num_chunks"):
+        chunk = _chunk_positions(rule, tokens, seq)
+        if compiled and rule.num_chunks:
             # every chunk's logits kept in their own dtype, one chunk's gradient
             return (tokens + chunk) * vocab * logit_dtype + rows + grad_hidden
         if compiled:
             return chunk * vocab * 2 * logit_dtype + rows + grad_hidden
-        if stack.get("loss_num_chunks"):
+        if rule.num_chunks:
             return chunked_output_loss_bytes(tokens, chunk, vocab, logit_dtype, grad_hidden)
-        head = FP32 * vocab * hidden if stack.get("loss_upcasts_head") else 0
+        head = FP32 * vocab * hidden if rule.upcasts_head else 0
         return chunk * vocab * per_logit + head + grad_hidden
     if loss == "liger":
         chunk = np.minimum(_next_pow2(np.ceil(tokens / np.ceil(vocab / hidden))), tokens)
@@ -241,6 +264,6 @@ def loss_bytes(
     # fp32-logit byte / 4 (cross_entropy_loss.py:102-127). The chunk count is a multiple of 4,
     # so one chunk's fp32 logits saw-tooth below the target and tend to it; the envelope
     # min(all logits, target) is used (exact at the target, and keeps memory monotone).
-    target = float(stack.get("loss_target_bytes") or 4 * 2**30)
+    target = rule.target
     chunk_fp32 = np.minimum(tokens * vocab * FP32, target)
     return grad_hidden + 3 * chunk_fp32

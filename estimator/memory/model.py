@@ -32,14 +32,17 @@ from estimator.memory.fragmentation import (
     forward_cache_bytes,
     gather_pool_bytes,
     grad_cache_bytes,
+    leaves_loss_hole,
     loss_hole_bytes,
     reserved_with_fragmentation,
 )
 from estimator.memory.logits import (
+    LossRule,
     logits_bytes,
     loss_backward_activations,
     loss_bytes_per_logit,
     loss_forward_bytes_per_logit,
+    loss_rule,
 )
 from estimator.memory.reserved import grad_tensor_sizes, slack_bytes, with_slack
 from estimator.memory.states import StateBytes, trainable_state_bytes
@@ -188,148 +191,70 @@ def memory_breakdown(
         from estimator.memory.sharded import layout_breakdown
 
         return layout_breakdown(spec, setup, seq_len, batch, profile, layout)
-    sharding = setup.sharding
-    if n > 1 and sharding == "none":
-        sharding = "device_map"
+    # the terms that do not depend on the length, once per (spec, setup, profile, devices);
+    # AMP or not (`amp_full`) also follows `parallel` layouts' context (weights.masters_layout)
+    skey = setup_key(setup) if skey is None else skey
+    amp = amp_full(setup)
+    f = _FIXED.get(
+        (spec, profile),
+        (skey, amp, torchtitan.on_cpu_referee(), n),
+        lambda: _fixed(spec, setup, profile, n, amp),
+    )
     seq = np.asarray(seq_len, dtype=np.float64)
     tokens = seq * np.asarray(batch, dtype=np.float64)
+    return _at_lengths(f, spec, setup, seq, tokens)
+
+
+def _at_lengths(
+    f: _Fixed, spec: ModelSpec, setup: TrainingSetup, seq: Any, tokens: Any
+) -> MemoryBreakdown:
+    """`memory_breakdown` at `seq` (scalar or array) from its length-free terms `f`: every
+    setting the per-length terms need is in `f`, read once by `_fixed`."""
     missing: dict[str, str] = {}
-    # the terms that do not depend on the length, once per (spec, setup, profile, devices)
-    skey = setup_key(setup) if skey is None else skey
-    key = (*skey, amp_full(setup), torchtitan.on_cpu_referee())
-    f = _FIXED.get((spec, profile), (key, n), lambda: _fixed(spec, setup, profile, n, key))
-    states, weights, trainable, stream = f.states, f.weights, f.trainable, f.stream
-
-    h, layers, vocab = spec.hidden, spec.layers, spec.vocab
-    per_layer_checkpoint = tokens * h * f.checkpoint_dtype if h else None
-    host = tokens * 0.0
-    layer_split = n if sharding == "device_map" else 1
-
-    checkpoints: Any
-    recompute: Any
-    ctx: Context | None = None
     fwd_cache: Any = tokens * 0.0
     grads_cached: Any = tokens * 0.0
-    if not spec.geometry_known:
-        recompute = None
-        missing["recompute_peak"] = "needs the layer geometry (heads, MLP); give a config.json"
-        if setup.checkpointing == "none":
-            checkpoints = None
-            missing["checkpoints"] = (
-                "without checkpointing every layer's activations count: needs a config.json"
-            )
-        elif per_layer_checkpoint is None or not layers:
-            checkpoints = None
-            missing["checkpoints"] = "needs --hidden and --layers"
-        else:
-            checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
+    if not f.geometry_known:
+        checkpoints, recompute, host = _without_geometry(f, spec, tokens, missing)
     else:
-        assert h and layers
-        ctx, acts = f.ctx, f.acts
-        if setup.checkpointing == "none":
-            checkpoints = (
-                sum(
-                    count * (a.per_token * tokens + a.per_token_seq * tokens * seq + a.per_layer)
-                    for a, count in acts
-                )
-                - tokens * f.first_norm_unsaved
-            )
-            recompute = np.max(
-                [
-                    np.maximum(
-                        a.transient_per_token * tokens + a.transient_per_layer,
-                        a.other_transient_per_token * tokens,
-                    )
-                    for a, _ in acts
-                ],
-                axis=0,
-            )
-            held, dequant = f.dequant
-            if dequant:  # torchao's NF4 dequantization (memory/dequant.py)
-                recompute = np.maximum(recompute, tokens * held + dequant)
-            recompute = np.maximum(recompute, tokens * f.final_norm)
-        elif setup.checkpointing == "selective":
-            checkpoints = tokens * f.selective * layers
-            recompute = _recompute_peak(spec, profile, acts, tokens, seq, f.cb, f.dequant)
-            fwd_cache = forward_cache_bytes(
-                setup, profile, _layer_saved(acts, tokens, seq), tokens * f.selective, f.frag
-            )
-        else:
-            checkpoints, host = _checkpoint_bytes(setup, profile, per_layer_checkpoint, layers)
-            recompute = _recompute_peak(spec, profile, acts, tokens, seq, f.cb, f.dequant)
-            saved = _layer_saved(acts, tokens, seq)
-            fwd_cache = forward_cache_bytes(setup, profile, saved, 0.0, f.frag)
-        checkpoints = (
-            checkpoints / layer_split
-            + mask_bytes(spec, setup, seq, tokens, ctx)
-            + f.rope_per_position * seq
-        )
-        recompute = recompute + f.tied_head_grad
-        host = host / layer_split
-
+        checkpoints, recompute, host, fwd_cache = _layer_terms(f, spec, tokens, seq)
     host = host + f.paged
-    if vocab and h:
-        logit_dtype = f.logit_dtype
-        shape, dtypes = (vocab, h), (logit_dtype, stream)
-        logits = logits_bytes(tokens, seq, shape, setup, profile, dtypes, f.head_grad)
-        logits_other: dict[str, Any] = {}
-        transient = tokens * 0.0  # a second head-gradient-sized temporary (not vocab-wide)
-        if f.head_grad:  # what the head's gradient adds to the loss's peak: one gradient, and
-            # torchtune 0.6.1's next weight-gradient contribution (`chunked_output_loss_bytes`)
-            added = logits - logits_bytes(tokens, seq, shape, setup, profile, dtypes)
-            logits_other["gradients"] = np.minimum(added, f.head_grad)
-            transient = added - logits_other["gradients"]
-        loss_logits = logits - logits_other.get("gradients", 0.0) - transient  # logit tensors
-        # the loss backward's own non-vocab most (tracked as activations), whichever moment
-        # sets the loss's peak
-        backward_acts = loss_backward_activations(tokens, seq, shape, setup, dtypes, f.head_grad)
-        hole = loss_hole_bytes(setup, profile, tokens * vocab * logit_dtype, logit_dtype, f.frag)
-        if checkpoints is not None and sharding == "none":  # last step's grads (fragmentation 4)
-            grads_cached = grad_cache_bytes(
-                setup, profile, f.grad_sizes, tokens * vocab * logit_dtype, checkpoints, f.frag
-            )
-        # the frozen fp32 head's bf16 cast and the last norm's and head's saved inputs: not
-        # vocab-wide (`logits_other`)
-        other = tokens * 0.0 + f.head_cast
-        if f.head_input is not None:
-            other = other + tokens * f.head_input
-        logits = logits + other
-        per_logit = (tokens * vocab, *f.per_logit)
-        logits, other = _with_forward_casts(
-            (logits, other), spec, setup, profile, per_logit, tokens
-        )
-        logits_other["activations"] = other + backward_acts  # >= `transient`
+    logits, hole, loss_logits = None, tokens * 0.0, None
+    logits_other: dict[str, Any] = {}
+    if spec.vocab and spec.hidden:
+        logits, loss_logits, logits_other = _loss_terms(f, spec, tokens, seq)
+        first = tokens * spec.vocab * f.logit_dtype  # the loss's first tensor, the logits
+        hole = loss_hole_bytes(f.loss_hole, first)
+        if checkpoints is not None and f.sharding == "none":  # last step's grads (fragmentation 4)
+            grads_cached = grad_cache_bytes(f.grad_sizes, first, checkpoints, f.frag)
     else:
-        logits, hole, loss_logits = None, tokens * 0.0, None
-        logits_other = {}
         missing["logits"] = "needs --vocab and --hidden"
 
     overhead = tokens * 0.0 + f.context
     components = {
-        "weights": tokens * 0.0 + weights,
-        "trainable_states": tokens * 0.0 + trainable,
+        "weights": tokens * 0.0 + f.weights,
+        "trainable_states": tokens * 0.0 + f.trainable,
         "checkpoints": checkpoints,
         "recompute_peak": recompute,
         "logits": logits,
         "overhead": overhead,
     }
-    phases = _phases(components, profile, f.grads, f.step, f.embed, f.keep_grads)
+    phases = _phases(components, f.peak_rule, f.grads, f.step, f.embed, f.keep_grads)
     _head_grad_at_loss(phases, logits_other.get("gradients"))
-    torchtitan.add_rope_cache(phases, spec, setup, seq)  # torchtitan's per-layer RoPE caches
+    if f.rope_cache:  # torchtitan's per-layer RoPE caches
+        torchtitan.add_rope_cache(phases, spec, setup, seq)
     allocated = _peak(phases, overhead) - overhead
     slack = with_slack(allocated, f.slack) if f.count_slack else 0.0  # allocator_slack
-    pool = f.pool
     loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
     cached = hole + np.maximum(fwd_cache, grads_cached)  # at the loss (fragmentation.py 1, 3, 4)
-    reserved = reserved_with_fragmentation(allocated, loss_phase, cached, pool, slack)
+    reserved = reserved_with_fragmentation(allocated, loss_phase, cached, f.pool, slack)
     peak = reserved + overhead
     return MemoryBreakdown(
         components,
         host,
         peak,
-        n,
-        sharding,
-        states=states,
+        f.devices,
+        f.sharding,
+        states=f.states,
         not_computable=missing,
         allocated=allocated,
         reserved=reserved,
@@ -342,11 +267,126 @@ def memory_breakdown(
     )
 
 
+def _without_geometry(
+    f: _Fixed, spec: ModelSpec, tokens: Any, missing: dict[str, str]
+) -> tuple[Any, Any, Any]:
+    """(checkpoints, recompute peak, host bytes) of a params-only spec: what cannot be computed
+    is None, with its reason in `missing`."""
+    h, layers = spec.hidden, spec.layers
+    host = tokens * 0.0
+    checkpoints = None
+    missing["recompute_peak"] = "needs the layer geometry (heads, MLP); give a config.json"
+    if f.checkpointing == "none":
+        missing["checkpoints"] = (
+            "without checkpointing every layer's activations count: needs a config.json"
+        )
+    elif not h or not layers:
+        missing["checkpoints"] = "needs --hidden and --layers"
+    else:
+        per_layer = tokens * h * f.checkpoint_dtype
+        checkpoints, host = _checkpoint_bytes(per_layer, layers, f.offload_layers)
+    return checkpoints, None, host
+
+
+def _layer_terms(f: _Fixed, spec: ModelSpec, tokens: Any, seq: Any) -> tuple[Any, Any, Any, Any]:
+    """(checkpoints, recompute peak, host bytes, the last layer's cached forward) of a spec
+    with its layer geometry, by checkpointing policy."""
+    h, layers = spec.hidden, spec.layers
+    assert h and layers
+    acts = f.acts
+    host = tokens * 0.0
+    fwd_cache = tokens * 0.0
+    if f.checkpointing == "none":
+        checkpoints = (
+            sum(
+                count * (a.per_token * tokens + a.per_token_seq * tokens * seq + a.per_layer)
+                for a, count in acts
+            )
+            - tokens * f.first_norm_unsaved
+        )
+        recompute = np.max(
+            [
+                np.maximum(
+                    a.transient_per_token * tokens + a.transient_per_layer,
+                    a.other_transient_per_token * tokens,
+                )
+                for a, _ in acts
+            ],
+            axis=0,
+        )
+        held, dequant = f.dequant
+        if dequant:  # torchao's NF4 dequantization (memory/dequant.py)
+            recompute = np.maximum(recompute, tokens * held + dequant)
+        recompute = np.maximum(recompute, tokens * f.final_norm)
+    elif f.checkpointing == "selective":
+        checkpoints = tokens * f.selective * layers
+        recompute = _recompute_peak(f, tokens, seq)
+        saved = _layer_saved(acts, tokens, seq)
+        fwd_cache = forward_cache_bytes(saved, tokens * f.selective, f.frag)
+    else:
+        per_layer = tokens * h * f.checkpoint_dtype
+        checkpoints, host = _checkpoint_bytes(per_layer, layers, f.offload_layers)
+        recompute = _recompute_peak(f, tokens, seq)
+        saved = _layer_saved(acts, tokens, seq)
+        fwd_cache = forward_cache_bytes(saved, 0.0, f.frag)
+    checkpoints = (
+        checkpoints / f.layer_split + mask_bytes(f.mask, seq, tokens) + f.rope_per_position * seq
+    )
+    recompute = recompute + f.tied_head_grad
+    return checkpoints, recompute, host / f.layer_split, fwd_cache
+
+
+def _loss_terms(
+    f: _Fixed, spec: ModelSpec, tokens: Any, seq: Any
+) -> tuple[Any, Any, dict[str, Any]]:
+    """(the `logits` component, the bytes its logit tensors hold, `logits_other`): the loss
+    moment's bytes and what of them is no vocab-wide tensor."""
+    vocab, h = spec.vocab, spec.hidden
+    assert vocab and h
+    shape, dtypes = (vocab, h), (f.logit_dtype, f.stream)
+    logits = logits_bytes(f.loss, tokens, seq, shape, dtypes, f.head_grad)
+    logits_other: dict[str, Any] = {}
+    transient = tokens * 0.0  # a second head-gradient-sized temporary (not vocab-wide)
+    if f.head_grad:  # what the head's gradient adds to the loss's peak: one gradient, and
+        # torchtune 0.6.1's next weight-gradient contribution (`chunked_output_loss_bytes`)
+        added = logits - logits_bytes(f.loss, tokens, seq, shape, dtypes)
+        logits_other["gradients"] = np.minimum(added, f.head_grad)
+        transient = added - logits_other["gradients"]
+    loss_logits = logits - logits_other.get("gradients", 0.0) - transient  # logit tensors
+    # the loss backward's own non-vocab most (tracked as activations), whichever moment
+    # sets the loss's peak
+    backward_acts = loss_backward_activations(f.loss, tokens, shape, dtypes, f.head_grad)
+    # the frozen fp32 head's bf16 cast and the last norm's and head's saved inputs: not
+    # vocab-wide (`logits_other`)
+    other = tokens * 0.0 + f.head_cast
+    if f.head_input is not None:
+        other = other + tokens * f.head_input
+    logits = logits + other
+    per_logit = (tokens * vocab, *f.per_logit)
+    logits, other = _with_forward_casts((logits, other), spec, f, per_logit, tokens)
+    logits_other["activations"] = other + backward_acts  # >= `transient`
+    return logits, loss_logits, logits_other
+
+
 @dataclass(frozen=True)
 class _Fixed:
     """The terms of `memory_breakdown` that do not depend on the length (nor the batch), for
     one (spec, setup, profile, devices): computed once by `_fixed`, read by every evaluation."""
 
+    devices: int
+    sharding: str  # `setup.sharding`, `device_map` for several cards without one
+    layer_split: int  # device_map: the layers' activations split over the cards
+    geometry_known: bool
+    checkpointing: str
+    offload_layers: float | None  # offloaded checkpoints: the layers kept on the GPU in flight
+    recompute_mlp: tuple[float, int, int, float] | None  # `_recompute_peak`'s hand rule
+    mask: tuple[int, int, int]  # `mask_rule`
+    loss: LossRule  # what the loss's terms read (memory/logits.py)
+    loss_hole: bool  # fragmentation.py `leaves_loss_hole`
+    casts: float  # `autocast_forward_casts`
+    casts_rule: str  # how the loss moment holds them (`_with_forward_casts`)
+    peak_rule: str  # the profile's `peak_rule` (`_phases`)
+    rope_cache: bool  # torchtitan's per-layer RoPE caches (torchtitan.add_rope_cache)
     cb: int
     states: StateBytes
     weights: float
@@ -382,11 +422,10 @@ class _Fixed:
 _FIXED: Memo[_Fixed] = Memo()
 
 
-def _fixed(
-    spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, key: tuple[Any, ...]
-) -> _Fixed:
-    """`memory_breakdown`'s length-free terms for `n` devices (`key`: the setup's, with AMP or
-    not, `amp_full`)."""
+def _fixed(spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, amp: bool) -> _Fixed:
+    """`memory_breakdown`'s length-free terms for `n` devices (`amp`: `amp_full(setup)`), and
+    the settings its per-length terms read."""
+    key = (*setup_key(setup), amp, torchtitan.on_cpu_referee())
     sharding = setup.sharding
     if n > 1 and sharding == "none":
         sharding = "device_map"
@@ -415,6 +454,7 @@ def _fixed(
     head_grad = head_cast = 0.0
     head_input = None
     per_logit: tuple[Any, Any] = (0.0, 0.0)
+    loss = loss_rule(setup, profile, logit_dtype)
     if vocab and h:
         if sharding == "none":
             grad_sizes = grad_tensor_sizes(spec, setup, states)
@@ -438,7 +478,25 @@ def _fixed(
         if setup.sharding == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
         else 0.0
     )
+    casts = autocast_forward_casts(spec, setup)
+    layers_in_flight = None
+    if setup.checkpointing == "offload" and h and spec.layers:
+        layers_in_flight = profile.number("memory", "offload_gpu_layers")
     return _Fixed(
+        devices=n,
+        sharding=sharding,
+        layer_split=n if sharding == "device_map" else 1,
+        geometry_known=spec.geometry_known,
+        checkpointing=setup.checkpointing,
+        offload_layers=layers_in_flight,
+        recompute_mlp=_recompute_rule(spec, setup, profile, cb),
+        mask=mask_rule(spec, setup, ctx) if ctx is not None else (0, 0, 0),
+        loss=loss,
+        loss_hole=leaves_loss_hole(setup, profile, logit_dtype),
+        casts=casts,
+        casts_rule=_casts_rule(setup, profile, casts),
+        peak_rule=profile.get("memory", "peak_rule"),
+        rope_cache=torchtitan.applies(setup),
         cb=cb,
         states=states,
         weights=weights,
@@ -476,23 +534,33 @@ def _fixed(
     )
 
 
-def mask_bytes(spec: ModelSpec, setup: TrainingSetup, seq: Any, tokens: Any, ctx: Any) -> Any:
-    """The attention mask transformers builds when SDPA cannot use `is_causal`: a sliding
-    window shorter than the sequence (transformers 5.24.0 masking_utils.py:286-287) gives a
-    boolean (1, 1, s, s) mask, broadcast over the batch (:530-539); eager attention adds the
-    mask in the compute dtype, materialised per row, for every mask kind (masking_utils
-    eager_mask). Made once per forward and alive through the backward (every checkpointed
-    layer holds it as an input). Flash attention takes the window natively: none."""
+def mask_rule(spec: ModelSpec, setup: TrainingSetup, ctx: Context) -> tuple[int, int, int]:
+    """The masks `mask_bytes` counts: (eager attention's mask kinds, bytes per element of
+    them, the sliding window of SDPA's boolean mask); zeros where none is built."""
     if setup.attention == "flash" or not load_stack(setup.stack).get("materialised_masks"):
-        return seq * 0.0
+        return 0, 0, 0
     window = spec.sliding_window
     # Mistral builds a sliding mask for every layer when config.sliding_window is set
     # (transformers 5.24.0 models/mistral/modeling_mistral.py:355)
     sliding = bool(window) and (LAYER_SLIDING in spec.layer_types or spec.model_type == "mistral")
     if ctx.eager:
         kinds = 1 + (1 if sliding and any(t != LAYER_SLIDING for t in spec.layer_types) else 0)
-        return kinds * tokens * seq * (ctx.attn_bytes or ctx.compute_bytes)
-    if sliding and window:
+        return kinds, ctx.attn_bytes or ctx.compute_bytes, 0
+    return 0, 0, (window or 0) if sliding else 0
+
+
+def mask_bytes(rule: tuple[int, int, int], seq: Any, tokens: Any) -> Any:
+    """The attention mask transformers builds when SDPA cannot use `is_causal`: a sliding
+    window shorter than the sequence (transformers 5.24.0 masking_utils.py:286-287) gives a
+    boolean (1, 1, s, s) mask, broadcast over the batch (:530-539); eager attention adds the
+    mask in the compute dtype, materialised per row, for every mask kind (masking_utils
+    eager_mask). Made once per forward and alive through the backward (every checkpointed
+    layer holds it as an input). Flash attention takes the window natively: none. `rule`:
+    `mask_rule`."""
+    kinds, per_element, window = rule
+    if kinds:
+        return kinds * tokens * seq * per_element
+    if window:
         return np.where(seq > window, seq * seq * 1.0, 0.0)
     return seq * 0.0
 
@@ -545,24 +613,31 @@ def _sharded_grads_and_step(states: StateBytes, sharding: str, n: int) -> tuple[
     return grads, states.step_transient / n
 
 
-def _checkpoint_bytes(
-    setup: TrainingSetup, profile: Profile, per_layer: Any, layers: int
-) -> tuple[Any, Any]:
+def _checkpoint_bytes(per_layer: Any, layers: int, offload_layers: float | None) -> tuple[Any, Any]:
     """HF gradient checkpointing saves each decoder layer's input (tokens x hidden). Offload
-    (Unsloth-style) moves them to host memory; `offload_gpu_layers` stay on the GPU in flight."""
+    (Unsloth-style) moves them to host memory; `offload_gpu_layers` (`offload_layers`, None
+    without offload) stay on the GPU in flight."""
     total = per_layer * layers
-    if setup.checkpointing == "offload":
-        return per_layer * profile.number("memory", "offload_gpu_layers"), total
+    if offload_layers is not None:
+        return per_layer * offload_layers, total
     return total, per_layer * 0.0
 
 
+def _casts_rule(setup: TrainingSetup, profile: Profile, casts: float) -> str:
+    """How the loss moment holds autocast's cast cache (`_with_forward_casts`): `none`
+    (no cache), `max` (TRL's chunked loss, after the forward), `add` (the other losses but the
+    eager full loss with bytes from dtypes), `full` (that one: its forward or its backward)."""
+    if not casts:
+        return "none"
+    if setup.loss == "chunked":
+        return "max"
+    if setup.loss != "full" or setup.compile or profile.get("memory", "logits_bytes_per_logit"):
+        return "add"
+    return "full"
+
+
 def _with_forward_casts(
-    loss: tuple[Any, Any],
-    spec: ModelSpec,
-    setup: TrainingSetup,
-    profile: Profile,
-    per_logit: Any,
-    tokens: Any,
+    loss: tuple[Any, Any], spec: ModelSpec, f: _Fixed, per_logit: Any, tokens: Any
 ) -> tuple[Any, Any]:
     """The loss moment under AMP full fine-tuning. The forward also holds autocast's cast
     cache (`autocast_forward_casts`), with the logits when the loss runs inside `model.forward`
@@ -577,14 +652,15 @@ def _with_forward_casts(
     it as `hidden_states` until it returns (transformers 5.24.0 models/llama/modeling_llama.py:
     469-475; GPT-2's GPT2LMHeadModel.forward likewise). `loss` is (the component so far, the
     most bytes of it that are no logits); returns both with the copies (and that output: the
-    forward moment holds the most of them, the backward only the head's copy)."""
+    forward moment holds the most of them, the backward only the head's copy). `f.casts`:
+    the cache's bytes, `f.casts_rule`: `_casts_rule`."""
     logits, acts = loss
-    casts = autocast_forward_casts(spec, setup)
-    if not casts:
+    casts, rule = f.casts, f.casts_rule
+    if rule == "none":
         return logits, acts
-    if setup.loss == "chunked":
+    if rule == "max":
         return np.maximum(logits, casts), np.maximum(acts, casts)
-    if setup.loss != "full" or setup.compile or profile.get("memory", "logits_bytes_per_logit"):
+    if rule == "add":
         return logits + casts, acts + casts
     count, forward, worst = per_logit
     head = BF16 * (spec.hidden or 0) * (spec.vocab or 0)
@@ -603,29 +679,38 @@ def _layer_saved(acts: list[Any], tokens: Any, seq: Any) -> Any:
     return worst
 
 
-def _recompute_peak(
-    spec: ModelSpec,
-    profile: Profile,
-    acts: list[Any],
-    tokens: Any,
-    seq: Any,
-    cb: int,
-    dequant: tuple[float, float] = (0.0, 0.0),
-) -> Any:
+def _recompute_rule(
+    spec: ModelSpec, setup: TrainingSetup, profile: Profile, cb: int
+) -> tuple[float, int, int, float] | None:
+    """`_recompute_peak`'s `mlp_tensors` hand rule (seed 000), read where the recompute peak is
+    computed (the layer geometry known, checkpointing on): (tensors, intermediate size,
+    compute bytes, attention bytes); None for `saved_tensors`."""
+    if not spec.geometry_known or setup.checkpointing == "none":
+        return None
+    if profile.get("memory", "recompute_model") != "mlp_tensors":
+        return None
+    tensors = profile.number("memory", "recompute_mlp_tensors")
+    return (
+        tensors,
+        spec.intermediate or 0,
+        cb,
+        profile.number("memory", "recompute_attention_bytes"),
+    )
+
+
+def _recompute_peak(f: _Fixed, tokens: Any, seq: Any) -> Any:
     """`saved_tensors`: the worst layer's saved activations (rebuilt by the recompute, less
     what is the checkpoint itself, `checkpoint_reused`) plus its backward transient (the larger
     of the layer's two moments where it has two, `other_transient_per_token`, or the quantized
     down projection's dequantization, `dequant` = memory/dequant.py `dequant_terms`).
     `mlp_tensors` (seed 000's hand rule): `recompute_mlp_tensors` tensors of tokens x
-    intermediate plus a fixed attention allowance."""
-    if profile.get("memory", "recompute_model") == "mlp_tensors":
-        m = spec.intermediate or 0
-        return profile.number("memory", "recompute_mlp_tensors") * tokens * m * cb + profile.number(
-            "memory", "recompute_attention_bytes"
-        )
+    intermediate plus a fixed attention allowance (`f.recompute_mlp`, `_recompute_rule`)."""
+    if f.recompute_mlp is not None:
+        tensors, m, cb, attention = f.recompute_mlp
+        return tensors * tokens * m * cb + attention
     worst = tokens * 0.0
-    held, peak = dequant
-    for a, _ in acts:
+    held, peak = f.dequant
+    for a, _ in f.acts:
         transient = np.maximum(
             a.transient_per_token * tokens + a.transient_per_layer,
             a.other_transient_per_token * tokens,
@@ -654,16 +739,16 @@ def _head_grad_at_loss(phases: dict[str, dict[str, Any]], head_grad: Any) -> Non
 
 def _phases(
     components: dict[str, Any],
-    profile: Profile,
+    rule: str,
     grads: float,
     step: float,
     embed_grads: float = 0.0,
     keep_grads: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """What is alive at each moment of a step, by part (bytes, before the overhead).
-    `sum` (seed 000's rule): one moment, `all`, with every component at once.
-    `phases`: three moments of a step (optimizer.zero_grad(set_to_none=True), so gradients
-    exist only from their layer's backward on):
+    `rule`: the profile's `peak_rule`. `sum` (seed 000's rule): one moment, `all`, with every
+    component at once. `phases`: three moments of a step (optimizer.zero_grad(set_to_none=True),
+    so gradients exist only from their layer's backward on):
       loss      weights + states without grads + checkpoints + logits peak
       backward  weights + states without grads + max(checkpoints, grads but the input
                 embedding's) + recompute peak (checkpoints are freed as the gradients of
@@ -678,7 +763,6 @@ def _phases(
         v = components[name]
         return 0.0 if v is None else v
 
-    rule = profile.get("memory", "peak_rule")
     weights, states = value("weights"), value("trainable_states")
     checkpoints = value("checkpoints")
     if rule == "sum":

@@ -462,8 +462,7 @@ def _reserved(
         else 0.0
     )
     # the loss's hole and the last layer's cached forward (memory/fragmentation.py 1, 3)
-    loss_hole = 0.0 if outputs_kept else np.asarray(base.loss_hole)
-    hole = (loss_hole + np.asarray(base.forward_cache)) / layout.tp if stage.last else 0.0
+    hole = last_rank_holes(spec, setup, layout, base, outputs_kept) if stage.last else 0.0
     pool = (
         gather_pool_bytes(setup, profile, replica.root_weights, replica.unit_weights)
         if layout.data == "fsdp"  # fully_shard all-gathers through the buffers on 1 rank too
@@ -476,6 +475,24 @@ def _reserved(
     peak = np.maximum(allocated, _largest(default) + reduce_pool)
     loss_phase = sum(default["loss"].values()) + reduce_pool if "loss" in default else peak
     return reserved_with_fragmentation(peak, loss_phase, hole, pool, slack)
+
+
+def last_rank_holes(
+    spec: ModelSpec, setup: TrainingSetup, layout: Layout, base: MemoryBreakdown, kept: bool
+) -> Any:
+    """Bytes cached and unusable at the loss on a rank that runs it (fragmentation.py 1, 3).
+    The loss's hole is a vocab-parallel logits tensor: 1/t of the one-device one (none when
+    the rank keeps its outputs, `kept`). The last layer's forward leaves what its recompute
+    would keep on this rank cached (fragmentation.py 3): the tp rank's share of the layer's
+    saved activations (`_tp_shares`), not 1/t of them, because under sequence parallelism
+    each column-parallel matmul's input is the all-gathered norm output, whole on every rank
+    (torchtitan@9dec370 torchtitan/parallelisms/parallelize_llama.py:175-190: "attention" and
+    "feed_forward" get prepare_module_input(input_layouts=Shard(1), desired_input_layouts=
+    Replicate()), the all-gather's output feeding wq/wk/wv and w1/w3), and without it the
+    norms are replicated too. Before i10titan the whole cache was divided by t."""
+    loss_hole = 0.0 if kept else np.asarray(base.loss_hole)
+    share = _tp_shares(spec, setup, layout)[0]
+    return loss_hole / layout.tp + np.asarray(base.forward_cache) * share
 
 
 def _largest(phases: dict[str, dict[str, Any]]) -> Any:

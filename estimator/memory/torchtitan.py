@@ -3,7 +3,8 @@
 Read from the torchtitan 0.3.0 wheel (PyPI) and torch 2.13.0; each function names its lines.
 Checked op by op against fake traces of torchtitan's own Trainer (probe/torchtitan_fake.py,
 which equal the CPU runs to the byte): bench/results/accuracy_torchtitan_2026-12-03b.md. Only
-the `torchtitan` stack: `torchtitan-2024` (9dec370) had its own RMSNorm and one RoPE buffer.
+the `torchtitan` stack: `torchtitan-2024` (9dec370) had its own RMSNorm and one RoPE buffer;
+of `fsdp_units` it gets what is torch's FSDP2 (the reduce-scatter's buffers, late gradients).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from estimator.setup import TrainingSetup
 
 STACK = "torchtitan"
+# stacks whose FSDP2 reduce-scatter terms `fsdp_units` counts (the 2024 one: torch's part only)
+FSDP2_REDUCE_STACKS = (STACK, "torchtitan-2024")
 COMPLEX64 = 8  # bytes of one complex64 value
 
 
@@ -86,30 +89,59 @@ def fsdp_units(
       module's outputs (_fsdp_state.py:381-392, :434-): torchtitan's model returns the logits
       and its loss runs outside the model (trainer.py `_forward_backward_body`), so that hook
       fires once the loss's backward has made the logits' gradient and freed its fp32 buffers:
-      the loss moment holds no prefetched decoder unit (`forward_extra`).
-    Other data-parallel kinds, pipelines and other reduce dtypes keep the generic terms."""
-    if not applies(setup) or layout.data != "fsdp" or layout.pp > 1 or not r.trainable:
+      the loss moment holds no prefetched decoder unit (`forward_extra`). Only with 0.3.0's
+      own head unit: `fsdp_wrap` with the lm_head in the root is torchtitan before
+      pytorch/torchtitan#1094 (83e6941, 2025-07-28), which kept the last transformer block
+      unsharded after its forward instead (torchtitan@e7c0cae
+      torchtitan/models/llama3/parallelize_llama.py:349-357 `reshard_after_forward =
+      int(layer_id) < len(model.layers) - 1`; #1094 moved that optimisation to the
+      [norm, output] unit): one decoder unit at the loss, as the generic term counts.
+    Other data-parallel kinds, pipelines and other reduce dtypes keep the generic terms.
+
+    `torchtitan-2024` (9dec370 on torch 1963fc8, the 2.6 line) gets the torch FSDP2 parts only:
+    the reduce output that is the sharded gradient and the freeing of the unsharded gradients
+    before it is allocated (torch 2.6.0 _fsdp_collectives.py:371-383, :425-440, read by
+    estimator/parallel/data.py), and `grads_late` (FSDP2 makes a unit's sharded gradient in
+    its own post-backward). Not the divide's temporary (torch 2.6 divides the input in place,
+    `_div_if_needed(reduce_scatter_input, predivide_factor)`; torchtitan@9dec370 sets no
+    factor), nor the loss moment without a prefetched unit: torchtitan@9dec370
+    parallelize_llama.py:333 keeps the last decoder block unsharded after its forward
+    (`reshard_after_forward = int(layer_id) < len(model.layers) - 1`), which is the one unit
+    the generic term counts at the loss; it has no separate head or embedding units."""
+    titan03 = applies(setup)
+    if setup.stack not in FSDP2_REDUCE_STACKS:
+        return dp
+    if layout.data != "fsdp" or layout.pp > 1 or not r.trainable:
         return dp
     n = shard_degree(layout)
     shard = dp.grads / r.trainable  # bytes of sharded gradient per parameter
     if abs(shard * n - reduce_bytes) > 1e-9:
         return dp
     gb, rb = r.grad_bytes, reduce_bytes
-    temp = rb if n == 1 else 0.0  # the divide's temporary at one rank
+    temp = rb if n == 1 and titan03 else 0.0  # the divide's temporary at one rank
     unit = r.unit_trainable
     embed = 0.0
     if "embeddings" in layout.separate_units and not r.tied:
         embed = max(r.root_trainable - r.head_trainable, 0.0)
     head_kept = 0.0
-    if r.head_weights and (
-        "norm_lm_head" in layout.separate_units
-        or ("lm_head" in layout.separate_units and not layout.reshard_after_forward)
+    if (
+        titan03
+        and r.head_weights
+        and (
+            "norm_lm_head" in layout.separate_units
+            or ("lm_head" in layout.separate_units and not layout.reshard_after_forward)
+        )
     ):
         head_kept = r.head_weights  # data._separate_units `kept` of the head unit
+    # 0.3.0's units reshard every block after its forward; with the head in the root unit
+    # (`fsdp_wrap` without norm_lm_head / lm_head: torchtitan before #1094) the last block
+    # was kept unsharded instead, the one unit the generic term counts at the loss
+    head_unit = {"norm_lm_head", "lm_head"} & set(layout.separate_units)
+    no_unit_at_loss = titan03 and layout.reshard_after_forward and bool(head_unit)
     out = dataclasses.replace(
         dp,
         backward_extra=dp.backward_extra - head_kept,
-        forward_extra=dp.forward_extra - (r.unit_weights if layout.reshard_after_forward else 0),
+        forward_extra=dp.forward_extra - (r.unit_weights if no_unit_at_loss else 0.0),
         grads_late=(unit + embed) * shard,
         # after a layer unit's backward, its reduce: copy-in (gradients + input), then the
         # input, the divide's temporary and the output (the unit's sharded gradients)

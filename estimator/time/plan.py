@@ -10,13 +10,16 @@ functions over plain JSON types (seconds and USD as floats).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from estimator.errors import EstimatorInputError
 from estimator.scenario import Scenario
 from estimator.time.cost import Price, gpu_price, normalise_prices, rank_options, run_cost
 from estimator.time.flops import FlopsTotals, StepFlops, step_flops
 from estimator.time.step import OptionRates, _rate, cell, comm_bytes, option_rates, step_cell
+
+if TYPE_CHECKING:
+    from estimator.profile import Profile
 
 
 def row_time_and_cost(
@@ -161,6 +164,13 @@ def option_cells(rates: OptionRates, price: Price) -> CellFn:
     _rate(None, "interconnect_bytes_per_s", gpu_id, net_missing)
     offload_on = setup.checkpointing == "offload"
     fixed_volume = rates.comm_volume
+    # the overlap fractions (the option's, else the profile's), read once where a row can
+    # need them
+    offload_hidden = comm_hidden = 0.0
+    if offload_on:
+        offload_hidden = _or_profile(rates.offload_hidden, profile, "offload_overlap_fraction")
+    if fixed_volume is None or fixed_volume > 0:
+        comm_hidden = _or_profile(rates.comm_hidden, profile, "comm_overlap_fraction")
 
     def one_cell(
         flops: StepFlops | FlopsTotals,
@@ -174,9 +184,7 @@ def option_cells(rates: OptionRates, price: Price) -> CellFn:
         compute = flops_total / per_flop if per_flop is not None else None
         offload: float | None = 0.0
         if offload_on and host_bytes > 0:
-            hidden = rates.offload_hidden
-            if hidden is None:
-                hidden = profile.number("time", "offload_overlap_fraction")
+            hidden = offload_hidden
             if link is None:
                 unknown = [*(unknown or ()), *link_missing]
                 offload = None
@@ -187,9 +195,7 @@ def option_cells(rates: OptionRates, price: Price) -> CellFn:
         if volume is None:  # device_map: the layer-boundary activations, per token
             volume = comm_bytes(sc.spec, setup, profile, sharding, cards, seq_len, batch)
         if volume > 0:
-            hidden = rates.comm_hidden
-            if hidden is None:
-                hidden = profile.number("time", "comm_overlap_fraction")
+            hidden = comm_hidden
             if net is None:
                 unknown = [*(unknown or ()), *net_missing]
                 comm = None
@@ -231,6 +237,11 @@ def option_cells(rates: OptionRates, price: Price) -> CellFn:
         return time, cost
 
     return one_cell
+
+
+def _or_profile(value: float | None, profile: Profile, key: str) -> float:
+    """`value`, or without one the profile's `time` figure `key`."""
+    return profile.number("time", key) if value is None else value
 
 
 def training_summary(

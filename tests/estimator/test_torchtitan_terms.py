@@ -94,3 +94,35 @@ def test_other_stacks_keep_the_generic_fsdp_terms() -> None:
     dp = DataParallelBytes(weights=1.0, states=2.0, grads=3.0, reduce_buffers=4.0)
     layout = resolve(parse_parallel("fsdp=2"), 2)
     assert fsdp_units(dp, None, layout, 4.0, _setup("hf", n=2)) is dp  # type: ignore[arg-type]
+
+
+def test_torchtitan_2024_gets_fsdp2s_reduce_terms_but_keeps_its_last_block_at_the_loss() -> None:
+    """torch 2.6's FSDP2 (the 2024 runs' line) makes a unit's sharded gradient in its own
+    post-backward, so the last decoder unit's backward has not made its own yet; the 2024
+    stack has no separate embedding unit, so only that layer's are late. Its last block is
+    not resharded after forward (torchtitan@9dec370 parallelize_llama.py:333): the loss
+    moment keeps one unit unsharded, as the generic term counts."""
+    titan24 = _setup("torchtitan-2024", n=2)
+    phases = _phases(titan24, 256, 2)
+    layer = sum(lin.params for lin in SMALL.linears if lin.group != "head") / (SMALL.layers or 1)
+    all_grads = FP32 * SMALL.params_total / 2
+    assert phases["backward"]["gradients"] == pytest.approx(all_grads - FP32 * layer / 2, rel=1e-3)
+    assert phases["loss"]["unsharded_params"] >= BF16 * layer
+
+
+def test_torchtitan_with_the_head_in_the_root_keeps_its_last_block_at_the_loss() -> None:
+    """`fsdp_wrap` "layer" under the torchtitan stack is torchtitan before pytorch/torchtitan
+    #1094 (83e6941, 2025-07-28): tok_embeddings, norm and output in the root unit, and the
+    last transformer block not resharded after its forward (e7c0cae
+    torchtitan/models/llama3/parallelize_llama.py:349-357, `int(layer_id) <
+    len(model.layers) - 1`), so the loss holds the root and that block unsharded. 0.3.0's own
+    units (a kept [norm, lm_head] unit, every block resharded) hold no decoder unit there."""
+    layer = sum(lin.params for lin in SMALL.linears if lin.group != "head") / (SMALL.layers or 1)
+    root_only = TrainingSetup(
+        **{**_setup(n=2).model_dump(exclude_unset=True), "fsdp_wrap": "layer"}
+    )
+    loss = _phases(root_only, 256, 2)["loss"]["unsharded_params"]
+    root = 2 * (SMALL.vocab or 0) * (SMALL.hidden or 0) * BF16  # untied embedding + output
+    assert loss - root == pytest.approx(layer * BF16, rel=1e-2)  # one block (norms aside)
+    own_units = _phases(_setup(n=2), 256, 2)["loss"]["unsharded_params"]
+    assert own_units < loss - 0.5 * layer * BF16

@@ -302,3 +302,40 @@ def test_legacy_sharding_is_an_alias_of_the_layout(kind: str) -> None:
     # device_map keeps its own model (no layout)
     split = TrainingSetup(method="full", sharding="device_map", num_gpus=8)
     assert memory_breakdown(LLAMA8B, split, [4096], 1, DEFAULT, devices=8).parallel is None
+
+
+def test_tp_last_layer_forward_cache_keeps_the_all_gathered_inputs_whole() -> None:
+    """fragmentation.py (3) on a tp rank: the last layer's forward leaves cached what its
+    recompute would keep there. Under sequence parallelism the attention's and the MLP's
+    inputs are all-gathered norm outputs (torchtitan's PrepareModuleInput(Shard(1) ->
+    Replicate())), tokens x hidden each on every rank, so the cache is at least those two
+    tensors, not 1/t of the one-device layer's; the vocab-parallel loss hole is 1/t."""
+    from estimator.memory.sharded import last_rank_holes
+    from estimator.parallel.of_setup import layout_of
+
+    seq, tp = 8192, 8
+    setup = TrainingSetup(
+        stack="torchtitan-2024",
+        method="full",
+        precision="bf16",
+        checkpointing="gpu",
+        loss="full",
+        num_gpus=tp,
+        parallel=f"tp={tp},sp",
+    )
+    layout = layout_of(setup, tp)
+    assert layout is not None
+    local = setup.model_copy(update={"parallel": None, "num_gpus": 1})
+    base = memory_breakdown(LLAMA8B, local, [seq], 1, DEFAULT, devices=1)
+    cache = float(base.forward_cache[0])
+    hole = float(last_rank_holes(LLAMA8B, setup, layout, base, False)[0])
+    gathered = 2 * seq * LLAMA8B.hidden * 2  # two all-gathered bf16 norm outputs
+    assert cache > gathered
+    # the gathered inputs whole, every other saved tensor of the layer split t ways
+    assert hole - float(base.loss_hole[0]) / tp == pytest.approx(
+        gathered + (cache - gathered) / tp, rel=1e-6
+    )
+    # a kept model output leaves no loss hole
+    assert float(last_rank_holes(LLAMA8B, setup, layout, base, True)[0]) == pytest.approx(
+        hole - float(base.loss_hole[0]) / tp
+    )
