@@ -40,6 +40,7 @@ the caching allocator's reserved-but-unused memory, or kernels that differ on CU
     .venv/bin/python bench/accuracy.py --quick         # one config, a handful of rows
     .venv/bin/python bench/accuracy.py --json rows.json --out bench/results/accuracy_hf.txt
     .venv/bin/python bench/accuracy.py --variant AMP   # only the rows whose variant says AMP
+    .venv/bin/python bench/accuracy.py --config small-qwen3-moe   # only that config's rows
 """
 
 from __future__ import annotations
@@ -415,6 +416,9 @@ def main() -> int:
     parser.add_argument(
         "--variant", help="run only the rows whose variant name contains this text (a re-run)"
     )
+    parser.add_argument(
+        "--config", help="run only the rows of this config (e.g. small-qwen3-moe; a re-run)"
+    )
     parser.add_argument("--json", help="write the rows to this file")
     parser.add_argument("--out", help="write the table to this file too")
     args = parser.parse_args()
@@ -424,6 +428,8 @@ def main() -> int:
     cases = torchtune_grid(args.quick) if args.stack == "torchtune" else grid(args.quick)
     if args.variant:
         cases = [case for case in cases if args.variant in case.variant]
+    if args.config:
+        cases = [case for case in cases if case.config == args.config]
     for case in cases:
         rows.extend(run_case(case, args.steps, known))
         print(f"  {case.config} / {case.variant}: done", file=sys.stderr)

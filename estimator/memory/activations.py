@@ -146,13 +146,16 @@ def autocast_layer_casts(spec: ModelSpec) -> float:
     under AMP full fine-tuning (`amp_full`). torch's `cached_cast` (aten/src/ATen/autocast_mode.cpp:
     `can_try_cache` for an fp32 leaf that requires grad, not a view) makes one bf16 copy per
     weight, and `F.linear` saves that copy for the input's gradient, so the layer's copies live
-    with its saved activations (in the backward's recompute under checkpointing)."""
+    with its saved activations (in the backward's recompute under checkpointing). Expert banks
+    (`experts` > 1) run by transformers' grouped_mm experts (`grouped_mm_experts`) are not
+    cast: `_grouped_mm` is on none of autocast's lists (`expert_bytes`), so they multiply with
+    the fp32 banks themselves."""
     if not spec.layers:
         return 0.0
     body = sum(
-        lin.in_features * lin.out_features * lin.experts * lin.count
+        lin.in_features * lin.out_features * lin.count
         for lin in spec.linears
-        if lin.group != "head"
+        if lin.group != "head" and (lin.experts == 1 or not grouped_mm_experts(spec))
     )
     return float(BF16 * body / spec.layers)
 
@@ -332,6 +335,43 @@ def amp_fp32_stream(ctx: Context) -> bool:
     return ctx.full and ctx.autocast and ctx.input_bytes == FP32
 
 
+# MoE families whose experts do not go through transformers' experts interface
+# (`use_experts_implementation`) but through ops on autocast's lists: dbrx's DbrxExpertGLU
+# (`x.matmul`, transformers 5.25.0 models/dbrx/modeling_dbrx.py:264-268) and jetmoe's
+# JetMoeParallelExperts (F.linear per expert, models/jetmoe/modeling_jetmoe.py:155)
+_AUTOCAST_EXPERTS = frozenset({"dbrx", "jetmoe"})
+
+
+def grouped_mm_experts(spec: ModelSpec) -> bool:
+    """Whether the spec's routed experts run transformers' grouped_mm experts (`expert_bytes`).
+    Not under `dense_compute`: llama4's Llama4TextExperts multiply every token with `torch.bmm`
+    (models/llama4/modeling_llama4.py:80-82), on autocast's lists; nor `_AUTOCAST_EXPERTS`."""
+    return (
+        spec.moe is not None
+        and not spec.moe.dense_compute
+        and spec.model_type not in _AUTOCAST_EXPERTS
+    )
+
+
+def expert_bytes(ctx: Context, spec: ModelSpec) -> int:
+    """Bytes per element of the routed-expert tensors of transformers' grouped_mm experts (the
+    default `experts_implementation`, transformers 5.25.0 modeling_utils.py:1893-1894): the
+    expert banks' dtype. `_grouped_mm` casts its input to the weight's dtype
+    (integrations/moe.py:374-383, `input.to(weight.dtype)`: torch's `_grouped_mm` is on none of
+    autocast's lists, torch 2.13.0 aten/src/ATen/autocast_mode.h:820-852
+    `AT_FORALL_LOWER_PRECISION_FP` for CUDA, autocast_mode.cpp's AutocastCPU list for the CPU),
+    and its output takes its first operand's dtype (ATen/native/GroupedMMUtils.h:115-121
+    `_resolve_grouped_mm_out_dtype`; fp32 operands are accepted, :93-94). On CUDA
+    `_grouped_mm_cuda` (aten/src/ATen/native/cuda/GroupedBlas.cpp) takes its fast path only for
+    bf16 operands and otherwise `_grouped_mm_fallback`, writing into the same fp32 output as
+    the CPU: the dtypes, and so the bytes, do not depend on the device. Under
+    `amp_fp32_stream` the banks are fp32 (`amp_full`) and so is the norm output they read
+    (`rms_norm_saved`), hence the gathered tokens (moe.py:441), the gate_up output, silu and
+    its product (:501, :568-579), the down output and the routing-weight product (:524, the
+    bf16 routing weights promote to fp32) are fp32; otherwise the compute dtype."""
+    return FP32 if amp_fp32_stream(ctx) and grouped_mm_experts(spec) else ctx.compute_bytes
+
+
 def rms_norm_saved(ctx: Context, width: int, rows: int = 1, stream: bool = False) -> float:
     """HF RMSNorm: fp32 input (the upcast copy, or the fp32 input itself), rsqrt per row, and
     the normalised tensor when the norm's weight trains (weight * normed saves normed), in the
@@ -475,10 +515,11 @@ def _mlp(ctx: Context, spec: ModelSpec, moe: bool) -> tuple[float, float]:
 
         return deepseek_moe(ctx, spec)
     k, me = spec.moe.executed_per_token, spec.moe.expert_intermediate
+    eb = expert_bytes(ctx, spec)
     saved = inputs_saved(ctx, ["gate"], h) + FP32 * spec.moe.num_experts  # router, fp32 probs
     if ctx.full or ctx.expert_lora:
-        saved += cb * k * h  # tokens gathered per expert, saved by the expert matmuls
-    saved += 3 * cb * k * me + (cb * k * me if ctx.full or ctx.expert_lora else 0) + cb * k * h
+        saved += eb * k * h  # tokens gathered per expert, saved by the expert matmuls
+    saved += 3 * eb * k * me + (eb * k * me if ctx.full or ctx.expert_lora else 0) + eb * k * h
     width = float(k * me)
     if spec.moe.shared_intermediate:
         s = spec.moe.shared_intermediate
@@ -498,6 +539,16 @@ def layer_activations(
     the SwiGLU backward's MLP-wide gradients: d(down input), d(silu out) and d(up out) are
     alive together, but by then autograd has freed down_proj's saved input, so the net is two
     MLP-wide tensors; an fp32 adapter on down_proj adds the gradient of its fp32 input copy.
+    The incoming gradient has the layer output's dtype (torch/csrc/autograd/engine.cpp
+    `validate_outputs` casts each gradient to its input's metadata dtype): fp32 under AMP full
+    fine-tuning, whose residual stream is fp32 (`input_bytes`); counted so for an MoE block,
+    whose grouped_mm output is fp32 there too (no bf16 copy of the gradient for the branch),
+    and its expert gradients in the experts' dtype (`expert_bytes`). The dense MLP under AMP
+    keeps the compute dtype here: its backward moment (small-llama, 1024 tokens) holds the
+    fp32 gradient but no longer down_proj's bf16 weight copy (`weight_casts`, released with
+    that matmul's backward), two differences of opposite sign that this round does not model
+    (at 256 tokens on small-qwen3 the most is inside down_proj's backward instead, with its
+    weight copy and a bf16 weight gradient alive; bench/results/accuracy_hf_2026-12-03e.md).
     Checked to the byte on the hf stack's full fine-tuning of small-llama at 256 tokens (fake
     trace, bench/accuracy.py): 4,003,840 B estimated + rope's cos/sin (65,536 B, not modelled)
     + nine 512-byte scalars = 4,073,984 B measured."""
@@ -525,7 +576,11 @@ def layer_activations(
         saved += core
     mlp_saved, width = _mlp(ctx, spec, mlp_type == MLP_MOE)
     saved += mlp_saved
-    transient = cb * h + 2 * cb * width
+    moe = mlp_type == MLP_MOE
+    # the incoming gradient; an MoE block's in its output's dtype (`input_bytes`), the dense
+    # MLP's as before (see the docstring)
+    grad = (ctx.input_bytes if moe else cb) * h
+    transient = grad + 2 * (expert_bytes(ctx, spec) if moe else cb) * width
     if not ctx.full and "down_proj" in ctx.targets and ctx.adapter_each not in (0, cb):
         transient += ctx.adapter_each * width  # d(adapter-dtype copy of down's input), cast
     if mlp_type != MLP_MOE:
@@ -535,9 +590,9 @@ def layer_activations(
         # peft's merged expert weights: their gradient (per layer) comes later in the block's
         # backward than the combine's temporaries, which are gone by then: two moments
         per_layer, transient_layer = _merged_expert_weights(ctx, spec)
-        other = cb * h + moe_combine_transient(ctx, spec)
+        other = grad + moe_combine_transient(ctx, spec)
     elif mlp_type == MLP_MOE:
-        transient = max(transient, cb * h + moe_combine_transient(ctx, spec))
+        transient = max(transient, grad + moe_combine_transient(ctx, spec))
     per_layer += ctx.weight_casts
     return LayerActivations(
         saved, per_seq, transient, per_layer, transient_layer, input_reused(ctx, spec), other
@@ -591,10 +646,12 @@ def moe_combine_transient(ctx: Context, spec: ModelSpec) -> float:
     in place into those zeros on CUDA), then the routing-weight product's backward makes
     d(proj_out) = grad * weights and grad * proj_out (before its reduction to the weights'
     (tokens x top_k, 1) shape; tools/autograd/derivatives.yaml `mul.Tensor`) while the zeros
-    are alive: three top_k x hidden tensors. Checked to the byte on small-qwen3-moe full
-    fine-tuning at 256 tokens (fake trace)."""
+    are alive: three top_k x hidden tensors, in the experts' dtype (`expert_bytes`: fp32
+    under AMP full fine-tuning, where the CPU run of small-qwen3-moe at 1024 tokens shows the
+    zeros and both products as fp32 (2048, 256) tensors). Checked to the byte on
+    small-qwen3-moe full fine-tuning at 256 tokens (fake trace)."""
     assert spec.moe is not None
-    return float(3 * ctx.compute_bytes * spec.moe.executed_per_token * (spec.hidden or 0))
+    return float(3 * expert_bytes(ctx, spec) * spec.moe.executed_per_token * (spec.hidden or 0))
 
 
 def _compilable(ctx: Context, spec: ModelSpec, layer_type: str, mlp_type: str) -> bool:

@@ -21,7 +21,7 @@ Equal to torch's saved-tensor hooks on a tiny DeepseekV3MoE, full fine-tuning an
 from __future__ import annotations
 
 from estimator.dtypes import FP32
-from estimator.memory.activations import Context, inputs_saved
+from estimator.memory.activations import Context, expert_bytes, inputs_saved
 from estimator.spec import ModelSpec
 
 INT64 = 8
@@ -43,9 +43,10 @@ def deepseek_moe(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
     saved += FP32 * e + INT64 * k
     saved += FP32 * k + FP32  # normalised weights and their sum
     saved += 3 * INT64 * k + FP32 * k  # gather / scatter indices, routing weight per copy
+    eb = expert_bytes(ctx, spec)  # the grouped_mm experts' dtype
     if banks_train:
-        saved += cb * k * h + cb * k * m  # gathered tokens, down_proj's input
-    saved += cb * k * 2 * m + cb * k * m + cb * k * h  # gate_up output, silu, expert output
+        saved += eb * k * h + eb * k * m  # gathered tokens, down_proj's input
+    saved += eb * k * 2 * m + eb * k * m + eb * k * h  # gate_up output, silu, expert output
     if s:
         saved += inputs_saved(ctx, ["gate_proj", "up_proj"], h)
         saved += 3 * cb * s + inputs_saved(ctx, ["down_proj"], s)

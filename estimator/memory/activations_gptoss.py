@@ -19,7 +19,7 @@ Equal to torch's saved-tensor hooks on a tiny GptOssMLP, full fine-tuning and fr
 
 from __future__ import annotations
 
-from estimator.memory.activations import Context, inputs_saved
+from estimator.memory.activations import Context, expert_bytes, inputs_saved
 from estimator.spec import ModelSpec
 
 INT64 = 8
@@ -29,14 +29,15 @@ def gpt_oss_experts(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
     """(saved bytes per token, widest intermediate per token) of one MoE block."""
     assert spec.moe is not None and spec.hidden
     cb = ctx.compute_bytes
+    eb = expert_bytes(ctx, spec)  # the grouped_mm experts' dtype (the router's stays cb)
     k, m, h = spec.moe.experts_per_token, spec.moe.expert_intermediate, spec.hidden
     banks_train = ctx.full or ctx.expert_lora
     saved = inputs_saved(ctx, ["router"], h) + INT64 * k + cb * k  # router input, topk, softmax
     saved += cb * k + 3 * INT64 * k  # routing weight per copy; token, weight, scatter indices
     if banks_train:
-        saved += cb * k * h + INT64 * k  # gathered tokens (gate_up matmul); bias gather index
-    saved += cb * k * 2 * m + 4 * cb * k * m  # gate_up output; clamp, sigmoid, glu, up + 1
+        saved += eb * k * h + INT64 * k  # gathered tokens (gate_up matmul); bias gather index
+    saved += eb * k * 2 * m + 4 * eb * k * m  # gate_up output; clamp, sigmoid, glu, up + 1
     if banks_train:
-        saved += cb * k * m  # down_proj's input
-    saved += cb * k * h  # expert output, kept by the routing-weight multiply
+        saved += eb * k * m  # down_proj's input
+    saved += eb * k * h  # expert output, kept by the routing-weight multiply
     return saved, float(k * 2 * m)  # the fused gate_up gradient is the widest

@@ -253,7 +253,7 @@ def test_llama4_dense_experts_saved_bytes_close_to_torch() -> None:
     x = torch.randn(batch, seq, 64, dtype=torch.bfloat16, requires_grad=True)
     measured = _saved_bytes(moe, x)
     spec = spec_from_config(config.to_dict())
-    ctx = Context.build(spec, TrainingSetup(method="full"), 2)
+    ctx = Context.build(spec, TrainingSetup(method="full", precision="bf16"), 2)  # bf16 module
     tokens = batch * seq
     assert _mlp(ctx, spec, True)[0] * tokens == pytest.approx(measured, rel=0.02)
     assert spec.moe is not None
@@ -282,7 +282,8 @@ def test_gpt_oss_moe_saved_bytes_equal_torch_saved_tensor_hooks(method: str) -> 
     x = torch.randn(batch, seq, 64, dtype=torch.bfloat16, requires_grad=True)
     measured = _saved_bytes(mlp, x)
     spec = spec_from_config(config.to_dict())
-    ctx = Context.build(spec, TrainingSetup(method=method, lora_rank=4), 2)
+    precision = "bf16" if method == "full" else "mixed"  # a bf16 module, not AMP's fp32 banks
+    ctx = Context.build(spec, TrainingSetup(method=method, lora_rank=4, precision=precision), 2)
     per_layer_counts = 4 * 4  # grouped_mm's int32 offsets, one per expert: not per token
     assert _mlp(ctx, spec, True)[0] * batch * seq + per_layer_counts == measured
 
@@ -308,7 +309,101 @@ def test_deepseek_moe_saved_bytes_equal_torch_saved_tensor_hooks(method: str) ->
     x = torch.randn(batch, seq, 64, dtype=torch.bfloat16, requires_grad=True)
     measured = _saved_bytes(moe, x)
     spec = spec_from_config(config.to_dict())
-    setup = TrainingSetup(method=method, lora_rank=4, lora_targets=["q_b_proj"])
+    precision = "bf16" if method == "full" else "mixed"  # a bf16 module, not AMP's fp32 banks
+    setup = TrainingSetup(
+        method=method, lora_rank=4, lora_targets=["q_b_proj"], precision=precision
+    )
     ctx = Context.build(spec, setup, 2)
     offsets = 4 * 8  # grouped_mm's int32 offsets, one per expert: not per token
     assert _mlp(ctx, spec, True)[0] * batch * seq + offsets == measured
+
+
+def test_qwen3_moe_amp_experts_saved_bytes_equal_torch_saved_tensor_hooks() -> None:
+    """Qwen3MoeSparseMoeBlock under AMP full fine-tuning (fp32 weights, the fp32 norm output as
+    input, CPU autocast to bf16): transformers' grouped_mm experts cast their input to the
+    banks' dtype and `_grouped_mm` is on no autocast list, so the expert tensors are fp32
+    (`expert_bytes`); counting them in bf16 misses half of them. Besides `_mlp`, the block
+    saves, per layer, the router weight's bf16 autocast copy and grouped_mm's int32 offsets,
+    and per token int64 indices the generic MoE accounting leaves out (topk's indices,
+    `perm // top_k`, `perm`, `inv_perm`: k each) and the fp32 top-k sum."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from estimator.memory.activations import _mlp
+
+    config = transformers.Qwen3MoeConfig(**TINY["qwen3_moe"])
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(
+        config, experts_implementation="grouped_mm"
+    ).train()
+    mlp = model.model.layers[0].mlp
+    batch, seq = 2, 64
+    x = torch.randn(batch, seq, 64, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        measured = _saved_bytes(mlp, x)
+    spec = spec_from_config(config.to_dict())
+    assert spec.moe is not None and spec.hidden
+    ctx = Context.build(spec, TrainingSetup(method="full", precision="mixed"), 2)
+    e, k, tokens = spec.moe.num_experts, spec.moe.experts_per_token, batch * seq
+    per_layer = 2 * e * spec.hidden + 4 * e  # router weight's bf16 copy, int32 offsets
+    indices = tokens * (4 * 8 * k + 4)
+    assert _mlp(ctx, spec, True)[0] * tokens + per_layer + indices == measured
+
+
+def test_amp_weight_casts_equal_autocast_copies_of_a_moe_model() -> None:
+    """`autocast_layer_casts` against the bf16 copies of parameters a tiny Qwen3-MoE's forward
+    makes under CPU autocast (fp32 weights): the attention, router and dense-MLP Linears are
+    cast, the grouped_mm expert banks are not (the LM head is `autocast_forward_casts`')."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from estimator.memory.activations import autocast_layer_casts
+
+    config = transformers.Qwen3MoeConfig(**TINY["qwen3_moe"])
+    model = transformers.AutoModelForCausalLM.from_config(
+        config, experts_implementation="grouped_mm"
+    ).train()
+    names = {p.untyped_storage().data_ptr(): n for n, p in model.named_parameters()}
+    casts: dict[str, int] = {}
+
+    class Casts(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten._to_copy.default and out.dtype == torch.bfloat16:
+                name = names.get(args[0].untyped_storage().data_ptr())
+                if name is not None and not name.startswith("lm_head"):
+                    casts[name] = out.untyped_storage().nbytes()
+            return out
+
+    with torch.autocast("cpu", dtype=torch.bfloat16), Casts():
+        model(input_ids=torch.randint(0, 300, (2, 16)))
+    spec = spec_from_config(config.to_dict())
+    assert not [n for n in casts if ".experts." in n]
+    assert autocast_layer_casts(spec) * (spec.layers or 0) == sum(casts.values())
+
+
+def test_gpt_oss_amp_experts_saved_bytes_equal_torch_saved_tensor_hooks() -> None:
+    """GptOssMLP with fp32 weights under CPU autocast (AMP full fine-tuning): the grouped_mm
+    expert tensors are fp32 (`expert_bytes`), the router's softmax and routing weights stay
+    bf16 (its F.linear is autocast's, softmax keeps that dtype); per layer the router weight's
+    bf16 copy and grouped_mm's int32 offsets."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from estimator.memory.activations import _mlp
+
+    config = transformers.GptOssConfig(**TINY["gpt_oss"])
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(
+        config, experts_implementation="grouped_mm"
+    ).train()
+    mlp = model.model.layers[0].mlp
+    batch, seq = 2, 64
+    x = torch.randn(batch, seq, 64, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        measured = _saved_bytes(mlp, x)
+    spec = spec_from_config(config.to_dict())
+    assert spec.moe is not None and spec.hidden
+    ctx = Context.build(spec, TrainingSetup(method="full", precision="mixed"), 2)
+    e = spec.moe.num_experts
+    per_layer = 2 * e * spec.hidden + 4 * e  # router weight's bf16 copy, int32 offsets
+    assert _mlp(ctx, spec, True)[0] * batch * seq + per_layer == measured
