@@ -243,7 +243,8 @@ def _activations(
 ) -> tuple[Any, Any, Any]:
     """(checkpoints, recompute peak, logits) on one device of the stage; the logits without
     a tp rank's loss extra (`_tp_loss_extra`, added by the caller). Under cp the recompute
-    peak carries ring attention's backward buffers (estimator/parallel/ring.py)."""
+    peak carries ring attention's backward buffers (estimator/parallel/ring.py), K/V at the
+    query heads where the stack repeats them before SDPA (stack fact `sdpa_repeats_kv`)."""
     zero = np.asarray(base.components["overhead"]) * 0.0
     layers = spec.layers or 1
     share = stage.layers / layers * stage.in_flight
@@ -257,7 +258,8 @@ def _activations(
     if layout.cp > 1 and setup.attention != "eager":  # ring attention's backward buffers
         ctx = Context.build(spec, setup, compute_bytes(setup.precision))
         cb = ctx.attn_bytes or ctx.compute_bytes
-        recompute = recompute + tokens * ring_backward_extra_per_token(spec, layout, cb)
+        repeats = bool(load_stack(setup.stack).get_optional("sdpa_repeats_kv", False))
+        recompute = recompute + tokens * ring_backward_extra_per_token(spec, layout, cb, repeats)
     lg = base.components["logits"]
     # GPipe's last rank keeps every micro-batch's loss for its backward (parallel/schedule.py)
     logits = zero if (lg is None or not stage.last) else np.asarray(lg) / layout.tp * stage.losses

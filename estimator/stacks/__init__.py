@@ -71,7 +71,7 @@ FACTS = (
 )
 
 # Behaviour only some stacks have: a file without the entry has none of it (`get_optional`).
-OPTIONAL_FACTS = ("nf4_dequant", "torchtune_modules")
+OPTIONAL_FACTS = ("nf4_dequant", "torchtune_modules", "sdpa_repeats_kv")
 
 
 @dataclass(frozen=True)

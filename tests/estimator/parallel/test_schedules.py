@@ -274,6 +274,40 @@ def test_ring_attention_backward_buffers_grow_with_the_ring() -> None:
     assert extra == pytest.approx(2048 * two, rel=0.01)
 
 
+def test_ring_attention_takes_kv_at_the_query_heads_where_the_stack_repeats_them() -> None:
+    """torchtitan@9dec370's llama attention repeats K/V to every query head before SDPA
+    (model.py:201-202; stack fact `sdpa_repeats_kv`), so torch 2.6.0's ring attention
+    all-gathers and accumulates K/V at the query width: Llama 3.1 8B's 32 heads, not 8."""
+    from estimator.parallel import parse_parallel, resolve
+    from estimator.parallel.ring import ring_backward_extra_per_token
+    from estimator.stacks import load_stack
+
+    assert load_stack("torchtitan-2024").get_optional("sdpa_repeats_kv", False) is True
+    assert load_stack("hf").get_optional("sdpa_repeats_kv", False) is False
+    cp2 = resolve(parse_parallel("cp=2"), 2)
+    native = ring_backward_extra_per_token(LLAMA8B, cp2, 2)
+    repeated = ring_backward_extra_per_token(LLAMA8B, cp2, 2, repeats_kv=True)
+    q = 4096  # K/V at the 32 query heads x 128
+    assert repeated == pytest.approx(4 * (q + 2 * q) + 2 * 2 * q * 3 + 16 * q)
+    assert repeated > native
+
+    def recompute(gpus: int, seq: int, parallel: str | None) -> float:
+        s = TrainingSetup(
+            num_gpus=gpus,
+            method="full",
+            precision="bf16",
+            checkpointing="gpu",
+            stack="torchtitan-2024",
+            **({"parallel": parallel} if parallel else {}),
+        )
+        b = memory_breakdown(LLAMA8B, s, [seq], 1, DEFAULT, devices=gpus)
+        return float(b.components["recompute_peak"][0])
+
+    # the torchtitan-2024 cp rank's backward transient = one device's at s/cp + the ring's
+    extra = recompute(2, 4096, "cp=2,dp=1") - recompute(1, 2048, None)
+    assert extra == pytest.approx(2048 * repeated, rel=0.01)
+
+
 def test_last_rank_computes_later_losses_with_its_gradients_accumulated(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
