@@ -41,10 +41,14 @@ class _NoArray:
 
 
 class _LazyNumpy:
-    """numpy, imported by the first attribute read."""
+    """numpy, imported by the first attribute read; each attribute is kept once read (numpy's
+    functions and types do not change), so a later read finds it without the failed lookup
+    and AttributeError that precede `__getattr__`."""
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(_numpy(), name)
+        value = getattr(_numpy(), name)
+        self.__dict__[name] = value
+        return value
 
 
 numpy: Any = _LazyNumpy()
