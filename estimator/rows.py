@@ -100,6 +100,44 @@ def _rows_of(parts: dict[str, Any], shape: tuple[int, ...]) -> Any:
     return zip(*(_ints(v, shape) for v in parts.values()), strict=True)
 
 
+def _fit_entries(
+    head: tuple[str, int, str, int, int],
+    lower: bool,
+    col: _Columns,
+    codes: list[int],
+    own: bool,
+) -> list[dict[str, Any]]:
+    """One GPU option's fit entry per row: `head` = (GPU id, devices, sharding, capacity,
+    usable bytes), `lower` whether the peak is a lower bound, `col` the rows of its card
+    count's breakdown, `codes` its verdicts; `own`: the breakdown's parts too (shared)."""
+    gpu_id, devices, sharding, cap, usable = head
+    entries = [
+        {
+            "verdict": VERDICTS[code],
+            "gpu": gpu_id,
+            "devices": devices,
+            "sharding": sharding,
+            "capacity_bytes": cap,
+            "usable_bytes": usable,
+            "peak_bytes": peak_bytes,
+            "allocated_bytes": allocated,
+            "reserved_bytes": reserved,
+            "margin_bytes": usable - peak_bytes,
+            "peak_is_lower_bound": lower,
+        }
+        for code, peak_bytes, allocated, reserved in zip(
+            codes, col.peak_bytes, col.allocated, col.reserved, strict=True
+        )
+    ]
+    if own:
+        parts = zip(entries, col.components, col.phases, col.peak_phase, strict=True)
+        for entry, components, phases, peak_phase in parts:
+            entry["components"] = components
+            entry["phases"] = phases
+            entry["peak_phase"] = peak_phase
+    return entries
+
+
 def _peak_phase(phases: dict[str, dict[str, int]]) -> str | None:
     """The first moment with the largest sum (max's rule on ties)."""
     best, top = None, None
@@ -173,51 +211,25 @@ def estimate_rows(
     size = len(seq_lens)
     columns = {id(m): _Columns(m, size) for m in by_devices.values()}
     base = columns[id(mem)]
-    # what each option's fit entry takes from the option alone, once (not per row); an option
-    # on another card count than the row's (`own`) carries that breakdown's parts: the row's
-    # dicts of its `_Columns`, one set per card count, shared by the options of that count
-    # (equal figures; the document is read, not edited, by its consumers)
+    # each option's fit entry per row, made option by option from its `_Columns`; an option on
+    # another card count than the row's carries that breakdown's parts: the row's dicts of its
+    # `_Columns`, one set per card count, shared by the options of that count (equal figures;
+    # the document is read, not edited, by its consumers)
     per = []
     for opt in options:
         m = per_option[opt.option]
-        col = columns[id(m)]
         cap = opt.gpu.capacity_bytes
+        head = (opt.gpu.id, m.devices, m.sharding, cap, int(cap * usable_fraction))
+        col = columns[id(m)]
         codes = [verdict_code(peak, cap, usable_fraction) for peak in col.peak]
-        own = m is not mem
         per.append(
-            (
-                opt.option,
-                (opt.gpu.id, m.devices, m.sharding, cap, int(cap * usable_fraction)),
-                m.peak_is_lower_bound,
-                col,
-                codes,
-                own,
-            )
+            (opt.option, _fit_entries(head, m.peak_is_lower_bound, col, codes, m is not mem))
         )
     batch, checkpointing, loss = setup.batch, setup.checkpointing, setup.loss
     lower_bound = mem.peak_is_lower_bound
     rows = []
     for i, seq in enumerate(seq_lens):
-        fit = {}
-        for option, (gpu_id, devices, sharding, cap, usable), lower, col, codes, own in per:
-            peak_bytes = col.peak_bytes[i]
-            entry = fit[option] = {
-                "verdict": VERDICTS[codes[i]],
-                "gpu": gpu_id,
-                "devices": devices,
-                "sharding": sharding,
-                "capacity_bytes": cap,
-                "usable_bytes": usable,
-                "peak_bytes": peak_bytes,
-                "allocated_bytes": col.allocated[i],
-                "reserved_bytes": col.reserved[i],
-                "margin_bytes": usable - peak_bytes,
-                "peak_is_lower_bound": lower,
-            }
-            if own:
-                entry["components"] = col.components[i]
-                entry["phases"] = col.phases[i]
-                entry["peak_phase"] = col.peak_phase[i]
+        fit = {option: entries[i] for option, entries in per}
         seq = int(seq)
         rows.append(
             {
