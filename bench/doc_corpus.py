@@ -4,18 +4,27 @@ sharding and parallel layouts) x run variants (tokens, Chinchilla, dataset lengt
 calibration), plus the check document and the table / markdown / CSV renderings of each.
 
     python bench/doc_corpus.py dump OUT.jsonl      # one line per case: {"case", "doc"|"error"}
+    python bench/doc_corpus.py dump-extra OUT.jsonl   # the extra cases: {"case", "r"|"error"}
     python bench/doc_corpus.py compare A.jsonl B.jsonl
 
 Dump from the old tree (`PYTHONPATH=<old tree>`) and from the new one, then compare: the
 comparison is byte for byte (key order included) and names the first cases that differ.
 Prints, asserts nothing but the exit status (1 when anything differs).
+
+`dump-extra`: what the corpus does not reach, ~1,300 cases: one length at a time (the scalar
+path: 1, 777, 4096, 131072 tokens) for every preset x setup; every catalog card on 1, 2 and 8
+cards plus custom capacities in one request; the seed-000 profile (its hand rules) at one and
+two lengths; the max-seq and max-batch solvers; `sweep_full`; two `trainfit estimate` runs
+(table and JSON).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+from functools import partial
 from typing import Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -142,6 +151,99 @@ def _one(body: dict[str, Any], variants: list[dict[str, Any]] | None, rname: str
     return out
 
 
+EXTRA_SEQS = (1, 777, 4096, 131072)
+EXTRA_SETUPS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("lora", {"method": "lora"}),
+    ("full", {}),
+    ("qlora", {"method": "qlora"}),
+)
+CLI_RUNS = (
+    ["estimate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb"],
+    ["estimate", "--model", "qwen3-8b", "--gpu", "h200", "--gpu", "2xh100-80gb"]
+    + ["--method", "full", "--format", "json"],
+)
+
+
+def _extra_cases() -> list[tuple[str, Any]]:
+    """(name, a function giving the case's JSON-able result) of `dump-extra`."""
+    from estimator.document import estimate_document, max_batch_document, max_seq_document
+    from estimator.presets import preset_ids
+    from estimator.request import EstimateRequest
+    from gpu_catalog import list_gpus
+
+    def doc(body: dict[str, Any], variants: Any = None) -> Any:
+        return lambda: estimate_document(EstimateRequest.model_validate(body), variants)
+
+    cards = [g.id for g in list_gpus()]
+    every = [f"{n}x{c}" if n > 1 else c for n in (1, 2, 8) for c in cards] + ["16gib", "3x24gib"]
+    out: list[tuple[str, Any]] = []
+    for preset in preset_ids():
+        model = {"preset": preset}
+        for sname, setup, variants in SETUPS:
+            gpus = GPUS8 if "parallel" in setup and sname != "lora-dp" else GPUS
+            for seq in EXTRA_SEQS:
+                body = {"model": model, "setup": setup, "seq_lens": [seq], "gpus": gpus}
+                out.append((f"{preset}/{sname}/{seq}", doc({**body, "tokens": 1e9}, variants)))
+        for sname, setup in EXTRA_SETUPS:
+            body = {"model": model, "setup": setup, "seq_lens": [2048, 16384], "gpus": every}
+            out.append((f"{preset}/{sname}/every-option", doc(body)))
+            for gpu in ("h100-80gb", "rtx-4090"):
+                ask = {"model": model, "setup": setup, "gpu": gpu, "seq_len": 4096}
+                for kind, solve in (
+                    ("max-seq", max_seq_document),
+                    ("max-batch", max_batch_document),
+                ):
+                    out.append((f"{preset}/{sname}/{kind}/{gpu}", partial(_solve, solve, ask)))
+        for sname, setup, variants in SETUPS[:6]:
+            body = {"model": model, "setup": setup, "gpus": GPUS, "profile": "seed-000"}
+            for seqs in ([1000], [16384], [1000, 16384]):
+                name = f"{preset}/{sname}/seed-000/{'+'.join(map(str, seqs))}"
+                out.append((name, doc({**body, "seq_lens": seqs}, variants)))
+        out.append((f"{preset}/sweep_full", partial(_sweep, preset)))
+    for args in CLI_RUNS:
+        out.append(("cli " + " ".join(args), partial(_cli, args)))
+    return out
+
+
+def _solve(solve: Any, ask: dict[str, Any]) -> Any:
+    from estimator.request import SolverRequest
+
+    return solve(SolverRequest.model_validate(ask))
+
+
+def _sweep(preset: str) -> list[Any]:
+    from estimator.model_source import resolve_model
+    from estimator.profile import load_profile
+    from estimator.request import ModelInput
+    from estimator.setup import TrainingSetup
+    from estimator.sweep import sweep_full
+
+    spec = resolve_model(ModelInput(preset=preset))
+    gpus = ["h100-80gb", "2xh200", "8xa100-80gb", "24gib"]
+    setup, profile = TrainingSetup(method="lora"), load_profile("default")
+    r = sweep_full(spec, setup, [512, 4096, 65536], [1, 4], gpus, profile)
+    return [r.peak.tolist(), r.step_seconds.tolist(), r.flops.tolist()]
+
+
+def _cli(args: list[str]) -> list[Any]:
+    run = subprocess.run([sys.executable, "-m", "trainfit", *args], capture_output=True, text=True)
+    return [run.returncode, run.stdout, run.stderr[-500:]]
+
+
+def dump_extra(path: str) -> int:
+    n = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for name, case in _extra_cases():
+            try:
+                out = {"case": name, "r": case()}
+            except Exception as err:  # bad input answers with its error, compared as text
+                out = {"case": name, "error": f"{type(err).__name__}: {err}"}
+            f.write(json.dumps(out) + "\n")
+            n += 1
+    print(f"{n} extra cases -> {path}")
+    return 0
+
+
 def dump(path: str) -> int:
     n = 0
     with open(path, "w", encoding="utf-8") as f:
@@ -167,6 +269,8 @@ def compare(a: str, b: str) -> int:
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "dump":
         sys.exit(dump(sys.argv[2]))
+    if len(sys.argv) >= 3 and sys.argv[1] == "dump-extra":
+        sys.exit(dump_extra(sys.argv[2]))
     if len(sys.argv) >= 4 and sys.argv[1] == "compare":
         sys.exit(compare(sys.argv[2], sys.argv[3]))
     print(__doc__)
