@@ -3,7 +3,9 @@ against torchtitan's own Trainer steps (probe/torchtitan_stack.py), per rank and
 
 The referee is torchtitan 0.3.0's `Trainer` (FSDP2 `fully_shard` per block, bf16 compute over fp32
 shards, fused AdamW, its CrossEntropyLoss, activation checkpointing none / full / selective)
-launched with torchrun under gloo on the CPU, memory from the profiler's CPU allocator events.
+launched with torchrun under gloo on the CPU, memory from probe.cpu_memory's c10 allocator
+counter, each synchronous collective's tensors released on the calling thread
+(probe/collective_settle.py; the waits are in each row's `settle`).
 What stood in for a GPU run is listed in each memtest's `environment.substituted`.
 
 Per rank and row (setup x length), with the estimator's figure for the same setup:
@@ -159,6 +161,7 @@ def rows_for(n: int, setup: dict[str, Any], launched: dict[str, Any]) -> list[di
                 "estimated_peak_phase": est["peak_phase"],
                 "trace": m["trace"],
                 "step_seconds": m["step_seconds"],
+                "settle": m.get("settle"),
                 "error_pct": {k: _pct(est[k], measured[k]) for k in ("peak", *PARTS)},
                 "substituted": launched["memtest"]["environment"]["substituted"],
                 "libraries": launched["memtest"]["environment"]["libraries"],

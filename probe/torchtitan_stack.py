@@ -88,6 +88,11 @@ SUBSTITUTED = [
     "(distributed/utils.py:595 set_pg_timeouts), is not in torch 2.13.0: the probe makes it "
     "torch 2.13's torch.distributed.distributed_c10d._set_pg_timeout (same arguments) while "
     "the Trainer runs",
+    "collective release: after each synchronous c10d collective the probe waits until gloo's "
+    "worker thread has dropped its reference to the collective's tensors "
+    "(probe/collective_settle.py; ProcessGroupGloo.hpp:485-492), so that they are freed on the "
+    "calling thread in program order, as NCCL releases them at the stream sync "
+    "(ProcessGroupNCCL.hpp:485-495); the wait counts are in the memtest's notes",
     "memory: c10 CPU allocator blocks counted by probe.cpu_memory (every thread, storage "
     "resizes included) stand in for the CUDA caching allocator's max_memory_allocated; no "
     "reserved bytes; buffers gloo keeps outside c10 are not counted (as NCCL's are outside "
@@ -556,6 +561,8 @@ def measure_length(
     optimizer states (`resident`). `counter`: an installed probe.cpu_memory counter."""
     from torchtitan.trainer import Trainer
 
+    from probe.collective_settle import settled_collectives
+
     cfg = _trainer_config(config, setup, seq, steps)
     resident: dict[str, int] = {}
     ends: list[float] = []
@@ -566,24 +573,27 @@ def measure_length(
     def phase(name: str) -> None:
         trace[name] = max(trace.get(name, 0), counter.reset_peak() - base)
 
-    trainer = Trainer(cfg)
-    _gloo_sum_reductions(trainer)
-    handles = _hook_phases(trainer, resident, ends, phase, lambda: counter.current() - base)
-    # global element counts (a DTensor's numel is the whole parameter's)
-    params_total = sum(p.numel() for m in trainer.model_parts for p in m.parameters())
-    gc.collect()
-    trace["at_window_start"] = counter.current() - base
-    counter.reset_peak()  # the window starts with the first step
-    started = time.perf_counter()
-    trainer.train()
-    phase("after_steps")
-    for h in handles:
-        h.remove()
-    trace["at_end"] = counter.current() - base
-    trainer.close()
-    del trainer
-    gc.collect()
-    return length_result(seq, params_total, int(base), trace, resident, [started, *ends])
+    with settled_collectives() as settle:
+        trainer = Trainer(cfg)
+        _gloo_sum_reductions(trainer)
+        handles = _hook_phases(trainer, resident, ends, phase, lambda: counter.current() - base)
+        # global element counts (a DTensor's numel is the whole parameter's)
+        params_total = sum(p.numel() for m in trainer.model_parts for p in m.parameters())
+        gc.collect()
+        trace["at_window_start"] = counter.current() - base
+        counter.reset_peak()  # the window starts with the first step
+        started = time.perf_counter()
+        trainer.train()
+        phase("after_steps")
+        for h in handles:
+            h.remove()
+        trace["at_end"] = counter.current() - base
+        trainer.close()
+        del trainer
+        gc.collect()
+    result = length_result(seq, params_total, int(base), trace, resident, [started, *ends])
+    result["settle"] = settle.as_dict()
+    return result
 
 
 def length_result(
@@ -653,7 +663,7 @@ def _fake_substituted() -> list[str]:
     probe.torchtitan_fake.FAKE_SUBSTITUTED."""
     from probe.torchtitan_fake import FAKE_SUBSTITUTED
 
-    gloo_or_c10 = ("FSDP2 reduce-scatter:", "memory:")
+    gloo_or_c10 = ("FSDP2 reduce-scatter:", "collective release:", "memory:")
     gloo = "; torch.distributed then uses gloo (Backend.default_device_backend_map['cpu'])"
     kept = [s.replace(gloo, "") for s in SUBSTITUTED if not s.startswith(gloo_or_c10)]
     memory = (
@@ -852,6 +862,18 @@ def _memtest(
         "ranks": ranks,
         "notes": notes,
     }
+    settled = [m for m in measured if "settle" in m]
+    if settled:
+        notes.append(
+            "collective release (probe/collective_settle.py), this rank, per length: "
+            + "; ".join(
+                f"{m['seq_len']}: {m['settle']['ops']} synchronous collectives, "
+                f"{m['settle']['late']} held by gloo's worker on return "
+                f"({m['settle']['wait_us']:.0f} us waited, {m['settle']['timeouts']} timeouts), "
+                f"{m['settle']['async_ops']} asynchronous"
+                for m in settled
+            )
+        )
     if device == "fake":
         notes.append(
             f"fake trace: rank 0 of {world} ranks simulated by torchtitan's fake_backend; "
