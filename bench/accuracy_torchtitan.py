@@ -162,6 +162,10 @@ def rows_for(n: int, setup: dict[str, Any], launched: dict[str, Any]) -> list[di
                 "trace": m["trace"],
                 "step_seconds": m["step_seconds"],
                 "settle": m.get("settle"),
+                # the phase peaks of the blocks the training thread allocated, and the most bytes
+                # gloo's worker threads allocated alive at once (probe/cpu_memory.py)
+                "trace_marked": m.get("trace_marked"),
+                "trace_other_threads": m.get("trace_other_threads"),
                 "error_pct": {k: _pct(est[k], measured[k]) for k in ("peak", *PARTS)},
                 "substituted": launched["memtest"]["environment"]["substituted"],
                 "libraries": launched["memtest"]["environment"]["libraries"],

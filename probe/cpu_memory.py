@@ -110,6 +110,9 @@ class CpuAllocatorCounter:
             "trainfit_reset_peak",
             "trainfit_allocs",
             "trainfit_uncounted",
+            "trainfit_other_current",
+            "trainfit_other_peak",
+            "trainfit_marked_peak",
         ):
             getattr(self._lib, name).restype = ctypes.c_int64
         self._lib.trainfit_pause.argtypes = [ctypes.c_int]
@@ -129,6 +132,23 @@ class CpuAllocatorCounter:
     def reset_peak(self) -> int:
         """Start a new window at the bytes alive now; the previous window's peak."""
         return int(self._lib.trainfit_reset_peak())
+
+    def mark_thread(self) -> None:
+        """Keep blocks allocated on other threads than this one (and the others marked) apart
+        from now on: `other_current`, `other_peak`, `marked_peak`."""
+        self._lib.trainfit_mark_thread()
+
+    def other_current(self) -> int:
+        """Bytes alive now that unmarked threads allocated (0 until a thread is marked)."""
+        return int(self._lib.trainfit_other_current())
+
+    def other_peak(self) -> int:
+        """The most bytes allocated on unmarked threads alive at once in this window."""
+        return int(self._lib.trainfit_other_peak())
+
+    def marked_peak(self) -> int:
+        """This window's peak of the bytes allocated on marked threads (freed anywhere)."""
+        return int(self._lib.trainfit_marked_peak())
 
     def allocations(self) -> int:
         return int(self._lib.trainfit_allocs())

@@ -96,7 +96,8 @@ SUBSTITUTED = [
     "memory: c10 CPU allocator blocks counted by probe.cpu_memory (every thread, storage "
     "resizes included) stand in for the CUDA caching allocator's max_memory_allocated; no "
     "reserved bytes; buffers gloo keeps outside c10 are not counted (as NCCL's are outside "
-    "torch's)",
+    "torch's); the blocks gloo's worker threads allocate through c10 are counted in the peak "
+    "and also reported apart (trace_other_threads)",
 ]
 
 
@@ -567,10 +568,15 @@ def measure_length(
     resident: dict[str, int] = {}
     ends: list[float] = []
     trace: dict[str, int] = {}
+    marked: dict[str, int] = {}  # the same, only blocks the training thread allocated
+    others: dict[str, int] = {}  # the most bytes gloo's worker threads allocated alive at once
     gc.collect()
     base = counter.current()
+    base_other = counter.other_current()
 
     def phase(name: str) -> None:
+        marked[name] = max(marked.get(name, 0), counter.marked_peak() - (base - base_other))
+        others[name] = max(others.get(name, 0), counter.other_peak() - base_other)
         trace[name] = max(trace.get(name, 0), counter.reset_peak() - base)
 
     with settled_collectives() as settle:
@@ -593,6 +599,8 @@ def measure_length(
         gc.collect()
     result = length_result(seq, params_total, int(base), trace, resident, [started, *ends])
     result["settle"] = settle.as_dict()
+    result["trace_marked"] = marked
+    result["trace_other_threads"] = others
     return result
 
 
@@ -744,6 +752,7 @@ def run_torchtitan(
         raise ProbeInputError("device", f"--stack torchtitan measures with {reason}")
     counter = CpuAllocatorCounter()
     counter.install()  # before the process group: every c10 CPU block from here on
+    counter.mark_thread()  # the training thread; gloo's workers' own blocks are kept apart
     with _torchrun_env(), _torchtitan_on_cpu():
         world = int(os.environ["WORLD_SIZE"])
         substituted = list(SUBSTITUTED)

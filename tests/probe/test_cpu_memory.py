@@ -48,3 +48,42 @@ def test_bf16_linear_runs_and_every_block_is_given_back() -> None:
     assert held >= 2 * (256 * 512 + 64 * 512 + 64 * 256)
     assert after == 0
     assert peak >= held
+
+
+THREADS = """
+import threading
+import torch
+from probe.cpu_memory import CpuAllocatorCounter
+c = CpuAllocatorCounter()
+c.install()
+c.mark_thread()
+c.reset_peak()
+mine = torch.empty(1 << 20, dtype=torch.uint8)       # 1 MiB on the marked thread
+held = []
+t = threading.Thread(target=lambda: held.append(torch.empty(3 << 20, dtype=torch.uint8)))
+t.start(); t.join()                                  # 3 MiB on another thread, alive
+other_alive = c.other_current()
+freed_elsewhere = threading.Thread(target=lambda: held.clear())
+freed_elsewhere.start(); freed_elsewhere.join()      # freed on yet another thread
+print(other_alive, c.other_current(), c.other_peak(), c.marked_peak(), c.peak())
+"""
+
+
+def test_blocks_of_unmarked_threads_are_kept_apart() -> None:
+    from probe.cpu_memory import compiler_missing
+
+    reason = compiler_missing()
+    if reason:
+        pytest.skip(reason)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", THREADS], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    other_alive, other_after, other_peak, marked_peak, peak = (int(v) for v in proc.stdout.split())
+    assert other_alive == 3 << 20
+    assert other_after == 0
+    assert other_peak == 3 << 20
+    # the marked thread's 1 MiB (plus whatever small blocks torch made on it), never the 3 MiB
+    assert 1 << 20 <= marked_peak < 2 << 20
+    assert peak >= (4 << 20)
