@@ -32,7 +32,9 @@ print(held, c.current() - before, c.peak() - before)
 """
 
 
-def test_bf16_linear_runs_and_every_block_is_given_back() -> None:
+def _run(script: str) -> list[int]:
+    """Run `script` in a fresh process (the counter stays installed once it is); its printed
+    integers."""
     from probe.cpu_memory import compiler_missing
 
     reason = compiler_missing()
@@ -40,10 +42,14 @@ def test_bf16_linear_runs_and_every_block_is_given_back() -> None:
         pytest.skip(reason)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    held, after, peak = (int(v) for v in proc.stdout.split())
+    return [int(v) for v in proc.stdout.split()]
+
+
+def test_bf16_linear_runs_and_every_block_is_given_back() -> None:
+    held, after, peak = _run(SCRIPT)
     # w, x and y (bf16): 2 bytes each
     assert held >= 2 * (256 * 512 + 64 * 512 + 64 * 256)
     assert after == 0
@@ -70,17 +76,7 @@ print(other_alive, c.other_current(), c.other_peak(), c.marked_peak(), c.peak())
 
 
 def test_blocks_of_unmarked_threads_are_kept_apart() -> None:
-    from probe.cpu_memory import compiler_missing
-
-    reason = compiler_missing()
-    if reason:
-        pytest.skip(reason)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", THREADS], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    other_alive, other_after, other_peak, marked_peak, peak = (int(v) for v in proc.stdout.split())
+    other_alive, other_after, other_peak, marked_peak, peak = _run(THREADS)
     assert other_alive == 3 << 20
     assert other_after == 0
     assert other_peak == 3 << 20
