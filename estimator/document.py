@@ -23,7 +23,7 @@ from estimator.scenario import Scenario
 from estimator.spec import ModelSpec
 from estimator.time.cost import gpu_price, normalise_prices
 from estimator.time.flops import step_flops_totals
-from estimator.time.plan import CellFn, option_cells, training_summary
+from estimator.time.plan import CellArgs, CellFn, option_cells, training_summary
 from estimator.time.step import option_rates
 from estimator.time.tokens import RunTokens, resolve_tokens, seq_len_report
 
@@ -90,8 +90,9 @@ def add_time_and_cost(
     tokens_at: dict[int, float | None] | None = None,
 ) -> Calibration | None:
     """FLOPs once per row (they do not depend on the GPU); the rates of each GPU option once
-    per setup (`option_cells`); `time` and `cost` per row and option (the cells
-    `estimator.time.plan.row_time_and_cost` makes one at a time). `setups`: each
+    per setup (`option_cells`); `time` and `cost` per row and option, made option by option
+    down each setup's rows (the cells `estimator.time.plan.row_time_and_cost` makes one at a
+    time). `setups`: each
     (checkpointing, loss) row key's setup with its `setup_key`."""
     cal = None
     if request.calibration is not None:
@@ -112,6 +113,8 @@ def add_time_and_cost(
     # the cells of each GPU option per setup: once per (setup, option), not per row, and
     # memoised across requests (they do not depend on the length: `option_cells`)
     cells: dict[tuple[str, str], dict[str, CellFn]] = {}
+    # each setup's rows and their cells' arguments, filled column by column (option by option)
+    columns: dict[tuple[str, str], tuple[list[dict[str, Any]], list[CellArgs]]] = {}
     tokens_at = {} if tokens_at is None else tokens_at  # the run's tokens per length, filled
     for row in rows:
         key = (row["checkpointing"], row["loss"])
@@ -125,8 +128,9 @@ def add_time_and_cost(
             tokens_at[seq] = _tokens_for(spec, request, seq)
         tokens = tokens_at[seq]
         host = row["host_bytes"] or 0
-        by_option = cells.get(key)
-        if by_option is None:
+        column = columns.get(key)
+        if column is None:
+            column = columns[key] = ([], [])
             by_option = cells[key] = {}
             for option, fit in row["fit"].items():
                 efficiency = source = None
@@ -149,10 +153,15 @@ def add_time_and_cost(
                         prices,
                     ),
                 )
-        for option, fit in row["fit"].items():
-            fit["time"], fit["cost"] = by_option[option](flops, seq, batch, tokens, host)
+        column[0].append(row)
+        column[1].append((flops, seq, batch, tokens, host))
+    for key, (key_rows, args) in columns.items():
+        for option, option_cells_of in cells[key].items():
+            fits = [r["fit"][option] for r in key_rows]
+            option_cells_of(fits, args)
             if cal is not None:
-                fit["time"]["measured"] = cal.is_measured(option, seq, batch)
+                for fit, (_, seq, batch, _, _) in zip(fits, args, strict=True):
+                    fit["time"]["measured"] = cal.is_measured(option, seq, batch)
     return cal
 
 

@@ -25,5 +25,11 @@ def verdict_code(peak: float, capacity: int, usable_fraction: float) -> int:
     return 1 if peak <= capacity else 2
 
 
+def verdict_code_list(peaks: list[float], capacity: int, usable_fraction: float) -> list[int]:
+    """`verdict_code` of each float peak on one capacity (its usable bytes computed once)."""
+    usable = float(capacity) * usable_fraction
+    return [0 if peak <= usable else 1 if peak <= capacity else 2 for peak in peaks]
+
+
 def verdict(peak: float, capacity: float, usable_fraction: float) -> str:
     return VERDICTS[int(verdict_codes(peak, capacity, usable_fraction))]

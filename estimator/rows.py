@@ -7,7 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from estimator import lazy_numpy as np
-from estimator.fit import VERDICTS, verdict_code
+from estimator.fit import VERDICTS, verdict_code_list
 from estimator.gpu_options import GpuOption, devices_for
 from estimator.memo import Memo
 from estimator.memory import memory_breakdown
@@ -52,6 +52,48 @@ class _Columns:
             self.peak = [float(peak)] * rows
         else:
             self.peak = (peak if peak.shape == shape else np.broadcast_to(peak, shape)).tolist()
+        if not self._all_at_once(mem, shape):
+            self._column_by_column(mem, shape)
+
+    def _all_at_once(self, mem: MemoryBreakdown, shape: tuple[int, ...]) -> bool:
+        """`_column_by_column`'s figures from one array of every column rounded up at once
+        (`_ints`' values: a whole float64 below 2**53 is the same int either way), each row's
+        peak phase from the columns' int64 sums (exact below 2**53 per part; `argmax` takes
+        the first of equal sums, as `_peak_phase`). False, nothing set, where a figure is not
+        finite or not below 2**53 (then `_ints`' way: int() of it, or its error)."""
+        comps = mem.components
+        if any(comps[name] is None for name in COMPONENTS) or not mem.phases:
+            return False
+        values = [mem.allocated, mem.reserved, mem.host, mem.peak]
+        values += [comps[name] for name in COMPONENTS]
+        spans = []  # each moment's (parts, first row, end row) in `up`
+        for parts in mem.phases.values():
+            spans.append((tuple(parts), len(values), len(values) + len(parts)))
+            values += parts.values()
+        up = np.empty((len(values), shape[0]))
+        for i, v in enumerate(values):
+            up[i] = v  # broadcast: a figure the same for every row is one float
+        up = np.ceil(up)
+        if not bool((np.abs(up) < 2.0**53).all()):  # NaN and inf fail too
+            return False
+        ints = up.astype(np.int64)
+        self.allocated, self.reserved, self.host, self.peak_bytes = ints[:4].tolist()
+        end = 4 + len(COMPONENTS)
+        self.components = [
+            dict(zip(COMPONENTS, row, strict=True)) for row in ints[4:end].T.tolist()
+        ]
+        moments = [
+            [dict(zip(parts, row, strict=True)) for row in ints[a:b].T.tolist()]
+            for parts, a, b in spans
+        ]
+        names = list(mem.phases)
+        self.phases = [dict(zip(names, row, strict=True)) for row in zip(*moments, strict=True)]
+        totals = np.stack([ints[a:b].sum(axis=0) for _, a, b in spans])
+        self.peak_phase = [names[i] for i in totals.argmax(axis=0).tolist()]
+        return True
+
+    def _column_by_column(self, mem: MemoryBreakdown, shape: tuple[int, ...]) -> None:
+        rows = shape[0]
         self.peak_bytes = _ints(mem.peak, shape)
         self.allocated = _ints(mem.allocated, shape)
         self.reserved = _ints(mem.reserved, shape)
@@ -221,7 +263,7 @@ def estimate_rows(
         cap = opt.gpu.capacity_bytes
         head = (opt.gpu.id, m.devices, m.sharding, cap, int(cap * usable_fraction))
         col = columns[id(m)]
-        codes = [verdict_code(peak, cap, usable_fraction) for peak in col.peak]
+        codes = verdict_code_list(col.peak, cap, usable_fraction)
         per.append(
             (opt.option, _fit_entries(head, m.peak_is_lower_bound, col, codes, m is not mem))
         )

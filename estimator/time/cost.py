@@ -34,20 +34,29 @@ def gpu_price(gpu: Any, prices: Mapping[str, float]) -> Price:
     return Price(None, "none")
 
 
+NO_HOURS = "no GPU hours: give the run's tokens (--tokens, --target-tokens, --dataset)"
+
+
 def run_cost(gpu_hours: float | None, price: Price, gpu_id: str) -> dict[str, Any]:
     """USD = GPU hours x USD per GPU-hour; None with a reason when either is missing."""
-    out: dict[str, Any] = {
-        "usd": None,
-        "usd_per_gpu_hour": price.usd_per_gpu_hour,
-        "price_source": price.source,
-    }
-    if price.usd_per_gpu_hour is None:
-        out["reason"] = _no_price(gpu_id)
-    elif gpu_hours is None:
-        out["reason"] = "no GPU hours: give the run's tokens (--tokens, --target-tokens, --dataset)"
-    else:
-        out["usd"] = gpu_hours * price.usd_per_gpu_hour
-    return out
+    return run_costs([gpu_hours], price, gpu_id)[0]
+
+
+def run_costs(gpu_hours: list[float | None], price: Price, gpu_id: str) -> list[dict[str, Any]]:
+    """`run_cost` of each of `gpu_hours` on one option's price (the estimate's cells)."""
+    usd_per, source = price.usd_per_gpu_hour, price.source
+    if usd_per is None:
+        reason = _no_price(gpu_id)
+        return [
+            {"usd": None, "usd_per_gpu_hour": None, "price_source": source, "reason": reason}
+            for _ in gpu_hours
+        ]
+    return [
+        {"usd": None, "usd_per_gpu_hour": usd_per, "price_source": source, "reason": NO_HOURS}
+        if hours is None
+        else {"usd": hours * usd_per, "usd_per_gpu_hour": usd_per, "price_source": source}
+        for hours in gpu_hours
+    ]
 
 
 @lru_cache(maxsize=256)

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from estimator.errors import EstimatorInputError
 from estimator.scenario import Scenario
-from estimator.time.cost import Price, gpu_price, normalise_prices, rank_options, run_cost
+from estimator.time.cost import (
+    Price,
+    gpu_price,
+    normalise_prices,
+    rank_options,
+    run_cost,
+    run_costs,
+)
 from estimator.time.flops import FlopsTotals, StepFlops, step_flops
 from estimator.time.step import OptionRates, _rate, cell, comm_bytes, option_rates, step_cell
 
@@ -120,30 +127,28 @@ def cell_time_and_cost(
     return time, cost
 
 
-CellFn = Callable[
-    [StepFlops | FlopsTotals, int, int, float | None, int], tuple[dict[str, Any], dict[str, Any]]
-]
+# one row's arguments of a cell: (flops, seq_len, batch, the run's tokens, host bytes)
+CellArgs = tuple[StepFlops | FlopsTotals, int, int, float | None, int]
+# the cells of one option down a column of rows: sets `time` and `cost` of each row's fit entry
+CellFn = Callable[[list[dict[str, Any]], list[CellArgs]], None]
 
 
 def option_cells(rates: OptionRates, price: Price) -> CellFn:
-    """`cell_time_and_cost` of one option as a function of the row (flops, seq_len, batch,
-    tokens, host_bytes), with what does not depend on the row read once: the estimate
-    document calls it for every row x option. The arithmetic is `step_cell`'s and
-    `cell_time_and_cost`'s, term for term and in the same order
-    (tests/estimator/test_fast_paths.py compares them with `step_time`); a `parallel`
+    """`cell_time_and_cost` of one option over a column of rows: `cells(fits, args)` sets each
+    fit entry's `time` and `cost` from its row's `CellArgs`, with what does not depend on the
+    row read once (the estimate document calls it once per option and setup, not per cell).
+    The arithmetic is `step_cell`'s and `cell_time_and_cost`'s, term for term and in the same
+    order (tests/estimator/test_fast_paths.py compares them with `step_time`); a `parallel`
     layout's cells are `cell`'s."""
     if rates.layout is not None:
 
-        def layout_cell(
-            flops: StepFlops | FlopsTotals,
-            seq_len: int,
-            batch: int,
-            tokens: float | None,
-            host_bytes: int,
-        ) -> tuple[dict[str, Any], dict[str, Any]]:
-            return cell_time_and_cost(rates, flops, seq_len, batch, tokens, host_bytes, price)
+        def layout_cells(fits: list[dict[str, Any]], args: list[CellArgs]) -> None:
+            for fit, (flops, seq_len, batch, tokens, host_bytes) in zip(fits, args, strict=True):
+                fit["time"], fit["cost"] = cell_time_and_cost(
+                    rates, flops, seq_len, batch, tokens, host_bytes, price
+                )
 
-        return layout_cell
+        return layout_cells
     sc, gpu = rates.sc, rates.gpu
     setup, profile = sc.setup, sc.profile
     peak, efficiency, memory = rates.peak_flops, rates.efficiency, rates.memory_seconds
@@ -171,72 +176,77 @@ def option_cells(rates: OptionRates, price: Price) -> CellFn:
         offload_hidden = _or_profile(rates.offload_hidden, profile, "offload_overlap_fraction")
     if fixed_volume is None or fixed_volume > 0:
         comm_hidden = _or_profile(rates.comm_hidden, profile, "comm_overlap_fraction")
+    priced = price.usd_per_gpu_hour is not None
 
-    def one_cell(
-        flops: StepFlops | FlopsTotals,
-        seq_len: int,
-        batch: int,
-        tokens: float | None,
-        host_bytes: int,
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        flops_total = flops.total
-        unknown = list(option_unknown) if option_unknown else None
-        compute = flops_total / per_flop if per_flop is not None else None
-        offload: float | None = 0.0
-        if offload_on and host_bytes > 0:
-            hidden = offload_hidden
-            if link is None:
-                unknown = [*(unknown or ()), *link_missing]
-                offload = None
-            else:
-                offload = (1.0 - hidden) * (2.0 * host_bytes / link)
-        comm: float | None = 0.0
-        volume = fixed_volume
-        if volume is None:  # device_map: the layer-boundary activations, per token
-            volume = comm_bytes(sc.spec, setup, profile, sharding, cards, seq_len, batch)
-        if volume > 0:
-            hidden = comm_hidden
-            if net is None:
-                unknown = [*(unknown or ()), *net_missing]
-                comm = None
-            else:
-                comm = (1.0 - hidden) * (volume / net)
-        step = None
-        if compute is not None and memory is not None and offload is not None and comm is not None:
-            step = max(compute or 0.0, memory or 0.0) + (offload or 0.0) + (comm or 0.0)
-        tokens_per_step = seq_len * batch * ranks
-        tps = tokens_per_step / step if step else None
-        wall = gpu_hours = None
-        if tokens is not None and tps is not None:
-            wall = tokens / tps / 3600.0
-            gpu_hours = wall * cards
-        time: dict[str, Any] = {
-            "step_seconds": step,
-            "tokens_per_second": tps,
-            "tokens_per_step": tokens_per_step,
-            "compute_seconds": compute,
-            "memory_seconds": memory,
-            "offload_seconds": offload,
-            "comm_seconds": comm,
-            "comm_inter_node_seconds": None,
-            "mfu": flops.model_flops / (step * peak) if step and peak else None,
-            "efficiency": efficiency,
-            "efficiency_source": source,
-            "flops_per_step": flops_total,
-            "model_flops_per_step": flops.model_flops,
-            "gpus": cards,
-            "sharding": sharding,
-            "wall_hours": wall,
-            "gpu_hours": gpu_hours,
-        }
-        if unknown:
-            time["unknown"] = unknown
-        cost = run_cost(gpu_hours, price, gpu_id)
-        if step is None and price.usd_per_gpu_hour is not None:
-            cost["reason"] = "; ".join(unknown or ())
-        return time, cost
+    def cells(fits: list[dict[str, Any]], args: list[CellArgs]) -> None:
+        times: list[dict[str, Any]] = []
+        hours: list[float | None] = []
+        for flops, seq_len, batch, tokens, host_bytes in args:
+            flops_total = flops.total
+            unknown = list(option_unknown) if option_unknown else None
+            compute = flops_total / per_flop if per_flop is not None else None
+            offload: float | None = 0.0
+            if offload_on and host_bytes > 0:
+                if link is None:
+                    unknown = [*(unknown or ()), *link_missing]
+                    offload = None
+                else:
+                    offload = (1.0 - offload_hidden) * (2.0 * host_bytes / link)
+            comm: float | None = 0.0
+            volume = fixed_volume
+            if volume is None:  # device_map: the layer-boundary activations, per token
+                volume = comm_bytes(sc.spec, setup, profile, sharding, cards, seq_len, batch)
+            if volume > 0:
+                if net is None:
+                    unknown = [*(unknown or ()), *net_missing]
+                    comm = None
+                else:
+                    comm = (1.0 - comm_hidden) * (volume / net)
+            step = None
+            if (
+                compute is not None
+                and memory is not None
+                and offload is not None
+                and comm is not None
+            ):
+                step = max(compute or 0.0, memory or 0.0) + (offload or 0.0) + (comm or 0.0)
+            tokens_per_step = seq_len * batch * ranks
+            tps = tokens_per_step / step if step else None
+            wall = gpu_hours = None
+            if tokens is not None and tps is not None:
+                wall = tokens / tps / 3600.0
+                gpu_hours = wall * cards
+            time: dict[str, Any] = {
+                "step_seconds": step,
+                "tokens_per_second": tps,
+                "tokens_per_step": tokens_per_step,
+                "compute_seconds": compute,
+                "memory_seconds": memory,
+                "offload_seconds": offload,
+                "comm_seconds": comm,
+                "comm_inter_node_seconds": None,
+                "mfu": flops.model_flops / (step * peak) if step and peak else None,
+                "efficiency": efficiency,
+                "efficiency_source": source,
+                "flops_per_step": flops_total,
+                "model_flops_per_step": flops.model_flops,
+                "gpus": cards,
+                "sharding": sharding,
+                "wall_hours": wall,
+                "gpu_hours": gpu_hours,
+            }
+            if unknown:
+                time["unknown"] = unknown
+            times.append(time)
+            hours.append(gpu_hours)
+        costs = run_costs(hours, price, gpu_id)
+        for fit, time, cost in zip(fits, times, costs, strict=True):
+            if priced and time["step_seconds"] is None:
+                cost["reason"] = "; ".join(time.get("unknown") or ())
+            fit["time"] = time
+            fit["cost"] = cost
 
-    return one_cell
+    return cells
 
 
 def _or_profile(value: float | None, profile: Profile, key: str) -> float:
