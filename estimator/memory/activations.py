@@ -3,7 +3,8 @@
 The tensors are those the transformers v5 modeling code creates (RMSNorm upcasts its input to
 fp32; frozen weights save no inputs; peft's LoRA casts each adapted Linear's input to the
 adapter dtype, a separate copy per adapter when the dtypes differ), with SDPA/flash attention
-(q, k, v, out and an fp32 logsumexp; no s x s matrix; GQA native, no repeated k/v) or eager
+(q, k, v, out and an fp32 logsumexp; no s x s matrix; GQA native, no repeated k/v,
+unless the stack repeats them: `sdpa_repeats_kv`, `torchtune_modules`) or eager
 attention (fp32 softmax output and its bf16 copy, s per head per token). The Gated DeltaNet
 core is modelled as fla's `chunk_gated_delta_rule` (saves q, k repeated to the value heads, v,
 g, beta and the chunk matrix A of width 64). Method after Korthikanti et al. 2022 (Table 2):
@@ -66,6 +67,7 @@ class Context:
     input_bytes: int = 0  # bytes per element of a decoder layer's input (the checkpoint)
     torch_norm: bool = False  # torchtitan 0.3.0's modules: nn.RMSNorm, fused wqkv (torchtitan.py)
     torchtune: bool = False  # torchtune's attention and RMSNorm (`torchtune_modules`)
+    repeats_kv: bool = False  # K/V repeated to the query heads before SDPA (`sdpa_repeats_kv`)
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -113,6 +115,7 @@ class Context:
             FP32 if amp_full(setup) else stream,
             torch_rms_norm(setup),
             bool(stack.get_optional("torchtune_modules", False)),
+            bool(stack.get_optional("sdpa_repeats_kv", False)),
         )
 
 
@@ -426,7 +429,11 @@ def _attention_core(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
         saved += cb * q * 3
         per_seq = spec.num_heads * (FP32 + cb)
     else:
-        kv_saved = q if ctx.torchtune else kv  # k, v repeated (`torchtune_modules` 1)
+        # k, v repeated to the query heads before SDPA, which saves them at that width:
+        # `torchtune_modules` 1, or torchtitan@9dec370 models/llama/model.py:201-202
+        # (`keys = repeat_kv(xk, self.n_rep)`, a copy: :121-125 expand + reshape) and :209
+        # (`F.scaled_dot_product_attention(xq, xk, xv, ...)`) (`sdpa_repeats_kv`)
+        kv_saved = q if ctx.torchtune or ctx.repeats_kv else kv
         saved += cb * (q + 2 * kv_saved) + cb * q + FP32 * spec.num_heads  # q, k, v, out, lse
     if spec.attn_output_gate:
         saved += 2 * cb * q  # sigmoid(gate) and the attention output kept by the gating mul

@@ -126,3 +126,29 @@ def test_torchtitan_with_the_head_in_the_root_keeps_its_last_block_at_the_loss()
     assert loss - root == pytest.approx(layer * BF16, rel=1e-2)  # one block (norms aside)
     own_units = _phases(_setup(n=2), 256, 2)["loss"]["unsharded_params"]
     assert own_units < loss - 0.5 * layer * BF16
+
+
+def test_torchtitan_2024_sdpa_saves_k_and_v_repeated_to_the_query_heads() -> None:
+    """torchtitan@9dec370 models/llama/model.py:201-202 repeats K/V to every query head
+    (`repeat_kv`: expand + reshape, a copy) and :209 hands them to SDPA, which saves them:
+    Llama 3.1 70B's 8 KV heads are saved at the 64 query heads' width (stack fact
+    `sdpa_repeats_kv`); the hf stack's SDPA takes them GQA-native."""
+    from estimator.memory.activations import _attention_core
+
+    heads, kv_heads, dim = LLAMA70.num_heads or 0, LLAMA70.num_kv_heads or 0, 128
+    hidden = LLAMA70.hidden or 0
+
+    def setup(stack: str) -> TrainingSetup:
+        return TrainingSetup(stack=stack, method="full", precision="bf16", checkpointing="none")
+
+    titan = Context.build(LLAMA70, setup("torchtitan-2024"), BF16)
+    assert titan.repeats_kv and not titan.torchtune
+    q = heads * dim
+    # q, k, v at the query width, SDPA's out, its fp32 logsumexp, the qkv input; o_proj's
+    # input is SDPA's output itself (a view), counted once
+    expected = BF16 * (q + 2 * q) + BF16 * q + FP32 * heads + BF16 * hidden
+    assert _attention_core(titan, LLAMA70)[0] == expected
+    hf = Context.build(LLAMA70, setup("hf"), BF16)
+    assert not hf.repeats_kv
+    native = _attention_core(hf, LLAMA70)[0]
+    assert _attention_core(titan, LLAMA70)[0] - native == 2 * BF16 * (heads - kv_heads) * dim
