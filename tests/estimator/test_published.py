@@ -316,3 +316,25 @@ def test_flags_ac_miss_is_the_step_alone_at_both_measurements() -> None:
         assert -TARGET_MAX_UNDER_PCT <= error_pct <= TARGET_MAX_ABS_PCT, (
             f"{mapping['setup']['batch']} x {mapping['seq_len']}: {error_pct:+.1f} %"
         )
+
+
+# The tables' baseline rows (unpacked Alpaca, no compile, full cross-entropy, no AC, the same
+# AdamW as every full row above optimizer_in_bwd's): 25.5 GiB at batch 2 x 4096
+# (README.md@1814feb17:119) and 25.57 GiB at batch 5 x 2048 (c43584cba README.md:115).
+FLAGS_BASELINE_GIB = (25.5, 25.57)
+
+
+def test_flags_baselines_sit_below_a_foreach_steps_floor() -> None:
+    """flags-3b-ac's note (i10g): torch's foreach AdamW step holds the bf16 weights, gradients,
+    both states and the `_foreach_sqrt` copy of exp_avg_sq at once (torch optim/adamw.py
+    `_multi_tensor_adamw`), about 5 x 5.98 GiB for Llama 3.2 3B at any length; both tables'
+    baselines measured less, so their AdamW took no whole-state temporary. Fused steps in
+    place (a floor of 4 x 5.98 GiB, below both)."""
+    ac = BY_ID["flags-3b-ac"]
+    for impl, above in (("foreach", True), ("fused", False)):
+        setup = dict(ac["mapping"]["setup"], optimizer_impl=impl, checkpointing="none")
+        setup.update(compile=False, loss="full", loss_chunk=None)
+        mapping = dict(ac["mapping"], seq_len=256)
+        doc = estimate_document(published.build_request(mapping, CONFIGS, setup))
+        step = sum(doc["rows"][0]["phases"]["step"].values()) / 2**30
+        assert all((step > b) == above for b in FLAGS_BASELINE_GIB), f"{impl}: {step:.2f} GiB"
