@@ -22,6 +22,12 @@ outputs of mm 1, 3, 5, 7 (wq, wv, w1, w2), SDPA's output and logsumexp, plus the
 compiled saves the same less w2's output (no backward op reads it): eager - compiled = dim x 2
 bytes per token. bench/results/titan_sac_saved_2026-12-03.txt.
 
+Compiled without the wrapper (i10g; estimator/memory/activations_compiled.py `repeats_kv`): SDPA's
+q, k and v inputs are saved at the 8 query heads (k and v after `repeat_kv`, model.py:201-202),
+not at the 2 kv heads, with the tensors transformers' layer keeps (bench/compile_saved.py) and
+the rotary table's conjugate (complex64, head_dim / 2 per token). bench/results/
+titan_sac_saved_2026-12-04.txt.
+
 CUDA's SDPA op (`_scaled_dot_product_flash_attention`) is in `_save_list`; the CPU's
 (`_scaled_dot_product_flash_attention_for_cpu`) is not, so the CPU op is added to the list to
 keep what CUDA keeps (both save their output and an fp32 logsumexp per head and row).
@@ -227,6 +233,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  compiled saved {name:<30} {str(val.dtype):<15} {tuple(val.shape)}")
     print(f"compiled: {ctotal / tokens:.0f} B/token (the layer input among them)")
     print(f"eager - compiled: {(total + input_bytes - ctotal) / tokens:.0f} B/token")
+
+    # the same block compiled without the SAC wrapper: what a compiled layer keeps for its
+    # backward (no checkpointing; full checkpointing's recompute holds the same set)
+    plain = compiled_saved(block, x, freqs, param_shapes)
+    ptotal = 0
+    for name, val in plain:
+        ptotal += val.numel() * val.element_size()
+        print(f"  compiled, no AC, saved {name:<22} {str(val.dtype):<15} {tuple(val.shape)}")
+    print(f"compiled, no AC: {ptotal / tokens:.0f} B/token (the layer input among them)")
     return 0
 
 

@@ -18,6 +18,14 @@ copies, no silu output. `bench/compile_saved.py` runs that partitioner on transf
 - weights frozen: the layer input and the attention residual sum, q, k, v, SDPA's output, the
   gate and up outputs; an adapted projection adds its input (recomputed from what is kept only
   when that input is itself kept) and lora_A's output.
+
+A stack whose attention repeats K/V to the query heads before SDPA (`repeats_kv`, stack fact
+`sdpa_repeats_kv`: torchtitan@9dec370 models/llama/model.py:201-202) has SDPA's k and v
+inputs saved at the query width: bench/titan_sac_saved.py compiles torchtitan@9dec370's own
+TransformerBlock without checkpointing and the partition keeps q, k and v at its 8 query heads,
+not its 2 kv heads, with every other tensor above (bench/results/titan_sac_saved_2026-12-04.txt:
+18,728 B/token = this count's 18,472 + the rotary table's complex64 conjugate, 256 B per
+position, which is not counted).
 """
 
 from __future__ import annotations
@@ -35,15 +43,21 @@ _ALL_ADAPTED = ("q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "gate_proj",
 
 
 def compiled_layer_saved(
-    spec: ModelSpec, compute_bytes: int, full: bool, targets: frozenset[str], rank_bytes: int
+    spec: ModelSpec,
+    compute_bytes: int,
+    full: bool,
+    targets: frozenset[str],
+    rank_bytes: int,
+    repeats_kv: bool = False,
 ) -> float:
     """Bytes per token a compiled dense decoder layer keeps for its backward (module note).
-    `rank_bytes` x rank per adapter is lora_A's output (the caller adds it)."""
+    `rank_bytes` x rank per adapter is lora_A's output (the caller adds it); `repeats_kv`: k
+    and v saved at the query heads (module note)."""
     assert spec.num_heads and spec.head_dim and spec.num_kv_heads is not None
     cb = compute_bytes
     h, m = spec.hidden or 0, spec.intermediate or 0
     q = spec.num_heads * spec.head_dim
-    kv = spec.num_kv_heads * spec.head_dim
+    kv = q if repeats_kv else spec.num_kv_heads * spec.head_dim
     rows = FP32 * (2 + spec.num_heads)  # two rsqrt per row, logsumexp per head
     if full:
         return cb * (4 * h + 3 * q + 2 * kv + 3 * m) + rows

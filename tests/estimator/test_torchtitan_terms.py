@@ -152,3 +152,29 @@ def test_torchtitan_2024_sdpa_saves_k_and_v_repeated_to_the_query_heads() -> Non
     assert not hf.repeats_kv
     native = _attention_core(hf, LLAMA70)[0]
     assert _attention_core(titan, LLAMA70)[0] - native == 2 * BF16 * (heads - kv_heads) * dim
+
+
+def test_compiled_torchtitan_2024_layer_keeps_k_and_v_at_the_query_heads() -> None:
+    """bench/titan_sac_saved.py compiles torchtitan@9dec370's TransformerBlock without
+    checkpointing (dim 512, 8 heads, 2 kv heads, ffn 1536, bf16): the partition keeps SDPA's q,
+    k and v at the 8 query heads, 18,728 B/token of which 256 are the rotary table's complex64
+    conjugate (bench/results/titan_sac_saved_2026-12-04.txt)."""
+    from estimator.memory.activations import layer_activations
+    from estimator.memory.activations_compiled import compiled_layer_saved
+    from estimator.spec import LAYER_FULL, MLP_DENSE
+
+    config = json.loads((ROOT / "tests/data/configs/small-llama-parallel.json").read_text())
+    config.update(
+        hidden_size=512, intermediate_size=1536, num_attention_heads=8, num_key_value_heads=2
+    )
+    block = spec_from_config(config)
+    assert compiled_layer_saved(block, BF16, True, frozenset(), 0, repeats_kv=True) == 18728 - 256
+    assert compiled_layer_saved(block, BF16, True, frozenset(), 0) == 18728 - 256 - 2 * 2 * 384
+
+    def per_token(stack: str) -> float:
+        setup = TrainingSetup(stack=stack, method="full", precision="bf16", compile=True)
+        ctx = Context.build(LLAMA70, setup, BF16)
+        return layer_activations(ctx, LLAMA70, LAYER_FULL, MLP_DENSE).per_token
+
+    heads, kv_heads = LLAMA70.num_heads or 0, LLAMA70.num_kv_heads or 0
+    assert per_token("torchtitan-2024") - per_token("hf") == 2 * BF16 * (heads - kv_heads) * 128
