@@ -200,6 +200,8 @@ def memory_breakdown(
         (skey, amp, torchtitan.on_cpu_referee(), n),
         lambda: _fixed(spec, setup, profile, n, amp),
     )
+    if type(seq_len) is float and type(batch) is int:  # one length (`np.asarray`'s floats)
+        return _at_lengths(f, spec, setup, seq_len, seq_len * float(batch))
     seq = np.asarray(seq_len, dtype=np.float64)
     tokens = seq * np.asarray(batch, dtype=np.float64)
     return _at_lengths(f, spec, setup, seq, tokens)

@@ -330,15 +330,21 @@ def step_flops_totals(
     plan = _PLANS.get((spec,), skey, lambda: _flops_plan(spec, setup))
     fwd_total = bwd_total = rec_total = model_total = 0.0
     for group, per_tokens in plan.groups:
-        f = b = r = m = 0.0
-        recomputed = recompute_on and group != "head"
+        f = 0.0
         for per_token in per_tokens:
-            fwd = per_token * tokens  # linear_forward_flops
-            bwd = 2.0 * fwd if trainable else fwd
-            f += fwd
-            b += bwd
-            r += fwd if recomputed else 0.0
-            m += fwd + bwd
+            f += per_token * tokens  # linear_forward_flops
+        # the backward (2 fwd trained, fwd frozen), recompute (fwd or 0) and, frozen, model
+        # (fwd + fwd) sums add each term of `f` times 2, 1 or 0: doubling is exact in binary
+        # floating point, so each is that multiple of `f`, bit for bit. A trained group's
+        # model sum adds fwd + 2 fwd (3 fwd, rounded per term): its own sum.
+        r = f if recompute_on and group != "head" else 0.0
+        if trainable:
+            b, m = 2.0 * f, 0.0
+            for per_token in per_tokens:
+                fwd = per_token * tokens
+                m += fwd + 2.0 * fwd
+        else:
+            b, m = f, 2.0 * f
         fwd_total += f
         bwd_total += b
         rec_total += r

@@ -209,7 +209,8 @@ def option_cells(rates: OptionRates, price: Price) -> CellFn:
                 and offload is not None
                 and comm is not None
             ):
-                step = max(compute or 0.0, memory or 0.0) + (offload or 0.0) + (comm or 0.0)
+                busy, moved = compute or 0.0, memory or 0.0  # max(busy, moved), as max picks
+                step = (moved if moved > busy else busy) + (offload or 0.0) + (comm or 0.0)
             tokens_per_step = seq_len * batch * ranks
             tps = tokens_per_step / step if step else None
             wall = gpu_hours = None
