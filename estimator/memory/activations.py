@@ -566,9 +566,8 @@ def layer_activations(
     if ctx.fused and layer_type != LAYER_LINEAR and mlp_type != MLP_MOE:
         return _fused_layer(ctx, spec)
     if ctx.compiled and _compilable(ctx, spec, layer_type, mlp_type):
-        saved = compiled_layer_saved(
-            spec, cb, ctx.full, ctx.targets, ctx.rank_bytes, ctx.repeats_kv
-        )
+        repeats = ctx.repeats_kv or ctx.torchtune  # k, v expanded before SDPA
+        saved = compiled_layer_saved(spec, cb, ctx.full, ctx.targets, ctx.rank_bytes, repeats)
         adapters = 0 if ctx.full else adapted_count(ctx.targets)
         saved += adapters * ctx.rank * ctx.rank_bytes
         saved += adapters * (spec.hidden or 0) * ctx.mask_bytes  # dropout masks (approx. width)

@@ -25,7 +25,11 @@ inputs saved at the query width: bench/titan_sac_saved.py compiles torchtitan@9d
 TransformerBlock without checkpointing and the partition keeps q, k and v at its 8 query heads,
 not its 2 kv heads, with every other tensor above (bench/results/titan_sac_saved_2026-12-04.txt:
 18,728 B/token = this count's 18,472 + the rotary table's complex64 conjugate, 256 B per
-position, which is not counted).
+position, which is not counted). torchtune 0.6.1's layer (`torchtune_modules`: attention.py:285-291
+expands k and v to num_heads) the same, trained and frozen: bench/tune_compiled_saved.py runs
+its own TransformerSelfAttentionLayer, 18,472 B/token trained and 12,328 frozen besides its rope
+cache buffer (bench/results/tune_compiled_saved_2026-12-04.txt), this count with k, v at the
+query width.
 """
 
 from __future__ import annotations

@@ -88,3 +88,32 @@ def test_torchtune_adapters_default_to_the_models_bf16() -> None:
     assert TrainingSetup(stack="hf", method="lora").adapter_dtype == "fp32"  # peft's default
     told = TrainingSetup(stack="torchtune", method="lora", adapter_dtype="fp32")
     assert told.adapter_dtype == "fp32"
+
+
+def test_compiled_torchtune_layer_keeps_k_and_v_expanded() -> None:
+    """bench/tune_compiled_saved.py: torchtune 0.6.1's compiled layer (dim 512, 8 heads, 2 kv
+    heads, ffn 1536) saves SDPA's k and v at the 8 query heads, 18,472 B/token trained and
+    12,328 frozen besides its rope cache (bench/results/tune_compiled_saved_2026-12-04.txt)."""
+    from dataclasses import replace
+
+    from estimator.memory.activations import Context, layer_activations
+    from estimator.memory.activations_compiled import compiled_layer_saved
+    from estimator.spec import LAYER_FULL, MLP_DENSE
+
+    config = dict(preset_config("llama-3.1-8b"))
+    config.update(
+        hidden_size=512, intermediate_size=1536, num_attention_heads=8, num_key_value_heads=2
+    )
+    block = spec_from_config(config)
+    assert compiled_layer_saved(block, 2, True, frozenset(), 0, repeats_kv=True) == 18472
+    assert compiled_layer_saved(block, 2, False, frozenset(), 0, repeats_kv=True) == 12328
+    heads, kv_heads = LLAMA8B.num_heads or 0, LLAMA8B.num_kv_heads or 0
+    for method in ("full", "lora"):
+        setup = TrainingSetup(stack="torchtune", method=method, precision="bf16", compile=True)
+        ctx = Context.build(LLAMA8B, setup, 2)
+        assert ctx.torchtune and ctx.compiled
+
+        def saved(c: Context) -> float:
+            return layer_activations(c, LLAMA8B, LAYER_FULL, MLP_DENSE).per_token
+
+        assert saved(ctx) - saved(replace(ctx, torchtune=False)) == 2 * 2 * (heads - kv_heads) * 128
