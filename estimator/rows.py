@@ -138,6 +138,8 @@ def _row_dict(keys: tuple[str, ...]) -> Callable[[Sequence[Any]], dict[str, Any]
     one dict display, which Python builds ~3x faster: the rows' dicts are most of a many-row
     document's memory rows (issue 17). Each key is written as its `repr`, a string literal;
     the keys are the memory model's component and part names (a few fixed tuples)."""
+    if not all(type(key) is str for key in keys):  # repr of an exact str is a string literal
+        raise TypeError(f"row keys must be str, got {keys!r}")
     items = ", ".join(f"{key!r}: row[{i}]" for i, key in enumerate(keys))
     make: Callable[[Sequence[Any]], dict[str, Any]] = eval(f"lambda row: {{{items}}}")
     return make
