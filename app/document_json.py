@@ -59,19 +59,30 @@ def _is_digit(codes: Any) -> Any:
     return (codes >= _ZERO) & (codes <= _NINE)
 
 
-def _marker_positions(out: bytes, codes: Any) -> list[int]:
+def _marker_positions(out: bytes) -> list[int]:
     """Where a marker starts, ascending: `e-` and one digit not followed by a digit (`1e-7`:
-    Python writes `1e-07`), `0.0000` (overlapping ones too), `NaN`, `Infinity`. `codes`:
-    `out` and `_PAD` as uint8 (the pad keeps every look-ahead below in bounds)."""
-    at = np.flatnonzero(np.subtract(codes, _DASH_U8) <= 1)  # `-` or `.` (uint8 wraps below)
-    at = at[at >= 1]  # both markers have a byte before the `-` or `.`
-    before = codes[at - 1]
-    at = at[(before == _E) | (before == _ZERO)]  # `e-`, `0.` (and the rare `e.`, `0-`)
-    before, this, one, two = codes[at - 1], codes[at], codes[at + 1], codes[at + 2]
-    exponent = (this == _DASH) & (before == _E) & _is_digit(one) & ~_is_digit(two)
-    zeros = (this == _DOT) & (before == _ZERO) & (one == _ZERO) & (two == _ZERO)
-    zeros &= (codes[at + 3] == _ZERO) & (codes[at + 4] == _ZERO)
-    hits: list[int] = (at[exponent | zeros] - 1).tolist()
+    Python writes `1e-07`), `0.0000` (overlapping ones too), `NaN`, `Infinity`."""
+    codes = np.frombuffer(out, dtype=np.uint8)
+    flags = np.subtract(codes, _DASH_U8)  # `-` -> 0, `.` -> 1 (`.` is `-` + 1; wraps below)
+    dash_or_dot = flags.view(np.bool_)
+    np.less_equal(flags, 1, out=dash_or_dot)  # in place: one temporary the document's size
+    at = np.flatnonzero(dash_or_dot)
+    if at.size and at[0] == 0:
+        at = at[1:]  # both markers have a byte before the `-` or `.`
+    if at.size and at[-1] + 4 >= codes.size:  # a look-ahead past the end reads the pad
+        codes = np.frombuffer(out + _PAD, dtype=np.uint8)
+    before, one, two = codes[at - 1], codes[at + 1], codes[at + 2]
+    # `e` + (`-`) + digit + not a digit, or `0` + (`.`) + `00`: a few numbers in a document
+    exponent = (before == _E) & _is_digit(one) & ~_is_digit(two)
+    zeros = (before == _ZERO) & (one == _ZERO) & (two == _ZERO)
+    hits: list[int] = []
+    for i in at[exponent | zeros].tolist():  # the few left: their middle byte, last two zeros
+        if out[i - 1] == _E:
+            marker = out[i] == _DASH
+        else:
+            marker = out[i] == _DOT and out[i + 3 : i + 5] == b"00"
+        if marker:
+            hits.append(i - 1)
     for marker, first in _MARKERS:
         i = out.find(first)
         while i >= 0:
@@ -83,12 +94,12 @@ def _marker_positions(out: bytes, codes: Any) -> list[int]:
 
 def encode(doc: Any) -> bytes:
     out = _SERIALIZER.to_json(doc)
-    codes = np.frombuffer(out + _PAD, dtype=np.uint8)
-    hits = _marker_positions(out, codes)
+    hits = _marker_positions(out)
     if not hits:
         return out
     if b"\\" in out:
         return reference(doc)
+    codes = np.frombuffer(out, dtype=np.uint8)
     parts: list[bytes] = []
     done = quotes = counted = 0  # bytes copied to parts; `"` counted in out[:counted]
     for at in hits:

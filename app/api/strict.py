@@ -118,7 +118,14 @@ def check_json_body(raw: bytes, adapter: TypeAdapter[Any] | None = None) -> Any:
                     ]
                 ) from None
     try:
-        parsed = json.loads(raw, object_pairs_hook=reject_duplicate_keys)
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass")  # as json.loads(raw)
+        try:
+            parsed = _PLAIN_OBJECTS.decode(text)
+        except _RepeatedKey:
+            parsed = json.loads(raw, object_pairs_hook=reject_duplicate_keys)  # names the key
+        else:
+            if len(text) <= MAX_STRING_CHARS:
+                return value  # no repeated key, and no string can be longer than the text
     except (ValueError, RecursionError):
         return None  # FastAPI answers it (422 json_invalid)
     if _suspicious(parsed):
@@ -126,6 +133,22 @@ def check_json_body(raw: bytes, adapter: TypeAdapter[Any] | None = None) -> Any:
         if problem is not None:
             _raise(problem)
     return value
+
+
+class _RepeatedKey(Exception):
+    """An object with a key twice: `reject_duplicate_keys`' parse names it (the rare path)."""
+
+
+def _without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _RepeatedKey
+    return out
+
+
+# json.loads' decoder with the hook above, built once (json.loads builds one per call with a
+# hook): the common body, without a repeated key, parsed once in C (dict(pairs) per object)
+_PLAIN_OBJECTS = json.JSONDecoder(object_pairs_hook=_without_repeats)
 
 
 def body_adapter(route: APIRoute) -> TypeAdapter[Any] | None:
