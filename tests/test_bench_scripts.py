@@ -54,3 +54,10 @@ def test_peers_bench_runs_what_is_present_and_names_what_is_missing() -> None:
         sys.path.pop(0)
     for module in peers.MISSING_HOW:  # every peer has a line: its figure, missing or failed
         assert any(n == module or n.startswith(module) for n in names), module
+
+
+def test_rest_breakdown_prints_the_parts_of_a_fresh_estimate() -> None:
+    out = _run("bench/rest_breakdown.py", "--calls", "5")
+    names = _names(out)
+    for field in ("check", "estimate", "encode", "handler", "handler - parts", "ratio"):
+        assert field in names
