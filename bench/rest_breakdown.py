@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine
@@ -26,23 +27,15 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.speed import CELLS_GPUS, PRESET  # noqa: E402
 
 BODY: dict[str, Any] = {
-    "model": {"preset": "llama-3.1-8b"},
+    "model": {"preset": PRESET},
     "setup": {"method": "lora"},
     "seq_lens": [2048 * i for i in range(1, 11)],
-    "gpus": [
-        "a100-40gb",
-        "a100-80gb",
-        "h100-80gb",
-        "h200",
-        "b200",
-        "l40s",
-        "rtx-4090",
-        "rtx-pro-6000",
-        "2xa100-80gb",
-        "2xh100-80gb",
-    ],  # bench/speed.py's ten options
+    "gpus": CELLS_GPUS[:10],  # bench/speed.py's ten options of rest_estimate_100_fresh
 }
 
 
