@@ -16,14 +16,14 @@ on bf16 logits (torchtune's compiled compute_cross_entropy).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
+
+from bench.partitioned import Outputs, min_cut_backend
 
 
 def main(argv: list[str] | None = None) -> int:
     import torch
-    from torch._functorch.aot_autograd import aot_module_simplified
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-    from torch._inductor.decomposition import select_decomp_table
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
@@ -68,29 +68,17 @@ def main(argv: list[str] | None = None) -> int:
 
     compiled = {"bytes": 0, "square": 0}
 
-    def compiler(gm: Any, example: Any) -> Any:
-        def forward(graph: Any, _inputs: Any) -> Any:
-            outputs = [n for n in graph.graph.nodes if n.op == "output"][0].args[0]
-            for node in outputs[1:]:
-                val = node.meta.get("val") if hasattr(node, "meta") else None
-                if val is None or not hasattr(val, "shape") or tuple(val.shape) in param_shapes:
-                    continue
-                size = val.numel() * val.element_size()
-                square = val.dim() == 4 and val.shape[-1] == val.shape[-2] == tokens
-                compiled["square" if square else "bytes"] += size
-                print(f"  saved {node.name:<14} {str(val.dtype):<15} {tuple(val.shape)}")
-            return graph
+    def record(saved: Outputs) -> None:
+        for name, val in saved:
+            if tuple(val.shape) in param_shapes:
+                continue
+            size = val.numel() * val.element_size()
+            square = val.dim() == 4 and val.shape[-1] == val.shape[-2] == tokens
+            compiled["square" if square else "bytes"] += size
+            print(f"  saved {name:<14} {str(val.dtype):<15} {tuple(val.shape)}")
 
-        return aot_module_simplified(
-            gm,
-            example,
-            fw_compiler=forward,
-            bw_compiler=lambda graph, _inputs: graph,
-            partition_fn=min_cut_rematerialization_partition,
-            decompositions=select_decomp_table(),
-        )
-
-    torch.compile(layer, backend=compiler)(x, position_embeddings=(cos, sin), attention_mask=None)
+    backend = min_cut_backend(record)
+    torch.compile(layer, backend=backend)(x, position_embeddings=(cos, sin), attention_mask=None)
     q, k = heads * h // heads, kv * h // heads
     print(f"h={h} q={q} kv={k} m={m} tokens={tokens} frozen={args.frozen}")
     print(f"eager saved    {eager[0] / tokens:9.0f} B/token (incl. cos/sin)")
@@ -104,34 +92,18 @@ def main(argv: list[str] | None = None) -> int:
 def _loss(tokens: int, vocab: int = 4096) -> int:
     import torch
     import torch.nn.functional as F
-    from torch._functorch.aot_autograd import aot_module_simplified
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-    from torch._inductor.decomposition import select_decomp_table
 
     def cross_entropy(logits: Any, labels: Any) -> Any:
         return F.cross_entropy(logits.float(), labels, reduction="sum")
 
-    def show(kind: str) -> Any:
-        def compile_graph(graph: Any, _inputs: Any) -> Any:
-            outputs = [n for n in graph.graph.nodes if n.op == "output"][0].args[0]
-            for node in outputs[1 if kind == "saved" else 0 :]:
-                val = node.meta.get("val") if hasattr(node, "meta") else None
-                if val is not None and hasattr(val, "shape"):
-                    print(f"  {kind} {node.name:<24} {str(val.dtype):<15} {tuple(val.shape)}")
-            return graph
+    def show(kind: str) -> Callable[[Outputs], None]:
+        def print_outputs(outputs: Outputs) -> None:
+            for name, val in outputs:
+                print(f"  {kind} {name:<24} {str(val.dtype):<15} {tuple(val.shape)}")
 
-        return compile_graph
+        return print_outputs
 
-    def compiler(gm: Any, example: Any) -> Any:
-        return aot_module_simplified(
-            gm,
-            example,
-            fw_compiler=show("saved"),
-            bw_compiler=show("gradient"),
-            partition_fn=min_cut_rematerialization_partition,
-            decompositions=select_decomp_table(),
-        )
-
+    compiler = min_cut_backend(show("saved"), show("gradient"))
     logits = torch.randn(tokens, vocab, dtype=torch.bfloat16, requires_grad=True)
     labels = torch.randint(0, vocab, (tokens,))
     torch.compile(cross_entropy, backend=compiler)(logits, labels).backward()

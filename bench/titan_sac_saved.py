@@ -168,35 +168,18 @@ def eager_kept(wrapped: Any, x: Any, freqs: Any, modes: list[Any]) -> list[tuple
 def compiled_saved(wrapped: Any, x: Any, freqs: Any, param_shapes: set[Any]) -> list[Any]:
     """The forward graph's saved tensors (fake values) of the compiled wrapped block."""
     import torch
-    from torch._functorch.aot_autograd import aot_module_simplified
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-    from torch._inductor.decomposition import select_decomp_table
+
+    from bench.partitioned import Outputs, min_cut_backend
 
     saved: list[Any] = []
 
-    def compiler(gm: Any, example: Any) -> Any:
-        def forward(graph: Any, _inputs: Any) -> Any:
-            outputs = [n for n in graph.graph.nodes if n.op == "output"][0].args[0]
-            for node in outputs[1:]:
-                val = node.meta.get("val") if hasattr(node, "meta") else None
-                if val is None or not hasattr(val, "shape") or val.numel() <= 1:
-                    continue
-                if tuple(val.shape) in param_shapes:
-                    continue
-                saved.append((node.name, val))
-            return graph
-
-        return aot_module_simplified(
-            gm,
-            example,
-            fw_compiler=forward,
-            bw_compiler=lambda graph, _inputs: graph,
-            partition_fn=min_cut_rematerialization_partition,
-            decompositions=select_decomp_table(),
-        )
+    def record(outputs: Outputs) -> None:
+        for name, val in outputs:
+            if val.numel() > 1 and tuple(val.shape) not in param_shapes:
+                saved.append((name, val))
 
     torch._dynamo.reset()
-    torch.compile(wrapped, backend=compiler, fullgraph=True)(x, freqs)
+    torch.compile(wrapped, backend=min_cut_backend(record), fullgraph=True)(x, freqs)
     return saved
 
 

@@ -103,35 +103,19 @@ def _layer(tt: dict[str, Any], dim: int, heads: int, kv_heads: int, ffn: int, to
 def compiled_saved(layer: Any, x: Any) -> list[tuple[str, Any]]:
     """The forward graph's saved tensors (fake values) of the compiled layer."""
     import torch
-    from torch._functorch.aot_autograd import aot_module_simplified
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-    from torch._inductor.decomposition import select_decomp_table
+
+    from bench.partitioned import Outputs, min_cut_backend
 
     shapes = {tuple(p.shape) for p in layer.parameters()}
     saved: list[tuple[str, Any]] = []
 
-    def compiler(gm: Any, example: Any) -> Any:
-        def forward(graph: Any, _inputs: Any) -> Any:
-            outputs = [n for n in graph.graph.nodes if n.op == "output"][0].args[0]
-            for node in outputs[1:]:
-                val = node.meta.get("val") if hasattr(node, "meta") else None
-                if val is None or not hasattr(val, "shape") or val.numel() <= 1:
-                    continue
-                if tuple(val.shape) not in shapes:
-                    saved.append((node.name, val))
-            return graph
-
-        return aot_module_simplified(
-            gm,
-            example,
-            fw_compiler=forward,
-            bw_compiler=lambda graph, _inputs: graph,
-            partition_fn=min_cut_rematerialization_partition,
-            decompositions=select_decomp_table(),
-        )
+    def record(outputs: Outputs) -> None:
+        for name, val in outputs:
+            if val.numel() > 1 and tuple(val.shape) not in shapes:
+                saved.append((name, val))
 
     torch._dynamo.reset()
-    torch.compile(layer, backend=compiler, fullgraph=True)(x)
+    torch.compile(layer, backend=min_cut_backend(record), fullgraph=True)(x)
     return saved
 
 

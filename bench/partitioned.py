@@ -1,0 +1,58 @@
+"""A torch.compile backend that shows what AOTAutograd's partition keeps for the backward, for the
+bench scripts that read it (compile_saved.py, titan_sac_saved.py, tune_compiled_saved.py).
+
+It partitions as torch.compile's default inductor backend does, with
+`min_cut_rematerialization_partition` and inductor's decomposition table (`select_decomp_table`),
+hands each graph's outputs to a callback and runs the graphs uncompiled (no code generation, so
+it runs on any CPU). In the forward graph the outputs after the first are the tensors saved for
+the backward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Outputs = list[tuple[str, Any]]  # (node name, fake value) of each output with a shape
+
+
+def graph_outputs(graph: Any, skip: int) -> Outputs:
+    """The outputs of an FX graph module after the first `skip`, with their fake values."""
+    outputs = [n for n in graph.graph.nodes if n.op == "output"][0].args[0]
+    found: Outputs = []
+    for node in outputs[skip:]:
+        val = node.meta.get("val") if hasattr(node, "meta") else None
+        if val is not None and hasattr(val, "shape"):
+            found.append((node.name, val))
+    return found
+
+
+def min_cut_backend(
+    on_saved: Callable[[Outputs], None], on_gradients: Callable[[Outputs], None] | None = None
+) -> Callable[[Any, Any], Any]:
+    """The backend: `on_saved` gets the forward graph's saved tensors, `on_gradients` (if given)
+    the backward graph's outputs."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._inductor.decomposition import select_decomp_table
+
+    def forward(graph: Any, _inputs: Any) -> Any:
+        on_saved(graph_outputs(graph, 1))
+        return graph
+
+    def backward(graph: Any, _inputs: Any) -> Any:
+        if on_gradients is not None:
+            on_gradients(graph_outputs(graph, 0))
+        return graph
+
+    def backend(gm: Any, example: Any) -> Any:
+        return aot_module_simplified(
+            gm,
+            example,
+            fw_compiler=forward,
+            bw_compiler=backward,
+            partition_fn=min_cut_rematerialization_partition,
+            decompositions=select_decomp_table(),
+        )
+
+    return backend
