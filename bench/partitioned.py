@@ -10,8 +10,11 @@ the backward.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch.fx import GraphModule
 
 Outputs = list[tuple[str, Any]]  # (node name, fake value) of each output with a shape
 
@@ -36,14 +39,14 @@ def min_cut_backend(
     from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch._inductor.decomposition import select_decomp_table
 
-    def forward(graph: Any, _inputs: Any) -> Any:
-        on_saved(graph_outputs(graph, 1))
-        return graph
+    def forward(gm: GraphModule, example_inputs: Sequence[Any]) -> Any:
+        on_saved(graph_outputs(gm, 1))
+        return gm
 
-    def backward(graph: Any, _inputs: Any) -> Any:
+    def backward(gm: GraphModule, example_inputs: Sequence[Any]) -> Any:
         if on_gradients is not None:
-            on_gradients(graph_outputs(graph, 0))
-        return graph
+            on_gradients(graph_outputs(gm, 0))
+        return gm
 
     def backend(gm: Any, example: Any) -> Any:
         return aot_module_simplified(
