@@ -88,6 +88,11 @@ def test_torchtitan_trainer_steps_write_a_memtest_naming_the_stack(n: int, tmp_p
     assert "Trainer.__init__" in ran and "train_step" in ran and "fully_shard" in ran
     substituted = " ".join(env["substituted"])
     assert "gloo" in substituted and "random token ids" in substituted
+    # each synchronous collective released its tensors on the calling thread before returning
+    # (probe/collective_settle.py), and the memtest says how often gloo's worker was late
+    assert "collective release:" in substituted
+    release = [note for note in doc["notes"] if note.startswith("collective release")]
+    assert len(release) == 1 and " 0 timeouts" in release[0], release
     assert doc["setup"]["parallel"] == f"fsdp={n}" and env["gpu_count"] == n
     res = doc["results"][0]
     assert res["status"] == "ok", res["error"]
