@@ -17,16 +17,10 @@ def verdict_codes(peak: Any, capacity: Any, usable_fraction: float) -> Any:
     return np.where(peak <= usable, 0, np.where(peak <= capacity, 1, 2))
 
 
-def verdict_code(peak: float, capacity: int, usable_fraction: float) -> int:
-    """`verdict_codes` for one float peak, without numpy (the same comparisons: usable is the
-    float64 product capacity x fraction; capacities are exact in a float64)."""
-    if peak <= float(capacity) * usable_fraction:
-        return 0
-    return 1 if peak <= capacity else 2
-
-
 def verdict_code_list(peaks: list[float], capacity: int, usable_fraction: float) -> list[int]:
-    """`verdict_code` of each float peak on one capacity (its usable bytes computed once)."""
+    """`verdict_codes` of float peaks on one capacity, without numpy (the same comparisons:
+    usable is the float64 product capacity x fraction, computed once; capacities are exact in
+    a float64)."""
     usable = float(capacity) * usable_fraction
     return [0 if peak <= usable else 1 if peak <= capacity else 2 for peak in peaks]
 

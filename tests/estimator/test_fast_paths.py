@@ -108,12 +108,14 @@ def test_sweep_full_equals_the_one_cell_path(setup: dict) -> None:
 
 
 def test_scalar_verdict_is_the_vectorised_rule() -> None:
-    from estimator.fit import verdict_code, verdict_codes
+    from estimator.fit import verdict_code_list, verdict_codes
 
     cap = 85_520_809_984
-    for peak in (0.0, cap * 0.92 - 1, cap * 0.92, cap * 0.92 + 1, cap - 0.5, cap, cap + 1.0, 1e30):
-        for fraction in (0.92, 1.0, 0.5):
-            assert verdict_code(peak, cap, fraction) == int(verdict_codes(peak, cap, fraction))
+    peaks = [0.0, cap * 0.92 - 1, cap * 0.92, cap * 0.92 + 1, cap - 0.5, cap, cap + 1.0, 1e30]
+    for fraction in (0.92, 1.0, 0.5):
+        codes = verdict_code_list(peaks, cap, fraction)
+        for peak, code in zip(peaks, codes, strict=True):
+            assert code == int(verdict_codes(peak, cap, fraction))
 
 
 @pytest.mark.parametrize("preset", ["qwen3.5-27b", "llama-4-scout", "gpt-oss-20b", "deepseek-v3"])
