@@ -59,3 +59,12 @@ def min_cut_backend(
         )
 
     return backend
+
+
+def print_saved(label: str, saved: Outputs, name_width: int) -> int:
+    """Print each saved tensor (`  <label> <name> <dtype> <shape>`) and return their bytes."""
+    total = 0
+    for name, val in saved:
+        total += val.numel() * val.element_size()
+        print(f"  {label} {name:<{name_width}} {str(val.dtype):<15} {tuple(val.shape)}")
+    return total

@@ -43,6 +43,8 @@ import ast
 from pathlib import Path
 from typing import Any
 
+from bench.partitioned import Outputs, min_cut_backend, print_saved
+
 _MODEL_NAMES = (
     "ModelArgs",
     "precompute_freqs_cis",
@@ -169,8 +171,6 @@ def compiled_saved(wrapped: Any, x: Any, freqs: Any, param_shapes: set[Any]) -> 
     """The forward graph's saved tensors (fake values) of the compiled wrapped block."""
     import torch
 
-    from bench.partitioned import Outputs, min_cut_backend
-
     saved: list[Any] = []
 
     def record(outputs: Outputs) -> None:
@@ -210,20 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     # parameters and the freqs_cis buffer (a slice of the model's buffer) are not activations
     param_shapes = {tuple(p.shape) for p in block.parameters()} | {tuple(freqs.shape)}
     saved = compiled_saved(wrapped, x, freqs, param_shapes)
-    ctotal = 0
-    for name, val in saved:
-        ctotal += val.numel() * val.element_size()
-        print(f"  compiled saved {name:<30} {str(val.dtype):<15} {tuple(val.shape)}")
+    ctotal = print_saved("compiled saved", saved, 30)
     print(f"compiled: {ctotal / tokens:.0f} B/token (the layer input among them)")
     print(f"eager - compiled: {(total + input_bytes - ctotal) / tokens:.0f} B/token")
 
     # the same block compiled without the SAC wrapper: what a compiled layer keeps for its
     # backward (no checkpointing; full checkpointing's recompute holds the same set)
     plain = compiled_saved(block, x, freqs, param_shapes)
-    ptotal = 0
-    for name, val in plain:
-        ptotal += val.numel() * val.element_size()
-        print(f"  compiled, no AC, saved {name:<22} {str(val.dtype):<15} {tuple(val.shape)}")
+    ptotal = print_saved("compiled, no AC, saved", plain, 22)
     print(f"compiled, no AC: {ptotal / tokens:.0f} B/token (the layer input among them)")
     return 0
 

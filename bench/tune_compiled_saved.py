@@ -26,6 +26,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+from bench.partitioned import Outputs, min_cut_backend, print_saved
+
 _MODULES = (
     "torchtune.utils._import_guard",
     "torchtune.utils._logging",
@@ -104,8 +106,6 @@ def compiled_saved(layer: Any, x: Any) -> list[tuple[str, Any]]:
     """The forward graph's saved tensors (fake values) of the compiled layer."""
     import torch
 
-    from bench.partitioned import Outputs, min_cut_backend
-
     shapes = {tuple(p.shape) for p in layer.parameters()}
     saved: list[tuple[str, Any]] = []
 
@@ -134,10 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         layer = _layer(tt, dim, heads, kv_heads, ffn, tokens)
         layer.requires_grad_(trained)
         x = torch.randn(1, tokens, dim, dtype=torch.bfloat16, requires_grad=True)
-        total = 0
-        for name, val in compiled_saved(layer, x):
-            total += val.numel() * val.element_size()
-            print(f"  {label} saved {name:<24} {str(val.dtype):<15} {tuple(val.shape)}")
+        total = print_saved(f"{label} saved", compiled_saved(layer, x), 24)
         print(f"{label}: {total / tokens:.0f} B/token (the rope cache buffer among them)")
     return 0
 
