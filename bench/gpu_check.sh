@@ -15,9 +15,9 @@
 # loss, offloaded checkpoints), a dense Llama-3.1-8B full fine-tune, then the `hf` stack
 # (transformers Trainer + peft, as users run it) for the seed case and for Llama-3.1-8B LoRA with
 # lora_dropout 0.05 and gradient accumulation 2, and Liger (`--loss liger`, Trainer's
-# use_liger_kernel) where liger-kernel imports. Unsloth: the probe has no Unsloth stack; the script
+# use_liger_kernel) where liger-kernel imports, and QLoRA (bitsandbytes NF4) on the hf stack. Unsloth: the probe has no Unsloth stack; the script
 # records whether `import unsloth` works there, nothing more. Wheels the box lacks (liger-kernel,
-# trl: pure Python) can travel in ./wheelhouse; they are installed from it with --no-index.
+# flash-linear-attention, bitsandbytes) can travel in ./wheelhouse; installed with --no-index.
 # Each memtest records max_memory_allocated, max_memory_reserved and, per length,
 # torch.cuda.mem_get_info before and after (`results[i].device_memory`: context + workspaces).
 #
@@ -41,7 +41,7 @@ if [[ "$DRY" == 1 ]]; then
   DENSE_SWEEP=64,128,256
   SEED_STEPS=2
   DENSE_STEPS=2
-  LIMITS=(90 90 90 90 90 90 60)     # hard limits per sweep, seconds
+  LIMITS=(90 90 90 90 90 90 60 60)  # hard limits per sweep, seconds
 else
   DEVICE=cuda
   SEED_CONFIG=tests/data/configs/qwen3.5-27b.json
@@ -50,18 +50,33 @@ else
   DENSE_SWEEP=2048,4096,8192
   SEED_STEPS=2             # 2 steps: the second one has the optimizer states
   DENSE_STEPS=2
-  # 75+55+55+45+60+45+35 = 370 s of hard limits (each includes loading the random model)
-  LIMITS=(75 55 55 45 60 45 35)
+  # 85+50+55+40+65+40+30+35 = 400 s of hard limits (each includes loading the random model;
+  # the first seed sweep also compiles and tunes fla's kernels)
+  LIMITS=(85 50 55 40 65 40 30 35)
 fi
 
 SUMMARY="$OUT/summary.log"
 : >"$SUMMARY"
 
-# run NAME HARD_LIMIT_S COMMAND...: log to $OUT/NAME.log, record rc and seconds, never abort
+# limit_for NAME DEFAULT: $LIMIT_<NAME> (dashes as underscores) if set, else DEFAULT
+limit_for() {
+  local var="LIMIT_${1//-/_}"
+  echo "${!var:-$2}"
+}
+
+# run NAME HARD_LIMIT_S COMMAND...: log to $OUT/NAME.log, record rc and seconds, never abort.
+# With ONLY set (names separated by spaces), steps not named there are skipped: a rerun of the
+# sweeps that failed, in the device time that is left. LIMIT_<name> (dashes as underscores)
+# replaces a step's hard limit.
 run() {
   local name=$1 limit=$2
   shift 2
   local start rc
+  if [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]]; then
+    echo "== $name: skipped (not in ONLY)" >>"$SUMMARY"
+    return 0
+  fi
+  limit=$(limit_for "$name" "$limit")
   start=$(date +%s)
   echo "== $name: $*" | tee -a "$SUMMARY"
   timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
@@ -75,11 +90,24 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 else
   echo "== nvidia-smi: not found (dry run: $DRY)" | tee -a "$SUMMARY"
 fi
+# Wheels the image lacks, installed with --no-deps into a folder of their own that goes on
+# PYTHONPATH (the image's site-packages stays untouched): bitsandbytes (8-bit AdamW, QLoRA),
+# liger-kernel, and flash-linear-attention + fla-core, the Triton kernels transformers calls for
+# Qwen3.5's Gated DeltaNet layers when `fla` imports (without them its torch reference runs,
+# whose memory is not the kernel's; probe/linear_attention.py).
 WHEELHOUSE=${WHEELHOUSE:-./wheelhouse}
+SITE=${SITE:-/tmp/trainfit-site}
 if [[ "$DRY" != 1 && -d "$WHEELHOUSE" ]]; then
-  run wheelhouse 60 "$PY" -m pip install --no-index --find-links "$WHEELHOUSE" liger-kernel trl
+  run wheelhouse 90 "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" \
+    "$WHEELHOUSE"/*.whl
+  export PYTHONPATH="$PYTHONPATH:$SITE"
 fi
-run versions 60 "$PY" -m pip show torch transformers peft accelerate bitsandbytes trl liger-kernel
+# Triton keeps autotuning results on disk, so a kernel tuned in one sweep is not retuned in the
+# next (fla's and Liger's kernels are autotuned on first use).
+export TRITON_CACHE_AUTOTUNING=1
+run versions 60 "$PY" -m pip show torch transformers peft accelerate bitsandbytes trl liger-kernel \
+  flash-linear-attention fla-core triton
+run fla-import 60 "$PY" -c "import fla; print('fla', fla.__version__)"
 run unsloth-import 60 "$PY" -c "import unsloth; print('unsloth', unsloth.__version__)"
 run torch-info 60 "$PY" -c "import torch, sys; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available()); print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no cuda device')"
 
@@ -90,7 +118,8 @@ fi
 echo "== seed optimizer: $OPTIMIZER" | tee -a "$SUMMARY"
 
 probe() {  # probe NAME HARD_LIMIT_S PROBE_ARGS...
-  local name=$1 limit=$2
+  local name=$1 limit
+  limit=$(limit_for "$1" "$2")
   shift 2
   run "$name" "$limit" "$PY" -m probe --device "$DEVICE" --no-progress \
     --time-limit $((limit * 2 / 3)) --out "$OUT/memtest_$name.json" "$@"
@@ -119,6 +148,13 @@ probe hf-llama-lora "${LIMITS[5]}" "${HF_DENSE[@]}" --loss full
 # 7. the same with Liger's fused linear cross entropy, where liger-kernel imports (CUDA only;
 #    elsewhere the probe exits 2 saying so, which the summary records)
 probe hf-llama-lora-liger "${LIMITS[6]}" "${HF_DENSE[@]}" --loss liger
+# 8. QLoRA as users run it: the same, with the base in bitsandbytes 4-bit NF4 (CUDA only;
+#    without bitsandbytes or off CUDA the probe exits 2 saying so)
+probe hf-llama-qlora "${LIMITS[7]}" "${HF_DENSE[@]}" --loss full --method qlora  # the last --method wins
+
+if command -v nvidia-smi >/dev/null 2>&1; then
+  run nvidia-smi-after 30 nvidia-smi
+fi
 
 echo "== done; memtests:" | tee -a "$SUMMARY"
 ls -1 "$OUT"/memtest_*.json 2>/dev/null | tee -a "$SUMMARY"

@@ -300,6 +300,14 @@ def _fla_available() -> bool:
     return True
 
 
+def _fla_name() -> str:
+    """FLA_NAME with the installed release (the kernel's memory differs between releases)."""
+    from probe.environment import package_version
+
+    release = package_version("flash-linear-attention") or package_version("fla-core")
+    return f"{FLA_NAME} {release}" if release else FLA_NAME
+
+
 @contextlib.contextmanager
 def install_linear_attention(config: dict[str, Any], device: str) -> Iterator[str | None]:
     """Yield the name of the linear-attention kernel used (None: the model has none).
@@ -311,7 +319,7 @@ def install_linear_attention(config: dict[str, Any], device: str) -> Iterator[st
         yield None
         return
     if device != "fake":
-        yield FLA_NAME if (device == "cuda" and _fla_available()) else FALLBACK_NAME
+        yield _fla_name() if (device == "cuda" and _fla_available()) else FALLBACK_NAME
         return
     patched: list[tuple[Any, Any]] = []
     for mod in _loaded_modules():
