@@ -69,6 +69,21 @@ def _parts_at_peak(mem: Any, comps: dict[str, float | None], devices: int) -> di
     }
 
 
+def _outside_allocator(result: dict[str, Any]) -> int | None:
+    """Device memory held outside torch's caching allocator (the CUDA context, cuBLAS/cuDNN
+    handles, other libraries' own cudaMalloc) after a length on a GPU: CUDA's total - its free
+    (`torch.cuda.mem_get_info` after the length) - the reserved peak. At least that much: the
+    allocator can hold less than its peak by then (an out-of-memory retry frees cached blocks)."""
+    device = result.get("device_memory")
+    reserved = result.get("peak_reserved_bytes")
+    if not isinstance(device, dict) or reserved is None:
+        return None
+    total, free_after = device.get("total_bytes"), device.get("free_after_bytes")
+    if total is None or free_after is None:
+        return None
+    return int(total) - int(free_after) - int(reserved)
+
+
 def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any]:
     profile = load_profile(profile_name)
     model = doc.get("model") or {}
@@ -101,6 +116,12 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
             "error_pct": None if measured is None else _pct(estimated, measured),
         }
         row["estimated_reserved_bytes"] = int(float(mem.reserved[0]))
+        reserved = result.get("peak_reserved_bytes")
+        row["reserved_error_pct"] = (
+            None if reserved is None else _pct(row["estimated_reserved_bytes"], reserved)
+        )
+        row["measured_outside_allocator_bytes"] = _outside_allocator(result)
+        row["estimated_outside_allocator_bytes"] = int(comps["overhead"] or 0)
         # of `logits`, the bytes that are not vocab-wide tensors, by the kind a memtest's
         # component maxima count them as (memory/model.py `MemoryBreakdown.logits_other`)
         row["estimated_logits_other"] = {k: int(_first(v)) for k, v in mem.logits_other.items()}

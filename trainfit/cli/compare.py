@@ -21,15 +21,34 @@ def cmd_compare(args: argparse.Namespace) -> int:
         write_json(result)
         return EXIT_OK
     sep = "|" if args.format == "markdown" else " "
+    # a GPU memtest has the allocator's reserved peak and CUDA's free memory: show both
+    on_gpu = any(r.get("measured_reserved_bytes") is not None for r in result["rows"])
     header = ["seq", "status", "measured GiB", "estimated GiB", "error GiB", "error %"]
+    if on_gpu:
+        header += ["reserved GiB", "est. reserved GiB", "reserved error %", "outside GiB"]
     lines = [sep.join(header)]
     for r in result["rows"]:
-        pct = "n/a" if r["error_pct"] is None else f"{r['error_pct']:+.1f}"
         cells = [str(r["seq_len"]), str(r["status"]), _gib_or_na(r["measured_peak_bytes"])]
-        cells += [gib_text(r["estimated_peak_bytes"]), _gib_or_na(r["error_bytes"]), pct]
+        cells += [gib_text(r["estimated_peak_bytes"]), _gib_or_na(r["error_bytes"])]
+        cells.append(_pct_or_na(r["error_pct"]))
+        if on_gpu:
+            cells += [_gib_or_na(r["measured_reserved_bytes"])]
+            cells += [gib_text(r["estimated_reserved_bytes"]), _pct_or_na(r["reserved_error_pct"])]
+            cells.append(_gib_or_na(r["measured_outside_allocator_bytes"]))
         lines.append(sep.join(cells))
+    if on_gpu:
+        context = result["rows"][0]["estimated_outside_allocator_bytes"] if result["rows"] else 0
+        lines.append(
+            "outside: device memory outside torch's allocator after the length (CUDA's total - "
+            f"free - reserved: context, library handles); the estimate's peak adds "
+            f"{gib_text(context)} GiB for it (profile {result['profile']})"
+        )
     sys.stdout.write("\n".join(lines) + "\n")
     return EXIT_OK
+
+
+def _pct_or_na(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.1f}"
 
 
 def register(sub: Any) -> None:
