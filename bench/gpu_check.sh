@@ -50,9 +50,10 @@ else
   DENSE_SWEEP=2048,4096,8192
   SEED_STEPS=2             # 2 steps: the second one has the optimizer states
   DENSE_STEPS=2
-  # 85+50+55+40+65+40+30+35 = 400 s of hard limits (each includes loading the random model;
-  # the first seed sweep also compiles and tunes fla's kernels)
-  LIMITS=(85 50 55 40 65 40 30 35)
+  # 70+40+45+30+50+30+30+45 = 340 s of hard limits (each includes loading the random model),
+  # plus 50 s for fla's compiles (fla-warmup) and about 30 s for the steps before it: 7 min.
+  # On 2026-12-04 the 8B sweeps took 23-29 s, QLoRA 61 s with its checkpoint on disk.
+  LIMITS=(70 40 45 30 50 30 30 45)
 fi
 
 SUMMARY="$OUT/summary.log"
@@ -107,7 +108,6 @@ fi
 export TRITON_CACHE_AUTOTUNING=1
 run versions 60 "$PY" -m pip show torch transformers peft accelerate bitsandbytes trl liger-kernel \
   flash-linear-attention fla-core triton
-run fla-import 60 "$PY" -c "import fla; print('fla', fla.__version__)"
 run unsloth-import 60 "$PY" -c "import unsloth; print('unsloth', unsloth.__version__)"
 run torch-info 60 "$PY" -c "import torch, sys; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available()); print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no cuda device')"
 
@@ -117,11 +117,15 @@ if [[ "$DEVICE" == cuda ]] && "$PY" -c "import bitsandbytes" >/dev/null 2>&1; th
 fi
 echo "== seed optimizer: $OPTIMIZER" | tee -a "$SUMMARY"
 
+# fla's kernels compiled and tuned once, at the seed model's head shapes, so that no sweep
+# spends its limit on them (bench/fla_warmup.py; exits 2 without CUDA or fla)
+run fla-warmup 50 "$PY" bench/fla_warmup.py "$SEED_CONFIG"
+
 probe() {  # probe NAME HARD_LIMIT_S PROBE_ARGS...
   local name=$1 limit
   limit=$(limit_for "$1" "$2")
   shift 2
-  run "$name" "$limit" "$PY" -m probe --device "$DEVICE" --no-progress \
+  run "$name" "$limit" "$PY" -m probe --device "$DEVICE" --no-progress --timings \
     --time-limit $((limit * 2 / 3)) --out "$OUT/memtest_$name.json" "$@"
 }
 

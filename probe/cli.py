@@ -117,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--time-limit", type=float, default=None, help="start no new length after this many seconds"
     )
+    r.add_argument(
+        "--timings",
+        action="store_true",
+        help="print each phase (model built, each length started and ended) with the seconds "
+        "since the start to stderr",
+    )
     r.add_argument("--out", help="output file (default memtest_<model>_<gpu>_<date>.json)")
     r.add_argument("--upload", metavar="URL", help="POST the memtest to URL (e.g. .../v1/memtests)")
     r.add_argument("--token", help="bearer token for --upload (default: $TRAINFIT_TOKEN)")
@@ -162,6 +168,10 @@ def _summary(doc: dict[str, Any]) -> str:
             f"{(f'{tps:.0f}' if tps is not None else '-'):>10}"
         )
     return "\n".join(lines)
+
+
+def _print_phase(line: str) -> None:
+    print(f"trainfit-probe: {line}", file=sys.stderr, flush=True)
 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:
@@ -253,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.no_progress,
             time_limit=args.time_limit,
             on_result=write_partial,
+            log=_print_phase if args.timings else None,
         )
     except ProbeInputError as exc:
         print(f"trainfit-probe: error: {exc.field}: {exc.message}", file=sys.stderr)

@@ -360,8 +360,12 @@ def run_probe(
     progress: bool = False,
     time_limit: float | None = None,
     on_result: Callable[[dict[str, Any]], None] | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run the memory test and return the memtest document (validated).
+
+    `log`, when given, receives one line per phase (built, each length started and ended) with
+    the seconds since the start: where a run's time went when it is killed from outside.
 
     `time_limit` (seconds): no new length is started once the run has taken longer (those are
     recorded as `skipped`), so a GPU job with a hard deadline still writes its results.
@@ -370,6 +374,11 @@ def run_probe(
     Raises `ProbeInputError` for bad input; failures while running are recorded per length.
     """
     started = time.monotonic()
+
+    def phase(text: str) -> None:
+        if log is not None:
+            log(f"[{time.monotonic() - started:7.1f} s] {text}")
+
     if time_limit is not None and not time_limit > 0:
         raise ProbeInputError(
             "time_limit", f"must be a positive number of seconds, got {time_limit!r}"
@@ -497,8 +506,10 @@ def run_probe(
                 for s in lengths[1:]
             ]
         else:
+            phase(f"built the model ({setup['stack']} stack, {device})")
             if device == "cuda" and setup["attention"] != "eager":
                 kernels |= _observe_cuda_kernels(session)
+                phase("observed the attention kernels")
             stopped: str | None = None
             for seq in lengths:
                 out_of_time = time_limit is not None and time.monotonic() - started > time_limit
@@ -507,7 +518,9 @@ def run_probe(
                 if stopped is not None:
                     results.append(_result(seq, setup["batch"], "skipped", stopped))
                     continue
+                phase(f"seq_len {seq}: started")
                 res = session.run_length(seq, steps, bar)
+                phase(f"seq_len {seq}: {res['status']}, steps {res['step_seconds']} s")
                 results.append(res)
                 substituted = stack_env["substituted"]
                 used = cuda_kernels is not None and cuda_kernels.substitutions > 0
