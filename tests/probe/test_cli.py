@@ -204,3 +204,24 @@ def test_tokens_per_second_leaves_out_the_warm_up_step():
     assert tokens_per_second([4.0], 100) == 25.0  # one step: it is all there is
     assert tokens_per_second([], 100) is None
     assert tokens_per_second([1.0, 0.0], 100) is None
+
+
+def test_timings_prints_each_phase_with_seconds_on_stderr(capsys, tmp_path):
+    out = tmp_path / "m.json"
+    code, _, err = _run(
+        capsys,
+        "--config", str(TINY), "--device", "cpu", "--no-progress",
+        "--sweep", "32,64", "--steps", "1", "--timings", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0
+    phases = [line for line in err.splitlines() if line.startswith("trainfit-probe: [")]
+    assert [p.split("] ", 1)[1] for p in phases] == [
+        "built the model (probe stack, cpu)",
+        "seq_len 32: started",
+        phases[2].split("] ", 1)[1],
+        "seq_len 64: started",
+        phases[4].split("] ", 1)[1],
+    ]
+    assert phases[2].split("] ", 1)[1].startswith("seq_len 32: ok, steps [")
+    seconds = [float(p.split("[", 1)[1].split(" s]", 1)[0]) for p in phases]
+    assert seconds == sorted(seconds)
