@@ -34,8 +34,13 @@ def test_readme_outputs_are_what_the_commands_print() -> None:
 def test_the_ci_gate_in_the_readme_shows_both_exit_codes() -> None:
     script = _script()
     text = script.README.read_text()
-    block = text.split("<!-- readme-output: console -->\n```console\n", 1)[1].split("```", 1)[0]
-    lines = block.splitlines()
+    blocks = [
+        part.split("```", 1)[0]
+        for part in text.split("<!-- readme-output: console -->\n```console\n")[1:]
+    ]
+    gates = [b for b in blocks if b.startswith("$ trainfit check ")]
+    assert len(gates) == 1
+    lines = gates[0].splitlines()
     commands = [c for _, c in script._commands(lines)]
     assert commands[0].startswith("trainfit check --train-config examples/train_configs/")
     assert "--gpu h100-80gb" in commands[0]
