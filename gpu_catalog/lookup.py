@@ -60,3 +60,33 @@ def parse_gpu_option(text: str) -> tuple[Card, int]:
             f"invalid GPU count {count} in {text!r}; must be between 1 and {MAX_GPU_COUNT}"
         )
     return get_gpu(match["gpu"]), count
+
+
+# CUDA's total (torch.cuda.get_device_properties().total_memory, cudaMemGetInfo) is below the
+# driver-reported figure of `nvidia-smi` that the catalog keeps: 150,109,880,320 B = 143,156 MiB
+# on the H200 of tests/data/memtests/ (driver 580.159.04) against 143,771 MiB, 0.43 % below.
+# A card matches a CUDA total up to this fraction below its reported MiB (and never above it).
+CUDA_TOTAL_BELOW_REPORTED = 0.02
+
+
+def card_for_device(gpu_name: str, total_memory_bytes: int) -> str | None:
+    """The catalog id of the card a CUDA run reported (`torch.cuda.get_device_name()` and its
+    total memory): its reported MiB must hold the CUDA total within CUDA_TOTAL_BELOW_REPORTED;
+    among several, the one with the most words of its name in the device's name ("A100 80GB":
+    a100, 80gb); a PCIe entry only when the device's name says PCIe ("NVIDIA H100 80GB HBM3" is
+    the SXM part). None when nothing matches or two cards match equally well."""
+    mib = total_memory_bytes / 2**20
+    device = re.sub(r"[^a-z0-9]", "", gpu_name.lower())
+    scored: list[tuple[int, str]] = []
+    for gpu in load_catalog().gpus:
+        reported = gpu.memory_reported_mib or gpu.capacity_bytes / 2**20
+        if not reported * (1 - CUDA_TOTAL_BELOW_REPORTED) <= mib <= reported:
+            continue
+        words = [w for w in re.split(r"[^a-z0-9]+", gpu.name.lower()) if w]
+        if "pcie" in words and "pcie" not in device:
+            continue  # the PCIe parts say so ("NVIDIA H100 PCIe"); SXM ones often do not
+        scored.append((sum(1 for w in words if w in device), gpu.id))
+    scored.sort(reverse=True)
+    if not scored or (len(scored) > 1 and scored[0][0] == scored[1][0]):
+        return None
+    return scored[0][1]

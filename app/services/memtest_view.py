@@ -6,15 +6,12 @@ Error = estimated - measured (positive: the estimate is above what was measured)
 
 from __future__ import annotations
 
-import re
-import statistics
 from typing import Any
 
-from app.services import estimates
 from app.services.charts import Bar, ChartSpec, Group, RefLine
+from estimator.compare import compare_speed
 from estimator.errors import EstimatorInputError
-from estimator.request import EstimateRequest
-from estimator.setup import TrainingSetup
+from gpu_catalog.lookup import card_for_device
 
 GIB = 2**30
 MIB = 2**20
@@ -100,78 +97,33 @@ def in_unit(value: float | None, unit: str) -> str:
 
 
 def catalog_guess(env: dict[str, Any]) -> str | None:
-    """The catalog GPU a CUDA memtest ran on: the one whose driver-reported MiB equals the
-    file's total memory, preferring a name match; None for CPU or fake runs."""
-    if env.get("device") != "cuda" or not env.get("total_memory_bytes"):
+    """The catalog GPU a CUDA memtest ran on (`gpu_catalog.lookup.card_for_device`: CUDA's total
+    memory a little below the card's driver-reported MiB, the name's words as tie-break); None
+    for CPU or fake runs."""
+    total = env.get("total_memory_bytes")
+    if env.get("device") != "cuda" or not isinstance(total, int):
         return None
-    mib = int(env["total_memory_bytes"]) // MIB
-    name = re.sub(r"[^a-z0-9]", "", str(env.get("gpu_name", "")).lower())
-    best: tuple[int, str] | None = None
-    for gpu in estimates.list_gpus():
-        reported = gpu.get("memory_reported_mib") or int(gpu["capacity_bytes"]) // MIB
-        close = abs(int(reported) - mib) <= 512
-        words = re.sub(r"[^a-z0-9]", "", str(gpu.get("name", "")).lower())
-        score = (2 if close else 0) + (1 if words and (words in name or name in words) else 0)
-        if score >= 2 and (best is None or score > best[0]):
-            best = (score, str(gpu["id"]))
-    return best[1] if best else None
-
-
-def _measured_tps(result: dict[str, Any]) -> float | None:
-    tps = result.get("tokens_per_second")
-    if isinstance(tps, int | float) and tps > 0:
-        return float(tps)
-    seconds = [s for s in result.get("step_seconds") or [] if isinstance(s, int | float) and s]
-    batch = int(result.get("batch") or 1)
-    if seconds:
-        return int(result["seq_len"]) * batch / statistics.median(seconds)
-    return None
+    return card_for_device(str(env.get("gpu_name") or ""), total)
 
 
 def speed_rows(doc: dict[str, Any], gpu: str | None, profile: str) -> list[dict[str, Any]]:
-    """Measured tokens/s per length next to the estimate's for the same setup on `gpu`."""
+    """Measured tokens/s per length next to the estimate's for the same setup on `gpu`
+    (`estimator.compare.compare_speed`)."""
     if gpu is None:
         return []
-    ok = [r for r in doc.get("results", []) if r.get("status") == "ok"]
-    if not ok:
-        return []
-    raw_setup = doc.get("setup") or {}
-    setup = {k: v for k, v in raw_setup.items() if k in TrainingSetup.model_fields}
-    setup.setdefault("stack", "probe")  # as estimator.compare: the probe's own loop
-    count = int((doc.get("environment") or {}).get("gpu_count") or 1)
-    option = gpu if count == 1 else f"{count}x{gpu}"
     try:
-        estimate = estimates.estimate(
-            EstimateRequest.model_validate(
-                {
-                    "model": {"config": doc["model"]["config"], "name": doc["model"].get("name")},
-                    "setup": setup,
-                    "seq_lens": sorted({int(r["seq_len"]) for r in ok}),
-                    "gpus": [option],
-                    "profile": profile,
-                }
-            )
-        )
+        rows = compare_speed(doc, gpu, profile)
     except (EstimatorInputError, ValueError, KeyError):
         return []
-    estimated = {
-        row["seq_len"]: (row["fit"][option].get("time") or {}).get("tokens_per_second")
-        for row in estimate["rows"]
-    }
-    out = []
-    for r in ok:
-        measured = _measured_tps(r)
-        est = estimated.get(int(r["seq_len"]))
-        err, pct = _error(est, measured)
-        out.append(
-            {
-                "seq_len": int(r["seq_len"]),
-                "measured_tps": measured,
-                "estimated_tps": est,
-                "error_pct": pct,
-            }
-        )
-    return out
+    return [
+        {
+            "seq_len": r["seq_len"],
+            "measured_tps": r["measured_tokens_per_second"],
+            "estimated_tps": r["estimated_tokens_per_second"],
+            "error_pct": r["error_pct"],
+        }
+        for r in rows
+    ]
 
 
 def comparison_chart(peaks: list[dict[str, Any]], total: int | None, unit: str) -> ChartSpec:

@@ -298,3 +298,19 @@ def test_a_refused_save_keeps_the_result_and_what_was_typed(sqlite_url: str) -> 
             assert 'value="typed with care"' in refused.text and 'value="my title"' in refused.text
             assert re.search(r'value="0:rtx-pro-6000"[^>]*checked', refused.text)
             assert 'id="fit-table"' in refused.text
+
+
+def test_a_memtest_measured_on_an_h200_shows_its_speed_next_to_the_estimate(
+    sqlite_client: TestClient,
+) -> None:
+    """The committed H200 file as uploaded: torch reports CUDA's total (143,156 MiB), below the
+    catalog's driver-reported 143,771 MiB, and the page still knows the card."""
+    path = (
+        Path(__file__).resolve().parents[1]
+        / "data/memtests/memtest_h200_2026-12-04_hf-llama-lora.json"
+    )
+    done = _upload(sqlite_client, json.loads(path.read_text()))
+    assert done.status_code == 303
+    page = sqlite_client.get(done.headers["location"]).text
+    assert 'id="speeds"' in page and "estimated tokens/s on h200" in page
+    assert len(re.findall(r'id="calibrate-\d+"', page)) == 3  # every measured length

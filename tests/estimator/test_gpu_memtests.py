@@ -76,3 +76,17 @@ def test_the_profiles_cuda_context_is_the_measured_one() -> None:
                 assumed.add(row["estimated_outside_allocator_bytes"])
     assert len(assumed) == 1
     assert abs(assumed.pop() - statistics.median(outside)) < 2**20
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_the_card_is_recognised_and_measured_speed_sits_next_to_the_time_model(path: Path) -> None:
+    """No target on time: 2 steps of random weights per length (the first one a warm-up) are a
+    reading, not a benchmark; the rows only have to be there, positive, with the error's sign."""
+    doc, comparison = _measured(path)
+    assert comparison["gpu"] == "h200"
+    ok = [r["seq_len"] for r in doc["results"] if r["status"] == "ok"]
+    assert [s["seq_len"] for s in comparison["speed"]] == ok
+    for s in comparison["speed"]:
+        measured, estimated = s["measured_tokens_per_second"], s["estimated_tokens_per_second"]
+        assert measured > 0 and estimated > 0
+        assert s["error_pct"] == pytest.approx(100 * (estimated - measured) / measured, abs=0.06)

@@ -28,6 +28,7 @@ from gpu_catalog import (
     parse_gpu_option,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = Path(__file__).parents[3] / "shared/reference/gpu_catalog.json"
 
 REQUIRED_IDS = (
@@ -394,3 +395,29 @@ def test_values_agree_with_the_reference_catalog_where_both_have_them() -> None:
 def test_deliberate_differences_from_the_reference_are_sourced() -> None:
     for gpu_id, name in DELIBERATE_DIFFERENCES:
         assert get_gpu(gpu_id).sources[name]
+
+
+def test_a_cuda_total_a_little_below_the_reported_mib_names_the_card() -> None:
+    """CUDA's total is below nvidia-smi's: the H200 of tests/data/memtests/ reported
+    150,109,880,320 B to torch (143,156 MiB) where the catalog keeps 143,771 MiB."""
+    from gpu_catalog.lookup import card_for_device
+
+    measured = json.loads(
+        (ROOT / "tests/data/memtests/memtest_h200_2026-12-04_dense-full.json").read_text()
+    )["environment"]
+    assert card_for_device(measured["gpu_name"], measured["total_memory_bytes"]) == "h200"
+    assert card_for_device("NVIDIA H200", 143_771 * 2**20) == "h200"  # nvidia-smi's own figure
+    assert card_for_device("NVIDIA H200", 143_771 * 2**20 + 1) is None  # never above it
+    assert card_for_device("NVIDIA H200", int(143_771 * 0.97) * 2**20) is None  # 3 % below
+    assert card_for_device("cpu", 8 * 2**30) is None
+
+
+def test_cards_of_the_same_memory_are_told_apart_by_name_and_pcie() -> None:
+    from gpu_catalog.lookup import card_for_device
+
+    h100 = 81_000 * 2**20  # below both 80 GB parts' 81,559 and the A100s' 81,920 MiB
+    assert card_for_device("NVIDIA H100 80GB HBM3", h100) == "h100-80gb"  # the SXM part
+    assert card_for_device("NVIDIA H100 PCIe", h100) == "h100-pcie"
+    assert card_for_device("NVIDIA A100-SXM4-80GB", h100) == "a100-80gb"
+    assert card_for_device("NVIDIA A100 80GB PCIe", h100) == "a100-80gb-pcie"
+    assert card_for_device("Some 80GB card", h100) is None  # several fit, none by name

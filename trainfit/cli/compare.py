@@ -43,8 +43,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
             f"free - reserved: context, library handles); the estimate's peak adds "
             f"{gib_text(context)} GiB for it (profile {result['profile']})"
         )
+    if result.get("speed"):
+        lines.append(f"tokens/s on {result['gpu']} (the estimate's time model for this card):")
+        lines.append(sep.join(["seq", "measured", "estimated", "error %"]))
+        for s in result["speed"]:
+            measured, estimated = s["measured_tokens_per_second"], s["estimated_tokens_per_second"]
+            cells = [str(s["seq_len"]), _count_or_na(measured), _count_or_na(estimated)]
+            lines.append(sep.join([*cells, _pct_or_na(s["error_pct"])]))
     sys.stdout.write("\n".join(lines) + "\n")
     return EXIT_OK
+
+
+def _count_or_na(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
 
 
 def _pct_or_na(value: float | None) -> str:
