@@ -48,6 +48,9 @@ def peak_rows(doc: dict[str, Any], comparison: dict[str, Any]) -> list[dict[str,
                 "estimated_reserved": e_res,
                 "error_reserved": err_res,
                 "error_reserved_pct": pct_res,
+                # CUDA's total - free - reserved after the length, and the profile's context
+                "measured_outside": c.get("measured_outside_allocator_bytes"),
+                "estimated_outside": c.get("estimated_outside_allocator_bytes"),
             }
         )
     return out

@@ -314,3 +314,5 @@ def test_a_memtest_measured_on_an_h200_shows_its_speed_next_to_the_estimate(
     page = sqlite_client.get(done.headers["location"]).text
     assert 'id="speeds"' in page and "estimated tokens/s on h200" in page
     assert len(re.findall(r'id="calibrate-\d+"', page)) == 3  # every measured length
+    assert 'id="outside-note"' in page and "outside the allocator, measured" in page
+    assert page.count("0.7</td>") >= 3  # 766.8 MiB measured and assumed, in GiB

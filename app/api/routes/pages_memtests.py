@@ -156,6 +156,7 @@ def memtest_page(
         "profiles": profiles,
         "profile": profile,
         "peaks": peaks,
+        "outside": any(p["measured_outside"] is not None for p in peaks),
         "components": component_rows(comparison),
         "speeds": speeds,
         "gpu": gpu,
