@@ -22,7 +22,7 @@ from estimator.rows import model_summary
 from estimator.setup import TrainingSetup
 
 
-def _setup_from_memtest(doc: dict[str, Any]) -> TrainingSetup:
+def setup_from_memtest(doc: dict[str, Any]) -> TrainingSetup:
     raw = doc.get("setup")
     if not isinstance(raw, dict):
         raise EstimatorInputError("memtest.setup", "missing or not an object")
@@ -92,7 +92,7 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
     if not isinstance(config, dict):
         raise EstimatorInputError("memtest.model.config", "missing or not an object")
     spec = resolve_model(ModelInput(config=config, name=model.get("name")))
-    setup = _setup_from_memtest(doc)
+    setup = setup_from_memtest(doc)
     env = doc.get("environment") or {}
     devices = int(env.get("gpu_count") or 1)
     rows = []
@@ -144,7 +144,7 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
     errors = [
         abs(r["error_pct"]) for r in rows if r["error_pct"] is not None and r["status"] == "ok"
     ]
-    gpu = _card(env)
+    gpu = card_of(env)
     return {
         "model": model_summary(
             spec, setup, mem if rows else memory_breakdown(spec, setup, [1], 1, profile), profile
@@ -153,14 +153,13 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
         "device": env.get("device"),
         "gpu_name": env.get("gpu_name"),
         "gpu": gpu,
-        "speed": _speed_or_none(doc, gpu, profile.name),
         "rows": rows,
         "median_abs_error_pct": sorted(errors)[len(errors) // 2] if errors else None,
         "max_abs_error_pct": max(errors) if errors else None,
     }
 
 
-def _card(env: dict[str, Any]) -> str | None:
+def card_of(env: dict[str, Any]) -> str | None:
     """The catalog card a CUDA memtest ran on (None for CPU and fake runs, or no match)."""
     from gpu_catalog.lookup import card_for_device
 
@@ -168,15 +167,6 @@ def _card(env: dict[str, Any]) -> str | None:
     if env.get("device") != "cuda" or not isinstance(total, int):
         return None
     return card_for_device(str(env.get("gpu_name") or ""), total)
-
-
-def _speed_or_none(doc: dict[str, Any], gpu: str | None, profile: str) -> list[dict[str, Any]]:
-    if gpu is None:
-        return []
-    try:
-        return compare_speed(doc, gpu, profile)
-    except (EstimatorInputError, ValueError):  # no time for this setup: the memory still compares
-        return []
 
 
 def measured_tokens_per_second(result: dict[str, Any]) -> float | None:
@@ -189,48 +179,3 @@ def measured_tokens_per_second(result: dict[str, Any]) -> float | None:
     if not seconds:
         return None
     return int(result["seq_len"]) * int(result.get("batch") or 1) / statistics.median(seconds)
-
-
-def compare_speed(
-    doc: dict[str, Any], gpu: str, profile_name: str = "default"
-) -> list[dict[str, Any]]:
-    """Per measured length: tokens/s measured next to the estimate's for the same setup on `gpu`
-    (a catalog id; `gpu_catalog.lookup.card_for_device` names the card a CUDA memtest ran on).
-    Error = estimated - measured, in % of measured."""
-    from estimator.document import estimate_document
-    from estimator.request import EstimateRequest
-
-    ok = [r for r in doc.get("results") or [] if r.get("status") == "ok"]
-    if not ok:
-        return []
-    setup = _setup_from_memtest(doc)
-    count = int((doc.get("environment") or {}).get("gpu_count") or 1)
-    option = gpu if count == 1 else f"{count}x{gpu}"
-    model = doc.get("model") or {}
-    request = EstimateRequest.model_validate(
-        {
-            "model": {"config": model.get("config"), "name": model.get("name")},
-            "setup": setup.model_dump(),
-            "seq_lens": sorted({int(r["seq_len"]) for r in ok}),
-            "gpus": [option],
-            "profile": profile_name,
-        }
-    )
-    estimated = {
-        row["seq_len"]: (row["fit"][option].get("time") or {}).get("tokens_per_second")
-        for row in estimate_document(request)["rows"]
-    }
-    out = []
-    for result in ok:
-        measured = measured_tokens_per_second(result)
-        est = estimated.get(int(result["seq_len"]))
-        pct = None if est is None or not measured else _pct(est, measured)
-        out.append(
-            {
-                "seq_len": int(result["seq_len"]),
-                "measured_tokens_per_second": measured,
-                "estimated_tokens_per_second": est,
-                "error_pct": None if pct is None else round(pct, 1),
-            }
-        )
-    return out

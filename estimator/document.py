@@ -8,6 +8,7 @@ recommendation documents are built on the same parts.
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -358,9 +359,62 @@ def list_profiles() -> list[str]:
 
 
 def compare_memtest(doc: dict[str, Any], profile: str = "default") -> dict[str, Any]:
+    """`estimator.compare.compare` (the memory, row by row), plus `speed`: tokens/s measured
+    next to the time model's on the card the memtest ran on (`compare_speed`; [] for CPU and
+    fake runs, an unknown card, or a setup the time model cannot price)."""
     from estimator.compare import compare
 
-    return compare(doc, profile)
+    result = compare(doc, profile)
+    result["speed"] = []
+    if result["gpu"] is not None:
+        with contextlib.suppress(EstimatorInputError, ValueError):
+            result["speed"] = compare_speed(doc, result["gpu"], profile)
+    return result
+
+
+def compare_speed(
+    doc: dict[str, Any], gpu: str, profile_name: str = "default"
+) -> list[dict[str, Any]]:
+    """Per measured length: tokens/s measured next to the estimate's for the same setup on `gpu`
+    (a catalog id; `gpu_catalog.lookup.card_for_device` names the card a CUDA memtest ran on).
+    Error = estimated - measured, in % of measured."""
+    from estimator.compare import measured_tokens_per_second, setup_from_memtest
+    from estimator.request import EstimateRequest
+
+    ok = [r for r in doc.get("results") or [] if r.get("status") == "ok"]
+    if not ok:
+        return []
+    setup = setup_from_memtest(doc)
+    count = int((doc.get("environment") or {}).get("gpu_count") or 1)
+    option = gpu if count == 1 else f"{count}x{gpu}"
+    model = doc.get("model") or {}
+    request = EstimateRequest.model_validate(
+        {
+            "model": {"config": model.get("config"), "name": model.get("name")},
+            "setup": setup.model_dump(),
+            "seq_lens": sorted({int(r["seq_len"]) for r in ok}),
+            "gpus": [option],
+            "profile": profile_name,
+        }
+    )
+    estimated = {
+        row["seq_len"]: (row["fit"][option].get("time") or {}).get("tokens_per_second")
+        for row in estimate_document(request)["rows"]
+    }
+    out = []
+    for result in ok:
+        measured = measured_tokens_per_second(result)
+        est = estimated.get(int(result["seq_len"]))
+        pct = None if est is None or not measured else 100.0 * (est - measured) / measured
+        out.append(
+            {
+                "seq_len": int(result["seq_len"]),
+                "measured_tokens_per_second": measured,
+                "estimated_tokens_per_second": est,
+                "error_pct": None if pct is None else round(pct, 1),
+            }
+        )
+    return out
 
 
 def _solver_inputs(req: SolverRequest) -> tuple[Any, Any, Any, Any, int]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.services.charts import Bar, ChartSpec, Group, RefLine
-from estimator.compare import compare_speed
+from estimator.document import compare_speed
 from estimator.errors import EstimatorInputError
 from gpu_catalog.lookup import card_for_device
 
@@ -111,7 +111,7 @@ def catalog_guess(env: dict[str, Any]) -> str | None:
 
 def speed_rows(doc: dict[str, Any], gpu: str | None, profile: str) -> list[dict[str, Any]]:
     """Measured tokens/s per length next to the estimate's for the same setup on `gpu`
-    (`estimator.compare.compare_speed`)."""
+    (`estimator.document.compare_speed`)."""
     if gpu is None:
         return []
     try:
