@@ -118,6 +118,11 @@ def hub_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, endpoint: str) -> P
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    # huggingface_hub reads HF_HUB_OFFLINE once, at its import (constants.py): a test that
+    # imported it with the variable set (an offline test) would leave every later one offline
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     HubHandler.requests.clear()
     return cache
 
