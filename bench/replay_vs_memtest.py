@@ -31,21 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from probe.allocator import AllocatorConfig, replay  # noqa: E402
-from probe.allocator_events import Event  # noqa: E402
+from probe.simulated_reserved import per_length_prefixes  # noqa: E402
 
-__all__ = ["per_length_prefixes", "simulate", "main"]
+__all__ = ["simulate", "main"]
 
 GIB = 2**30
-
-
-def per_length_prefixes(events: list[Event], lengths: int) -> list[list[Event]]:
-    """The trace up to the end of each length: a length ends where the next one's
-    `empty_cache` mark starts it (the runner marks every length's start)."""
-    starts = [i for i, ev in enumerate(events) if ev.op == "empty_cache"]
-    if len(starts) != lengths:
-        raise ValueError(f"expected {lengths} length marks in the trace, found {len(starts)}")
-    ends = [*starts[1:], len(events)]
-    return [events[:end] for end in ends]
 
 
 def simulate(doc: dict[str, Any], device: str = "fake") -> list[dict[str, Any]]:

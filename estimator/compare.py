@@ -121,6 +121,11 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
         row["reserved_error_pct"] = (
             None if reserved is None else _pct(row["estimated_reserved_bytes"], reserved)
         )
+        simulated = result.get("simulated_reserved_bytes")  # cpu/fake, probe --simulate-reserved
+        row["simulated_reserved_bytes"] = simulated
+        row["simulated_reserved_error_pct"] = (
+            None if simulated is None else _pct(row["estimated_reserved_bytes"], simulated)
+        )
         row["measured_outside_allocator_bytes"] = _outside_allocator(result)
         row["estimated_outside_allocator_bytes"] = int(comps["overhead"] or 0)
         # of `logits`, the bytes that are not vocab-wide tensors, by the kind a memtest's

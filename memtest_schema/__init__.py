@@ -462,6 +462,9 @@ def _check_result(value: object, path: str, max_steps: int) -> None:
         _float(s, f"{spath}[{i}]")
     if "host_bytes" in res:
         _int(res["host_bytes"], _join(path, "host_bytes"), nullable=True)
+    if "simulated_reserved_bytes" in res:  # cpu/fake: probe/simulated_reserved.py
+        key = "simulated_reserved_bytes"
+        _int(res[key], _join(path, key), nullable=True)
     if res.get("device_memory") is not None:
         dpath = _join(path, "device_memory")
         dmem = _obj(res["device_memory"], dpath)

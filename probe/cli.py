@@ -123,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="print each phase (model built, each length started and ended) with the seconds "
         "since the start to stderr",
     )
+    r.add_argument(
+        "--simulate-reserved",
+        action="store_true",
+        help="cpu/fake: replay the run's allocations through the simulated CUDA caching "
+        "allocator and record each length's simulated_reserved_bytes",
+    )
     r.add_argument("--out", help="output file (default memtest_<model>_<gpu>_<date>.json)")
     r.add_argument("--upload", metavar="URL", help="POST the memtest to URL (e.g. .../v1/memtests)")
     r.add_argument("--token", help="bearer token for --upload (default: $TRAINFIT_TOKEN)")
@@ -157,16 +163,22 @@ def _setup_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def _summary(doc: dict[str, Any]) -> str:
     """One line per length: status, peak in bytes and GiB (2^30), tokens per second."""
     gib = 2**30
-    lines = [f"{'seq_len':>8} {'status':>7} {'peak bytes':>15} {'peak GiB':>9} {'tokens/s':>10}"]
+    simulated = any("simulated_reserved_bytes" in r for r in doc["results"])
+    head = f"{'seq_len':>8} {'status':>7} {'peak bytes':>15} {'peak GiB':>9} {'tokens/s':>10}"
+    lines = [head + (f" {'sim. reserved GiB':>17}" if simulated else "")]
     for r in doc["results"]:
         peak = r["peak_allocated_bytes"]
         tps = r["tokens_per_second"]
-        lines.append(
+        line = (
             f"{r['seq_len']:>8} {r['status']:>7} "
             f"{(f'{peak:,}' if peak is not None else '-'):>15} "
             f"{(f'{peak / gib:.2f}' if peak is not None else '-'):>9} "
             f"{(f'{tps:.0f}' if tps is not None else '-'):>10}"
         )
+        if simulated:
+            res = r.get("simulated_reserved_bytes")
+            line += f" {(f'{res / gib:.2f}' if res is not None else '-'):>17}"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -244,27 +256,48 @@ def main(argv: list[str] | None = None) -> int:
         from probe.runner import default_out_name, run_probe
 
         if args.stack == "torchtitan":  # torchtitan's own Trainer runs the steps
+            if args.simulate_reserved:
+                raise ProbeInputError(
+                    "simulate_reserved", "not with --stack torchtitan (one trace per rank)"
+                )
             return _run_torchtitan(args, raw, config)
+        if args.simulate_reserved and (args.device == "cuda" or args.stack == "torchtune"):
+            raise ProbeInputError(
+                "simulate_reserved",
+                "for cpu and fake runs of the probe and hf stacks (CUDA measures reserved itself)",
+            )
 
         def write_partial(partial: dict[str, Any]) -> None:
             target = Path(args.out) if args.out else Path(default_out_name(partial))
             with contextlib.suppress(OSError):  # reported when the final document is written
                 _write(target, partial)
 
-        doc = run_probe(
-            config,
-            _setup_from_args(args),
-            args.sweep,
-            steps=args.steps,
-            device=args.device,
-            memory_cap=args.memory_cap,
-            name=args.name or Path(args.config).stem,
-            command="trainfit-probe " + shlex.join(raw),
-            progress=not args.no_progress,
-            time_limit=args.time_limit,
-            on_result=write_partial,
-            log=_print_phase if args.timings else None,
-        )
+        recording: contextlib.AbstractContextManager[Any] = contextlib.nullcontext(None)
+        if args.simulate_reserved:
+            from probe.allocator_trace import record_probe_tracker
+
+            recording = record_probe_tracker()
+        with recording as trace:
+            doc = run_probe(
+                config,
+                _setup_from_args(args),
+                args.sweep,
+                steps=args.steps,
+                device=args.device,
+                memory_cap=args.memory_cap,
+                name=args.name or Path(args.config).stem,
+                command="trainfit-probe " + shlex.join(raw),
+                progress=not args.no_progress,
+                time_limit=args.time_limit,
+                on_result=write_partial,
+                log=_print_phase if args.timings else None,
+            )
+        if trace is not None:
+            from memtest_schema import validate_memtest
+            from probe.simulated_reserved import add_simulated_reserved
+
+            add_simulated_reserved(doc, trace.cuda_events())
+            doc = validate_memtest(doc)
     except ProbeInputError as exc:
         print(f"trainfit-probe: error: {exc.field}: {exc.message}", file=sys.stderr)
         return EXIT_BAD_INPUT

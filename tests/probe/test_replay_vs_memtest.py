@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import replay_vs_memtest  # noqa: E402
 
 from probe.allocator_events import Event  # noqa: E402
+from probe.simulated_reserved import per_length_prefixes  # noqa: E402
 
 DENSE = ROOT / "tests/data/memtests/memtest_h200_2026-12-04_dense-full.json"
 CUBLAS_WORKSPACES = 2 * 32 * 2**20  # two handles' sm90 workspaces, which a CPU trace lacks
@@ -40,10 +41,10 @@ def test_the_replayed_sweep_reserves_what_the_h200_reserved() -> None:
 def test_each_length_ends_where_the_next_one_is_marked() -> None:
     marks = [Event("empty_cache"), Event("reset_peak")]
     events = [*marks, Event("alloc", 1, 512), *marks, Event("free", 1)]
-    first, second = replay_vs_memtest.per_length_prefixes(events, 2)
+    first, second = per_length_prefixes(events, 2)
     assert first == events[:3] and second == events
     with pytest.raises(ValueError, match="expected 3 length marks"):
-        replay_vs_memtest.per_length_prefixes(events, 3)
+        per_length_prefixes(events, 3)
 
 
 def test_a_memtest_the_cpu_cannot_trace_exits_2(tmp_path: Path, capsys) -> None:

@@ -24,8 +24,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     # a GPU memtest has the allocator's reserved peak and CUDA's free memory: show both
     on_gpu = any(r.get("measured_reserved_bytes") is not None for r in result["rows"])
     header = ["seq", "status", "measured GiB", "estimated GiB", "error GiB", "error %"]
+    # a CPU or fake memtest run with --simulate-reserved: the simulated allocator's reserved
+    simulated = any(r.get("simulated_reserved_bytes") is not None for r in result["rows"])
     if on_gpu:
         header += ["reserved GiB", "est. reserved GiB", "reserved error %", "outside GiB"]
+    elif simulated:
+        header += ["simulated reserved GiB", "est. reserved GiB", "reserved error %"]
     lines = [sep.join(header)]
     for r in result["rows"]:
         cells = [str(r["seq_len"]), str(r["status"]), _gib_or_na(r["measured_peak_bytes"])]
@@ -35,6 +39,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             cells += [_gib_or_na(r["measured_reserved_bytes"])]
             cells += [gib_text(r["estimated_reserved_bytes"]), _pct_or_na(r["reserved_error_pct"])]
             cells.append(_gib_or_na(r["measured_outside_allocator_bytes"]))
+        elif simulated:
+            cells += [_gib_or_na(r["simulated_reserved_bytes"])]
+            cells += [gib_text(r["estimated_reserved_bytes"])]
+            cells.append(_pct_or_na(r["simulated_reserved_error_pct"]))
         lines.append(sep.join(cells))
     if on_gpu:
         context = result["rows"][0]["estimated_outside_allocator_bytes"] if result["rows"] else 0
