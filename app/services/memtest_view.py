@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from app.services.charts import Bar, ChartSpec, Group, RefLine
+from estimator.compare import card_of
 from estimator.document import compare_speed
 from estimator.errors import EstimatorInputError
-from gpu_catalog.lookup import card_for_device
 
 GIB = 2**30
 MIB = 2**20
@@ -100,13 +100,9 @@ def in_unit(value: float | None, unit: str) -> str:
 
 
 def catalog_guess(env: dict[str, Any]) -> str | None:
-    """The catalog GPU a CUDA memtest ran on (`gpu_catalog.lookup.card_for_device`: CUDA's total
-    memory a little below the card's driver-reported MiB, the name's words as tie-break); None
-    for CPU or fake runs."""
-    total = env.get("total_memory_bytes")
-    if env.get("device") != "cuda" or not isinstance(total, int):
-        return None
-    return card_for_device(str(env.get("gpu_name") or ""), total)
+    """The catalog GPU a CUDA memtest ran on (`estimator.compare.card_of`); None for CPU or
+    fake runs."""
+    return card_of(env)
 
 
 def speed_rows(doc: dict[str, Any], gpu: str | None, profile: str) -> list[dict[str, Any]]:
