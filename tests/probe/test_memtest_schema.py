@@ -295,3 +295,12 @@ def test_a_duplicated_key_is_named_with_its_path():
     with pytest.raises(MemtestSchemaError) as info:
         load_memtest(text)
     assert info.value.field == "results[1].seq_len"
+
+
+def test_simulated_reserved_bytes_is_an_optional_non_negative_integer():
+    doc = _doc()
+    doc["results"][0]["simulated_reserved_bytes"] = 2 * 2**20
+    validate_memtest(doc)
+    for bad in ("2 MiB", -1, 1.5):
+        doc["results"][0]["simulated_reserved_bytes"] = bad
+        _raises(doc, "results[0].simulated_reserved_bytes")
