@@ -206,13 +206,16 @@ def test_tokens_per_second_leaves_out_the_warm_up_step():
     assert tokens_per_second([1.0, 0.0], 100) is None
 
 
+def _tiny_cpu_run(capsys, out: Path, *options: str) -> tuple[int, str, str]:
+    """The tiny config on the CPU, no progress bar, written to `out`."""
+    base = ("--config", str(TINY), "--device", "cpu", "--no-progress", "--out", str(out))
+    return _run(capsys, *base, *options)
+
+
 def test_timings_prints_each_phase_with_seconds_on_stderr(capsys, tmp_path):
-    out = tmp_path / "m.json"
-    code, _, err = _run(
-        capsys,
-        "--config", str(TINY), "--device", "cpu", "--no-progress",
-        "--sweep", "32,64", "--steps", "1", "--timings", "--out", str(out),
-    )  # fmt: skip
+    code, _, err = _tiny_cpu_run(
+        capsys, tmp_path / "m.json", "--sweep", "32,64", "--steps", "1", "--timings"
+    )
     assert code == 0
     phases = [line for line in err.splitlines() if line.startswith("trainfit-probe: [")]
     assert [p.split("] ", 1)[1] for p in phases] == [
@@ -229,11 +232,9 @@ def test_timings_prints_each_phase_with_seconds_on_stderr(capsys, tmp_path):
 
 def test_simulate_reserved_adds_each_lengths_replayed_reserved_peak(capsys, tmp_path):
     out = tmp_path / "m.json"
-    code, stdout, _ = _run(
-        capsys,
-        "--config", str(TINY), "--device", "cpu", "--no-progress",
-        "--sweep", "32,64", "--steps", "2", "--simulate-reserved", "--out", str(out),
-    )  # fmt: skip
+    code, stdout, _ = _tiny_cpu_run(
+        capsys, out, "--sweep", "32,64", "--steps", "2", "--simulate-reserved"
+    )
     assert code == 0
     doc = load_memtest(out.read_bytes())
     for r in doc["results"]:
@@ -262,11 +263,7 @@ def test_compare_puts_the_estimate_reserved_next_to_the_simulated_one(capsys, tm
     from estimator.document import compare_memtest
 
     out = tmp_path / "m.json"
-    _run(
-        capsys,
-        "--config", str(TINY), "--device", "cpu", "--no-progress",
-        "--sweep", "64", "--steps", "2", "--simulate-reserved", "--out", str(out),
-    )  # fmt: skip
+    _tiny_cpu_run(capsys, out, "--sweep", "64", "--steps", "2", "--simulate-reserved")
     doc = json.loads(out.read_text())
     row = compare_memtest(doc)["rows"][0]
     simulated = doc["results"][0]["simulated_reserved_bytes"]
