@@ -316,3 +316,23 @@ def test_a_memtest_measured_on_an_h200_shows_its_speed_next_to_the_estimate(
     assert len(re.findall(r'id="calibrate-\d+"', page)) == 3  # every measured length
     assert 'id="outside-note"' in page and "outside the allocator, measured" in page
     assert page.count("0.7</td>") >= 3  # 766.8 MiB measured and assumed, in GiB
+
+
+def test_a_cpu_memtest_with_simulated_reserved_shows_it_labelled_as_simulated(
+    sqlite_client: TestClient,
+) -> None:
+    doc = _seed_memtest(peak_allocated_bytes=300 * 2**20, peak_reserved_bytes=None)
+    doc["environment"].update(
+        {
+            "device": "cpu",
+            "gpu_name": None,
+            "total_memory_bytes": None,
+            "memory_counter": "storage_tracker",
+        }
+    )
+    doc["results"][0]["simulated_reserved_bytes"] = int(12.34 * 2**30)
+    done = _upload(sqlite_client, doc)
+    assert done.status_code == 303, done.text[:500]
+    page = sqlite_client.get(done.headers["location"]).text
+    assert "<th>simulated reserved</th>" in page and 'id="simulated-note"' in page
+    assert "12.3</td>" in page  # in the reserved column, in GiB (the estimate is the 27B's)

@@ -157,6 +157,7 @@ def memtest_page(
         "profile": profile,
         "peaks": peaks,
         "outside": any(p["measured_outside"] is not None for p in peaks),
+        "reserved_simulated": any(p["reserved_simulated"] for p in peaks),
         "components": component_rows(comparison),
         "speeds": speeds,
         "gpu": gpu,
