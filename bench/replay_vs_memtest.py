@@ -30,8 +30,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from probe.allocator import AllocatorConfig, replay  # noqa: E402
-from probe.simulated_reserved import per_length_prefixes  # noqa: E402
+from probe.allocator import AllocatorConfig  # noqa: E402
+from probe.simulated_reserved import per_length_peaks  # noqa: E402
 
 __all__ = ["simulate", "main"]
 
@@ -50,18 +50,19 @@ def simulate(doc: dict[str, Any], device: str = "fake") -> list[dict[str, Any]]:
         ran = runner.run_probe(doc["model"]["config"], setup, lengths, steps=steps, device=device)
     config = AllocatorConfig(device_memory=int(doc["environment"]["total_memory_bytes"]))
     out = []
-    prefixes = per_length_prefixes(trace.cuda_events(), len(lengths))
-    for measured, traced, prefix in zip(doc["results"], ran["results"], prefixes, strict=True):
-        sim = replay(prefix, config)
+    peaks = per_length_peaks(trace.cuda_events(), len(lengths), config)
+    for measured, traced, (allocated, reserved) in zip(
+        doc["results"], ran["results"], peaks, strict=True
+    ):
         out.append(
             {
                 "seq_len": int(measured["seq_len"]),
                 "status": measured["status"],
                 "traced_status": traced["status"],
                 "measured_allocated": measured.get("peak_allocated_bytes"),
-                "simulated_allocated": sim.peak_allocated,
+                "simulated_allocated": allocated,
                 "measured_reserved": measured.get("peak_reserved_bytes"),
-                "simulated_reserved": sim.peak_reserved,
+                "simulated_reserved": reserved,
             }
         )
     return out

@@ -620,12 +620,19 @@ class ReplayResult:
 
 
 def replay(
-    events: Iterable[Event], config: AllocatorConfig | None = None, *, stop_on_oom: bool = True
+    events: Iterable[Event],
+    config: AllocatorConfig | None = None,
+    *,
+    stop_on_oom: bool = True,
+    windows: list[tuple[int, int]] | None = None,
 ) -> ReplayResult:
     """Run a trace through the simulated allocator.
 
     An OOM stops the replay (`oom_at_event` = its index) unless `stop_on_oom` is False, in which
     case the failed request is skipped (its later `free` is ignored) and the replay goes on.
+    `windows`, when given, receives (peak allocated, peak reserved) of each stretch between
+    `reset_peak` marks, the one before the first mark included: per-length peaks of a sweep in
+    one replay (a GPU memtest resets the peak stats at each length's start).
     Raises `TraceError` for a `free` of an id that is not live or a duplicate live id.
     """
     sim = CachingAllocatorSim(config)
@@ -649,8 +656,12 @@ def replay(
         elif ev.op == "empty_cache":
             sim.empty_cache()
         elif ev.op == "reset_peak":
+            if windows is not None:
+                windows.append((sim.stats.peak_allocated, sim.stats.peak_reserved))
             sim.reset_peak()
     s = sim.stats
+    if windows is not None:
+        windows.append((s.peak_allocated, s.peak_reserved))
     return ReplayResult(
         config=asdict(sim.config),
         peak_allocated=s.peak_allocated,

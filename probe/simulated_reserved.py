@@ -4,8 +4,8 @@ On the CPU and under fake tensors torch has no caching allocator, so a memtest's
 `peak_reserved_bytes` is null there. With this option the run is recorded through the probe's
 tracker (`probe.allocator_trace.record_probe_tracker`: one trace for the whole sweep, each
 length marked where CUDA would empty the cache and reset the peak) and replayed through
-`probe.allocator` (torch's caching allocator, expandable segments off, the default), length by
-length, as one process would run the sweep. Each length's result gets
+`probe.allocator` (torch's caching allocator, expandable segments off, the default) once, as
+one process would run the sweep, the peaks read per length. Each length's result gets
 `simulated_reserved_bytes`, the replay's reserved peak for that length.
 
 Checked against a GPU: `bench/replay_vs_memtest.py` replays the H200 memtests of
@@ -21,11 +21,7 @@ from typing import Any
 from probe.allocator import AllocatorConfig, replay
 from probe.allocator_events import Event
 
-__all__ = ["per_length_prefixes", "add_simulated_reserved", "NOTE", "SIMULATED_DEVICE_MEMORY"]
-
-# No simulated out-of-memory: the figure wanted is the reserved peak, not whether some card
-# holds it (a replay that runs out of memory stops, and its peak would be the card's size).
-SIMULATED_DEVICE_MEMORY = 2**50
+__all__ = ["per_length_peaks", "add_simulated_reserved", "NOTE"]
 
 NOTE = (
     "simulated_reserved_bytes: this run's allocations replayed through probe/allocator.py "
@@ -34,21 +30,27 @@ NOTE = (
 )
 
 
-def per_length_prefixes(events: list[Event], lengths: int) -> list[list[Event]]:
-    """The trace up to the end of each length: a length ends where the next one's
-    `empty_cache` mark starts it (the runner marks every length's start)."""
-    starts = [i for i, ev in enumerate(events) if ev.op == "empty_cache"]
-    if len(starts) != lengths:
-        raise ValueError(f"expected {lengths} length marks in the trace, found {len(starts)}")
-    ends = [*starts[1:], len(events)]
-    return [events[:end] for end in ends]
+def per_length_peaks(
+    events: list[Event], lengths: int, config: AllocatorConfig
+) -> list[tuple[int, int]]:
+    """(peak allocated, peak reserved) of each length, from one replay of the whole trace: a
+    length runs from its `reset_peak` mark (the runner marks every length's start) to the
+    next one's."""
+    windows: list[tuple[int, int]] = []
+    result = replay(events, config, windows=windows)
+    if result.oom_at_event is not None:
+        raise ValueError(f"the replay ran out of its capacity, {config.capacity:,} bytes")
+    if len(windows) != lengths + 1:  # the stretch before the first mark builds the model
+        raise ValueError(f"expected {lengths} length marks in the trace, found {len(windows) - 1}")
+    return windows[1:]
 
 
 def add_simulated_reserved(doc: dict[str, Any], events: list[Event]) -> None:
     """Set `simulated_reserved_bytes` on each measured (`ok`) length of `doc`, in place."""
     ran = [r for r in doc["results"] if r["status"] != "skipped"]  # each started with a mark
-    config = AllocatorConfig(device_memory=SIMULATED_DEVICE_MEMORY)
-    for result, prefix in zip(ran, per_length_prefixes(events, len(ran)), strict=True):
+    # no capacity: the figure wanted is the reserved peak, not whether some card holds it
+    peaks = per_length_peaks(events, len(ran), AllocatorConfig())
+    for result, (_, reserved) in zip(ran, peaks, strict=True):
         if result["status"] == "ok":
-            result["simulated_reserved_bytes"] = replay(prefix, config).peak_reserved
+            result["simulated_reserved_bytes"] = reserved
     doc.setdefault("notes", []).append(NOTE)

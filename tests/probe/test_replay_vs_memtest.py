@@ -17,8 +17,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import replay_vs_memtest  # noqa: E402
 
+from probe.allocator import AllocatorConfig, replay  # noqa: E402
 from probe.allocator_events import Event  # noqa: E402
-from probe.simulated_reserved import per_length_prefixes  # noqa: E402
+from probe.simulated_reserved import per_length_peaks  # noqa: E402
 
 DENSE = ROOT / "tests/data/memtests/memtest_h200_2026-12-04_dense-full.json"
 CUBLAS_WORKSPACES = 2 * 32 * 2**20  # two handles' sm90 workspaces, which a CPU trace lacks
@@ -40,11 +41,22 @@ def test_the_replayed_sweep_reserves_what_the_h200_reserved() -> None:
 
 def test_each_length_ends_where_the_next_one_is_marked() -> None:
     marks = [Event("empty_cache"), Event("reset_peak")]
-    events = [*marks, Event("alloc", 1, 512), *marks, Event("free", 1)]
-    first, second = per_length_prefixes(events, 2)
-    assert first == events[:3] and second == events
+    build = [Event("alloc", 0, 4 * 2**20), Event("free", 0)]  # before the first mark: not a length
+    first = [*marks, Event("alloc", 1, 512)]
+    second = [*marks, Event("alloc", 2, 3 * 2**20), Event("free", 2), Event("free", 1)]
+    events = [*build, *first, *second]
+    config = AllocatorConfig()
+    # each length's peaks are those of a replay of the trace up to its end
+    expected = []
+    for end in (len(build) + len(first), len(events)):
+        alone = replay(events[:end], config)
+        expected.append((alone.peak_allocated, alone.peak_reserved))
+    assert per_length_peaks(events, 2, config) == expected
+    assert expected[0] == (512, 2 * 2**20) and expected[1][0] == 512 + 3 * 2**20
     with pytest.raises(ValueError, match="expected 3 length marks"):
-        per_length_prefixes(events, 3)
+        per_length_peaks(events, 3, config)
+    with pytest.raises(ValueError, match="ran out"):
+        per_length_peaks(events, 2, AllocatorConfig(capacity=2**20))
 
 
 def test_a_memtest_the_cpu_cannot_trace_exits_2(tmp_path: Path, capsys) -> None:
