@@ -9,9 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from app.services.charts import Bar, ChartSpec, Group, RefLine
-from estimator.compare import card_of
-from estimator.document import compare_speed
-from estimator.errors import EstimatorInputError
 
 GIB = 2**30
 MIB = 2**20
@@ -101,32 +98,6 @@ def in_unit(value: float | None, unit: str) -> str:
     if value is None:
         return "–"
     return f"{value / (MIB if unit == 'MiB' else GIB):,.1f}"
-
-
-def catalog_guess(env: dict[str, Any]) -> str | None:
-    """The catalog GPU a CUDA memtest ran on (`estimator.compare.card_of`); None for CPU or
-    fake runs."""
-    return card_of(env)
-
-
-def speed_rows(doc: dict[str, Any], gpu: str | None, profile: str) -> list[dict[str, Any]]:
-    """Measured tokens/s per length next to the estimate's for the same setup on `gpu`
-    (`estimator.document.compare_speed`)."""
-    if gpu is None:
-        return []
-    try:
-        rows = compare_speed(doc, gpu, profile)
-    except (EstimatorInputError, ValueError, KeyError):
-        return []
-    return [
-        {
-            "seq_len": r["seq_len"],
-            "measured_tps": r["measured_tokens_per_second"],
-            "estimated_tps": r["estimated_tokens_per_second"],
-            "error_pct": r["error_pct"],
-        }
-        for r in rows
-    ]
 
 
 def comparison_chart(peaks: list[dict[str, Any]], total: int | None, unit: str) -> ChartSpec:

@@ -20,11 +20,9 @@ from app.services import estimates
 from app.services.charts import bar_chart
 from app.services.forms import FormValues
 from app.services.memtest_view import (
-    catalog_guess,
     comparison_chart,
     component_rows,
     peak_rows,
-    speed_rows,
     unit_for,
 )
 from app.services.memtests import load_stored, parse_upload
@@ -138,16 +136,18 @@ def memtest_page(
         )
     peaks = peak_rows(doc, comparison)
     unit = unit_for(peaks)
-    gpu = catalog_guess(env)
-    speeds = speed_rows(doc, gpu, profile) if gpu and not error else []
+    # the card the memtest ran on and its tokens/s next to the time model's: compare_memtest's
+    gpu, speeds = comparison.get("gpu"), comparison.get("speed", [])
     calibrate = [
         {
             "seq_len": s["seq_len"],
-            "tps": s["measured_tps"],
-            "query": _calibrate_query(doc, gpu, s["seq_len"], s["measured_tps"], row.id),
+            "tps": s["measured_tokens_per_second"],
+            "query": _calibrate_query(
+                doc, gpu, s["seq_len"], s["measured_tokens_per_second"], row.id
+            ),
         }
         for s in speeds
-        if gpu and s["measured_tps"]
+        if gpu and s["measured_tokens_per_second"]
     ]
     context = {
         "m": row,
