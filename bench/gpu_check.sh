@@ -15,9 +15,10 @@
 # loss, offloaded checkpoints), a dense Llama-3.1-8B full fine-tune, then the `hf` stack
 # (transformers Trainer + peft, as users run it) for the seed case and for Llama-3.1-8B LoRA with
 # lora_dropout 0.05 and gradient accumulation 2, and Liger (`--loss liger`, Trainer's
-# use_liger_kernel) where liger-kernel imports, and QLoRA (bitsandbytes NF4) on the hf stack. Unsloth: the probe has no Unsloth stack; the script
-# records whether `import unsloth` works there, nothing more. Wheels the box lacks (liger-kernel,
-# flash-linear-attention, bitsandbytes) can travel in ./wheelhouse; installed with --no-index.
+# use_liger_kernel) where liger-kernel imports, and QLoRA (bitsandbytes NF4) on the hf stack.
+# Unsloth: the probe has no Unsloth stack; the script records whether `import unsloth` works
+# there, nothing more. Wheels the box lacks (liger-kernel, flash-linear-attention, bitsandbytes)
+# can travel in ./wheelhouse; installed with --no-index.
 # Each memtest records max_memory_allocated, max_memory_reserved and, per length,
 # torch.cuda.mem_get_info before and after (`results[i].device_memory`: context + workspaces).
 #
@@ -154,7 +155,8 @@ probe hf-llama-lora "${LIMITS[5]}" "${HF_DENSE[@]}" --loss full
 probe hf-llama-lora-liger "${LIMITS[6]}" "${HF_DENSE[@]}" --loss liger
 # 8. QLoRA as users run it: the same, with the base in bitsandbytes 4-bit NF4 (CUDA only;
 #    without bitsandbytes or off CUDA the probe exits 2 saying so)
-probe hf-llama-qlora "${LIMITS[7]}" "${HF_DENSE[@]}" --loss full --method qlora  # the last --method wins
+# (the last --method wins)
+probe hf-llama-qlora "${LIMITS[7]}" "${HF_DENSE[@]}" --loss full --method qlora
 
 if command -v nvidia-smi >/dev/null 2>&1; then
   run nvidia-smi-after 30 nvidia-smi
