@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -52,6 +53,16 @@ def pool_capacity(settings: Settings) -> int:
     return settings.db_pool_size + settings.db_max_overflow
 
 
+def freeze_start_up_objects() -> None:
+    """Collect the start-up's garbage, then exempt what is left (modules, routes, catalog,
+    caches: alive as long as the process) from every later collection (`gc.freeze`, the
+    Python docs' advice for long-lived processes). Requests' own cycles are still collected;
+    a full collection no longer walks the start-up's ~130k objects (~26 ms each time on this
+    machine, `bench/speed.py`'s `rest_gc_full_ms`)."""
+    gc.collect()
+    gc.freeze()
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app. The engine is created here; migrations run at start-up (lifespan)."""
     settings = settings or Settings()
@@ -66,6 +77,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.run_migrations:
             upgrade_head(engine)
+        if settings.gc_freeze:
+            freeze_start_up_objects()
         yield
         engine.dispose()
 

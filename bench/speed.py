@@ -16,6 +16,8 @@ process unless `--clock wall`):
   time + cost) per second, separately;
 - `cli_help`, `cli_estimate`: wall seconds of `python -m trainfit --help` and of
   `trainfit estimate --model llama-3.1-8b --gpu h100-80gb` in a fresh interpreter;
+- `rest_gc_full*`: the wall milliseconds of one full garbage collection in that service, with
+  its start-up objects frozen (as it runs) and unfrozen;
 - `rest_*`: in-process (fastapi TestClient) milliseconds of `/healthz` and `/v1/estimate` at 1
   and 100 cells, the same body again and again (a service that keeps its answers serves it
   from memory) and a new body every call (`_fresh`: computed, validated and encoded).
@@ -254,6 +256,32 @@ def bench_rest(quick: bool, repeats: int) -> None:
             cold = _per_call(fresh, calls // 3, repeats)
             _print("rest_estimate_100_fresh", cold * 1e3, "ms", "the same, a new body each call")
             _print("rest_ratio_100_fresh", cold / health, "x /healthz", "goal <= 2")
+            frozen, walked = _full_collection_ms()
+            _print("rest_gc_full", frozen, "ms wall", "one full gc.collect() as the service runs")
+            _print("rest_gc_full_unfrozen", walked, "ms wall", "the same, start-up unfrozen")
+
+
+def _full_collection_ms() -> tuple[float, float]:
+    """Wall milliseconds of one full `gc.collect()` in the running service (the best of 3),
+    with its start-up objects frozen (app/factory.py, the default) and with them unfrozen:
+    the pause a request that triggers a full collection takes."""
+    import gc
+
+    def best() -> float:
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            gc.collect()
+            times.append(time.perf_counter() - start)
+        return min(times) * 1e3
+
+    frozen = best()
+    count = gc.get_freeze_count()
+    gc.unfreeze()
+    walked = best()
+    if count:
+        gc.freeze()
+    return frozen, walked
 
 
 BENCHES = {
