@@ -246,14 +246,14 @@ def cannot_express(setup: dict[str, Any], known: set[str]) -> list[str]:
 
 def _step_transient(doc: dict[str, Any]) -> float | None:
     """The estimator's optimizer-step temporaries (`StateBytes.step_transient`) for the doc."""
-    from estimator.compare import _setup_from_memtest
+    from estimator.compare import setup_from_memtest
     from estimator.memory.states import trainable_state_bytes
     from estimator.model_source import resolve_model
     from estimator.request import ModelInput
 
     try:
         spec = resolve_model(ModelInput(config=doc["model"]["config"]))
-        return float(trainable_state_bytes(spec, _setup_from_memtest(doc)).step_transient)
+        return float(trainable_state_bytes(spec, setup_from_memtest(doc)).step_transient)
     except Exception:  # noqa: BLE001 - a refusal leaves the part blank
         return None
 

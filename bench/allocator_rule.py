@@ -152,7 +152,7 @@ def estimator_terms(case: Case, setup: dict[str, Any]) -> dict[str, Any]:
     """The estimator's figures for the probe's resolved setup (default profile)."""
     import numpy as np
 
-    from estimator.compare import _setup_from_memtest
+    from estimator.compare import setup_from_memtest
     from estimator.memory import memory_breakdown
     from estimator.model_source import resolve_model
     from estimator.profile import load_profile
@@ -160,7 +160,7 @@ def estimator_terms(case: Case, setup: dict[str, Any]) -> dict[str, Any]:
     from estimator.stacks import load_stack
 
     spec = resolve_model(ModelInput(config=model_config(case)))
-    ts = _setup_from_memtest({"setup": setup})
+    ts = setup_from_memtest({"setup": setup})
     mem = memory_breakdown(spec, ts, [case.seq], ts.batch, load_profile("default"))
 
     def one(x: Any) -> float:

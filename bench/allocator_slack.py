@@ -72,14 +72,14 @@ BASE = {"stack": "hf", "lora_rank": 16, "checkpointing": "gpu", "batch": 1}
 
 def estimator_slack(config: dict[str, Any], setup: dict[str, Any], seq: int) -> dict[str, float]:
     """The estimator's allocated and reserved figures (default profile) for the probe's setup."""
-    from estimator.compare import _setup_from_memtest
+    from estimator.compare import setup_from_memtest
     from estimator.memory import memory_breakdown
     from estimator.model_source import resolve_model
     from estimator.profile import load_profile
     from estimator.request import ModelInput
 
     spec = resolve_model(ModelInput(config=config))
-    ts = _setup_from_memtest({"setup": setup})
+    ts = setup_from_memtest({"setup": setup})
     mem = memory_breakdown(spec, ts, [seq], ts.batch, load_profile("default"))
     return {"allocated": float(mem.allocated[0]), "reserved": float(mem.reserved[0])}
 
