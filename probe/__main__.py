@@ -1,5 +1,5 @@
 """`python -m probe ...` is `trainfit-probe ...`."""
 
-from probe.cli import main
+from probe.cli import console_main
 
-raise SystemExit(main())
+console_main()
