@@ -58,7 +58,7 @@ def freeze_start_up_objects() -> None:
     caches: alive as long as the process) from every later collection (`gc.freeze`, the
     Python docs' advice for long-lived processes). Requests' own cycles are still collected;
     a full collection no longer walks the start-up's ~130k objects (~26 ms each time on this
-    machine, `bench/speed.py`'s `rest_gc_full_ms`)."""
+    machine, `bench/speed.py`'s `rest_gc_full`)."""
     gc.collect()
     gc.freeze()
 

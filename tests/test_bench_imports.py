@@ -19,10 +19,10 @@ def _imports() -> list[tuple[str, str, str]]:
     found = []
     for path in sorted((ROOT / "bench").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            ours = isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
-            if ours and str(node.module).split(".")[0] in OURS:
-                assert isinstance(node, ast.ImportFrom)
-                found += [(path.name, str(node.module), a.name) for a in node.names]
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                continue
+            if node.module.split(".")[0] in OURS:
+                found += [(path.name, node.module, a.name) for a in node.names]
     return found
 
 
