@@ -154,6 +154,7 @@ def estimator_terms(case: Case, setup: dict[str, Any]) -> dict[str, Any]:
 
     from estimator.compare import setup_from_memtest
     from estimator.memory import memory_breakdown
+    from estimator.memory.torchtitan import cpu_referee
     from estimator.model_source import resolve_model
     from estimator.profile import load_profile
     from estimator.request import ModelInput
@@ -161,7 +162,8 @@ def estimator_terms(case: Case, setup: dict[str, Any]) -> dict[str, Any]:
 
     spec = resolve_model(ModelInput(config=model_config(case)))
     ts = setup_from_memtest({"setup": setup})
-    mem = memory_breakdown(spec, ts, [case.seq], ts.batch, load_profile("default"))
+    with cpu_referee():  # a CPU trace: no cuBLAS workspaces (estimator/memory/workspaces.py)
+        mem = memory_breakdown(spec, ts, [case.seq], ts.batch, load_profile("default"))
 
     def one(x: Any) -> float:
         return float(np.asarray(x, dtype=np.float64).reshape(-1)[0])

@@ -74,13 +74,15 @@ def estimator_slack(config: dict[str, Any], setup: dict[str, Any], seq: int) -> 
     """The estimator's allocated and reserved figures (default profile) for the probe's setup."""
     from estimator.compare import setup_from_memtest
     from estimator.memory import memory_breakdown
+    from estimator.memory.torchtitan import cpu_referee
     from estimator.model_source import resolve_model
     from estimator.profile import load_profile
     from estimator.request import ModelInput
 
     spec = resolve_model(ModelInput(config=config))
     ts = setup_from_memtest({"setup": setup})
-    mem = memory_breakdown(spec, ts, [seq], ts.batch, load_profile("default"))
+    with cpu_referee():  # a CPU trace: no cuBLAS workspaces (estimator/memory/workspaces.py)
+        mem = memory_breakdown(spec, ts, [seq], ts.batch, load_profile("default"))
     return {"allocated": float(mem.allocated[0]), "reserved": float(mem.reserved[0])}
 
 

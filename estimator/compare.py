@@ -2,7 +2,9 @@
 
 The measured figure is `peak_allocated_bytes` (torch's allocator, or the storage tracker on
 CPU/fake), which excludes the CUDA context; so the estimate compared is the allocated figure
-(`MemoryBreakdown.allocated`). A memtest's setup without a `stack` is the probe's own loop.
+(`MemoryBreakdown.allocated`), less cuBLAS's workspaces when the memtest ran on a CPU or
+traced fake tensors (no cuBLAS there: estimator/memory/workspaces.py). A memtest's setup
+without a `stack` is the probe's own loop.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 from estimator.errors import EstimatorInputError
 from estimator.memory import memory_breakdown
 from estimator.memory.model import COMPONENTS
+from estimator.memory.workspaces import workspaces_in
 from estimator.model_source import resolve_model
 from estimator.profile import load_profile
 from estimator.request import ModelInput
@@ -60,7 +63,8 @@ def _parts_at_peak(mem: Any, comps: dict[str, float | None], devices: int) -> di
         # `trainable_states` holds the gradients only when they are alive at that moment
         held = _first(parts.get("trainable_states", 0.0)) - (comps["trainable_states"] or 0)
         grads = max(grads + held, 0.0) + _first(parts.get("gradients", 0.0))
-    allocated = float(mem.allocated[0])
+    # the tracker counts tensor storages: cuBLAS's workspaces are none (memory/workspaces.py)
+    allocated = float(mem.allocated[0]) - workspaces_in(mem.phases)
     return {
         "params": params,
         "grads": grads,
@@ -103,7 +107,9 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
             k: (None if mem.components[k] is None else float(mem.components[k][0]))
             for k in COMPONENTS
         }
-        estimated = float(mem.allocated[0])
+        # a CPU or fake run has no cuBLAS workspaces to measure (memory/workspaces.py)
+        no_cublas = 0.0 if env.get("device") == "cuda" else workspaces_in(mem.phases)
+        estimated = float(mem.allocated[0]) - no_cublas
         measured = result.get("peak_allocated_bytes")
         row: dict[str, Any] = {
             "seq_len": seq,
@@ -116,7 +122,7 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
             "error_bytes": None if measured is None else int(estimated - measured),
             "error_pct": None if measured is None else _pct(estimated, measured),
         }
-        row["estimated_reserved_bytes"] = int(float(mem.reserved[0]))
+        row["estimated_reserved_bytes"] = int(float(mem.reserved[0]) - no_cublas)
         reserved = result.get("peak_reserved_bytes")
         row["reserved_error_pct"] = (
             None if reserved is None else _pct(row["estimated_reserved_bytes"], reserved)
@@ -128,6 +134,8 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
         )
         row["measured_outside_allocator_bytes"] = _outside_allocator(result)
         row["estimated_outside_allocator_bytes"] = int(comps["overhead"] or 0)
+        # in the allocated estimate, outside every component a memtest counts (tensor storages)
+        row["estimated_cublas_workspace_bytes"] = int(workspaces_in(mem.phases) - no_cublas)
         # of `logits`, the bytes that are not vocab-wide tensors, by the kind a memtest's
         # component maxima count them as (memory/model.py `MemoryBreakdown.logits_other`)
         row["estimated_logits_other"] = {k: int(_first(v)) for k, v in mem.logits_other.items()}

@@ -27,6 +27,7 @@ PALETTE = {
     "recompute_peak": "#c44e52",
     "logits": "#8172b3",
     "optimizer_step": "#da8bc3",
+    "cublas_workspaces": "#6d904f",
     "overhead": "#937860",
     "allocator_slack": "#b8b8b8",
     "host": "#64b5cd",

@@ -54,6 +54,7 @@ from estimator.memory.weights import (
     rope_buffer_bytes,
     weight_bytes,
 )
+from estimator.memory.workspaces import add_workspaces, workspace_bytes
 from estimator.parallel.of_setup import layout_of
 from estimator.profile import Profile
 from estimator.spec import LAYER_SLIDING, ModelSpec
@@ -244,6 +245,7 @@ def _at_lengths(
     _head_grad_at_loss(phases, logits_other.get("gradients"))
     if f.rope_cache:  # torchtitan's per-layer RoPE caches
         torchtitan.add_rope_cache(phases, spec, setup, seq)
+    add_workspaces(phases, f.workspaces)
     allocated = _peak(phases, overhead) - overhead
     slack = with_slack(allocated, f.slack) if f.count_slack else 0.0  # allocator_slack
     loss_phase = sum(phases["loss"].values()) if "loss" in phases else allocated
@@ -408,6 +410,7 @@ class _Fixed:
     head_input: float | None  # bytes per token the last norm and the head keep
     per_logit: tuple[Any, Any]  # loss bytes per logit: the forward's, all
     context: float  # the CUDA context (the `overhead` component)
+    workspaces: float  # cuBLAS workspaces, allocated (memory/workspaces.py)
     grads: float
     step: float
     embed: float
@@ -522,6 +525,7 @@ def _fixed(spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, amp:
         head_input=head_input,
         per_logit=per_logit,
         context=profile.number("memory", "cuda_context_bytes"),
+        workspaces=workspace_bytes(profile),
         grads=grads,
         step=step,
         embed=embed,

@@ -44,6 +44,7 @@ from estimator.memory.weights import (
     quantized_base,
     rope_buffer_bytes,
 )
+from estimator.memory.workspaces import add_workspaces, workspaces_in
 from estimator.parallel.data import (
     DataParallelBytes,
     ReplicaBytes,
@@ -521,6 +522,7 @@ def layout_breakdown(
     with masters_layout(True):  # layouts keep bf16 copies of fp32 masters (weights.amp_full)
         base = memory_breakdown(spec, local, local_seq, batch, profile, devices=1)
     overhead = np.asarray(base.components["overhead"]) + nccl_buffer_bytes(layout)
+    workspaces = workspaces_in(base.phases)  # each rank's own (memory/workspaces.py)
     # gradients accumulate over micro-batches: grad_accum, or a pipeline's micro-batches
     keep = (setup.grad_accum or 1) > 1 or layout.pp > 1
     m = micro_batches(layout, setup.grad_accum)
@@ -554,11 +556,13 @@ def layout_breakdown(
         moments = PipelineMoments(held, pipe, dp.accumulated if at_loss else 0.0, outputs)
         phases = _phases(dp, acts, profile, keep, stage.layers, moments)
         torchtitan.add_rope_cache(phases, spec, setup, seq)
+        add_workspaces(phases, workspaces)
         streams = None
         if layout.data == "fsdp" and counts_fragmentation(setup, profile):
             # fragmentation.py (5): the default stream's bytes, and the reduce-scatter pool
             default = _phases(default_stream_bytes(dp), acts, profile, keep, stage.layers, moments)
             torchtitan.add_rope_cache(default, spec, setup, seq)
+            add_workspaces(default, workspaces)  # the default stream's, per thread
             streams = (default, reduce_pool_bytes(setup, profile, dp.reduce_stream))
         allocated = _largest(phases)
         host = np.asarray(base.host) * stage.layers / (spec.layers or 1) + dp.host

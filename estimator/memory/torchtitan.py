@@ -165,8 +165,9 @@ _CPU_REFEREE: ContextVar[bool] = ContextVar("torchtitan_cpu_referee", default=Fa
 
 @contextmanager
 def cpu_referee(on: bool = True) -> Iterator[None]:
-    """Within: torch.nn.RMSNorm as a CPU build of torch runs it, for comparing the estimate
-    with the probe's CPU steps (bench/accuracy_torchtitan.py). A CPU build has no
+    """Within: the estimate prices what a CPU build of torch allocates, for comparing it with
+    the probe's CPU steps (bench/accuracy_torchtitan.py, the CPU tests): no cuBLAS workspaces
+    (memory/workspaces.py), and torch.nn.RMSNorm as a CPU build runs it. A CPU build has no
     `_fused_rms_norm` kernel (native_functions.yaml:3254-3259: CUDA, MPS, XPU kernels and the
     CompositeImplicitAutograd `rms_norm_composite` for the rest), so autograd records the
     composite's ops: `input.to(fp32)` (the input itself when fp32), pow, mean, rsqrt,

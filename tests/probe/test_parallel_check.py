@@ -28,6 +28,7 @@ pytest.importorskip("transformers")
 
 from estimator.architectures import spec_from_config  # noqa: E402
 from estimator.memory import memory_breakdown  # noqa: E402
+from estimator.memory.torchtitan import cpu_referee  # noqa: E402
 from estimator.profile import load_profile  # noqa: E402
 from estimator.setup import TrainingSetup  # noqa: E402
 
@@ -87,7 +88,8 @@ def _estimate(layout: str, n: int, seq: int) -> float:
         parallel=LAYOUTS[layout].format(n=n),
         num_gpus=n,
     )
-    mem = memory_breakdown(spec, setup, [seq], 1, load_profile("default"), devices=n)
+    with cpu_referee():  # CPU ranks: no cuBLAS workspaces (estimator/memory/workspaces.py)
+        mem = memory_breakdown(spec, setup, [seq], 1, load_profile("default"), devices=n)
     return float(mem.allocated[0])  # the allocator's peak: no CUDA context, no NCCL buffers
 
 
