@@ -47,11 +47,12 @@ def workspace_bytes(profile: Profile) -> float:
 def add_workspaces(phases: dict[str, dict[str, Any]], workspaces: float) -> None:
     """Add the workspaces to every moment of `phases` as their own part: allocated at the
     first matmul of each thread and kept through every later moment of the step."""
-    if not workspaces:
+    if not workspaces or not phases:
         return
+    first = next(iter(next(iter(phases.values())).values()), 0.0)
+    value = first * 0.0 + workspaces  # a scalar or an array of the lengths' shape, shared
     for parts in phases.values():
-        zero = next(iter(parts.values())) * 0.0 if parts else 0.0
-        parts[PART] = zero + workspaces
+        parts[PART] = value
 
 
 def workspaces_in(phases: dict[str, dict[str, Any]] | None) -> float:
