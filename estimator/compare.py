@@ -31,6 +31,10 @@ def setup_from_memtest(doc: dict[str, Any]) -> TrainingSetup:
         raise EstimatorInputError("memtest.setup", "missing or not an object")
     known = {k: v for k, v in raw.items() if k in TrainingSetup.model_fields}
     known.setdefault("stack", "probe")  # a memtest measures the probe's own loop
+    if known.get("stack") == "hf" and known.get("loss") == "liger":
+        # the probe's Trainer ran use_liger_kernel=True (probe/hf_stack.py), which applies
+        # Liger's RMSNorm, SwiGLU and RoPE too (estimator/memory/liger.py)
+        known.setdefault("liger_kernels", True)
     try:
         return TrainingSetup.model_validate(known)
     except ValueError as err:

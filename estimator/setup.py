@@ -70,6 +70,9 @@ class TrainingSetup(BaseModel):
     base: Base | None = None
     kbit_prepare: bool | None = None
     compile: bool | None = None
+    # Liger's RMSNorm, SwiGLU and RoPE kernels (transformers' use_liger_kernel, axolotl's
+    # liger_rms_norm + liger_glu_activation): estimator/memory/liger.py
+    liger_kernels: bool | None = None
     # legacy: fsdp | zero1..3 are aliases of `parallel` (estimator/parallel/of_setup.py);
     # device_map splits the layers over the cards
     sharding: Sharding = "none"

@@ -73,6 +73,11 @@ def check_combinations(s: Any) -> None:
             "8B_full_single_device.yaml:66)"
         )
     check_pipeline(s)
+    if s.liger_kernels and s.stack not in ("hf", "deepspeed"):
+        raise ValueError(
+            f"liger_kernels: Liger patches transformers' model classes; stack {s.stack} runs "
+            "its own modules (use --stack hf or deepspeed)"
+        )
     if s.paged and s.optimizer not in ("adamw", "adamw-8bit", "lion"):
         raise ValueError(
             f"paged: bitsandbytes has paged adamw, adamw-8bit and lion only, not {s.optimizer}"

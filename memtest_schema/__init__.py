@@ -93,6 +93,7 @@ STACK_SETUP_FIELDS: dict[str, tuple[str, ...] | None] = {
     "train_embeddings": None,  # bool: embeddings / lm_head trained (peft modules_to_save)
     "base": ("bf16", "int8", "nf4"),  # storage of the frozen base weights
     "compile": None,  # bool: torch.compile of the decoder layers
+    "liger_kernels": None,  # bool: Liger's RMSNorm / SwiGLU / RoPE (use_liger_kernel)
     # multi-GPU layout (issue 12, estimator/parallel/): absent for a single-device run
     "parallel": None,  # str or null: `fsdp=8,tp=8`, `zero3`, `dp`, ...
     "fsdp_wrap": None,  # str: FSDP unit, `layer` or `block-of-N` (+embeddings, +lm_head)
@@ -383,6 +384,7 @@ def _check_stack_setup(setup: dict[str, Any], path: str) -> None:
             "kbit_prepare",
             "train_embeddings",
             "compile",
+            "liger_kernels",
             "reshard_after_forward",
         ):
             _bool(item, field)

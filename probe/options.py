@@ -154,6 +154,10 @@ def _normalize_stack_fields(out: dict[str, Any]) -> None:
         # the hf stack's QLoRA runs peft's prepare_model_for_kbit_training (probe.hf_stack):
         # say so in the memtest, so the estimator compares with the same preparation
         out["kbit_prepare"] = True
+    if out["stack"] == "hf" and out["loss"] == "liger":
+        # TrainingArguments use_liger_kernel=True (probe.hf_stack) applies Liger's RMSNorm,
+        # SwiGLU and RoPE with the loss: say so, as kbit_prepare above
+        out["liger_kernels"] = True
     if out["stack"] == "torchtune" and out["method"] == "qlora":
         # torchtune's QLoRA base is torchao's NF4Tensor, whose per-block scalers are always
         # quantized to int8 (double quant; torchtune modules/peft/lora.py to_nf4), and nothing

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.lora import expert_banks, lora_targets
+from estimator.memory import liger
 from estimator.memory.activations_compiled import adapted_count, compiled_layer_saved
+from estimator.memory.liger import liger_applies
 from estimator.memory.torchtitan import (
     norm_input_reused,
     norm_saved_per_row,
@@ -68,6 +70,7 @@ class Context:
     torch_norm: bool = False  # torchtitan 0.3.0's modules: nn.RMSNorm, fused wqkv (torchtitan.py)
     torchtune: bool = False  # torchtune's attention and RMSNorm (`torchtune_modules`)
     repeats_kv: bool = False  # K/V repeated to the query heads before SDPA (`sdpa_repeats_kv`)
+    liger: bool = False  # Liger's RMSNorm / SwiGLU / RoPE kernels (memory/liger.py)
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -116,6 +119,7 @@ class Context:
             torch_rms_norm(setup),
             bool(stack.get_optional("torchtune_modules", False)),
             bool(stack.get_optional("sdpa_repeats_kv", False)),
+            liger_applies(spec, setup.liger_kernels),
         )
 
 
@@ -296,6 +300,8 @@ def input_reused(ctx: Context, spec: ModelSpec) -> float:
         return 0.0 if ctx.autocast else float(ctx.input_bytes * h)
     if ctx.fused or ctx.compiled:
         return 0.0
+    if ctx.liger:  # the input layernorm keeps X, the layer input itself (memory/liger.py)
+        return float(ctx.input_bytes * h)
     if ctx.torch_norm:  # torch.nn.RMSNorm saves the layer input itself (memory/torchtitan.py)
         return norm_input_reused(ctx.input_bytes, h)
     return float(FP32 * h) if ctx.input_bytes == FP32 else 0.0
@@ -382,9 +388,13 @@ def rms_norm_saved(ctx: Context, width: int, rows: int = 1, stream: bool = False
     models/llama/modeling_llama.py:67): fp32 for a residual-stream norm (`stream`) under
     `amp_fp32_stream`, where autocast leaves the fp32 mul alone (mul is on none of
     aten/src/ATen/autocast_mode.h's cast lists).
-    torch.nn.RMSNorm on CUDA (torchtitan, `ctx.torch_norm`): its input and the fp32 rstd."""
+    torch.nn.RMSNorm on CUDA (torchtitan, `ctx.torch_norm`): its input and the fp32 rstd.
+    Liger's RMSNorm (`ctx.liger`, memory/liger.py): its input (the stream's dtype for a
+    residual-stream norm) and the fp32 rstd."""
     if ctx.torch_norm:
         return norm_saved_per_row(ctx.compute_bytes, width, rows)
+    if ctx.liger:  # LigerRMSNorm: X and an fp32 rstd per row (memory/liger.py)
+        return liger.norm_saved(ctx.input_bytes if stream else ctx.compute_bytes, width, rows)
     normed = FP32 if ctx.torchtune else ctx.compute_bytes  # `torchtune_modules` 3
     if stream and amp_fp32_stream(ctx):
         normed = FP32
@@ -408,6 +418,8 @@ def head_input_saved(ctx: Context, spec: ModelSpec, loss: str) -> float:
         norm = ctx.compute_bytes * h + 2 * FP32
     elif ctx.fused:
         norm = ctx.compute_bytes * h + FP32
+    elif ctx.liger:  # its input is the last layer's output, the stream (memory/liger.py)
+        norm = liger.norm_saved(ctx.input_bytes, h)
     else:
         norm = rms_norm_saved(ctx, h)
     head = 0.0 if loss in ("liger", "unsloth") else inputs_saved(ctx, ["lm_head"], h)
@@ -509,7 +521,8 @@ def _mlp(ctx: Context, spec: ModelSpec, moe: bool) -> tuple[float, float]:
         m = spec.intermediate or 0
         names = ["gate_proj", "up_proj", "gate_up_proj", "c_fc"]
         saved = inputs_saved(ctx, names, h) + amp_input_casts(ctx, spec, names, h)
-        saved += 3 * cb * m  # gate output (silu input), silu output, up output
+        # gate output (silu input), silu output, up output; Liger's SwiGLU recomputes silu
+        saved += (2 if ctx.liger else 3) * cb * m
         saved += inputs_saved(ctx, ["down_proj", "mlp.c_proj"], m)
         return saved, float(m)
     assert spec.moe is not None
@@ -588,7 +601,9 @@ def layer_activations(
     # the incoming gradient; an MoE block's in its output's dtype (`input_bytes`), the dense
     # MLP's as before (see the docstring)
     grad = (ctx.input_bytes if moe else cb) * h
-    transient = grad + 2 * (expert_bytes(ctx, spec) if moe else cb) * width
+    # Liger's SwiGLU backward writes d(gate), d(up) into its saved gate / up (memory/liger.py)
+    mlp_grads = 0 if ctx.liger and not moe else 2
+    transient = grad + mlp_grads * (expert_bytes(ctx, spec) if moe else cb) * width
     if not ctx.full and "down_proj" in ctx.targets and ctx.adapter_each not in (0, cb):
         transient += ctx.adapter_each * width  # d(adapter-dtype copy of down's input), cast
     if mlp_type != MLP_MOE:
@@ -621,6 +636,8 @@ def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_pro
     h, m = spec.hidden or 0, spec.intermediate or 0
     down = down_name in ctx.targets
     held = 2 * cb * h + 3 * cb * h  # gradients; residual, MLP input, down_proj's base output
+    if ctx.liger:  # the residual is LigerRMSNorm's saved X, counted with the saved tensors
+        held -= cb * h
     if not (ctx.full or (down and ctx.adapter_shared)):
         held += cb * m  # down_proj's input, not saved by a frozen Linear
     if down and not ctx.full:

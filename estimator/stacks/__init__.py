@@ -42,6 +42,7 @@ OVERRIDES = (
     "base",
     "kbit_prepare",
     "compile",
+    "liger_kernels",
 )
 
 # TrainingSetup fields a stack file may give a default for; without one the field's own default

@@ -201,14 +201,19 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
                 -(-m.seq_lens[0] // whole_number(chunks, "chunked_cross_entropy_num_chunks")),
                 "chunked_cross_entropy_num_chunks",
             )
-    for key in (
-        "liger_rope",
-        "liger_rms_norm",
-        "liger_glu_activation",
-        "liger_swiglu",
-        "liger_cross_entropy",
-        "liger_layer_norm",
-    ):
+    # axolotl src/axolotl/integrations/liger/plugin.py@8fcba967 passes each flag to Liger's
+    # apply function (unset: None, off); Liger's RMSNorm and SwiGLU are modelled together
+    # (estimator/memory/liger.py), RoPE keeps nothing per token either way
+    norm, glu = m.get(data, "liger_rms_norm"), m.get(data, "liger_glu_activation")
+    swiglu = m.get(data, "liger_swiglu")
+    glu = glu or swiglu
+    if norm and glu:
+        m.set("liger_kernels", True, "liger_rms_norm + liger_glu_activation")
+    elif norm or glu:
+        key = "liger_rms_norm" if norm else "liger_glu_activation"
+        m.ignore(key, "modelled only with both liger_rms_norm and liger_glu_activation")
+    m.get(data, "liger_rope")
+    for key in ("liger_cross_entropy", "liger_layer_norm"):
         if m.get(data, key):
             m.ignore(key, "Liger's fused kernel: its activation savings are not modelled")
     for key in KERNEL_FLAGS:

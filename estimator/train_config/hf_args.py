@@ -131,8 +131,19 @@ def _map_liger(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         m.get(data, "liger_kernel_config")
         return
     config = m.get(data, "liger_kernel_config") or {}
-    # liger_kernel apply_liger_kernel_to_*: fused_linear_cross_entropy defaults to True
-    if isinstance(config, dict) and config.get("fused_linear_cross_entropy") is False:
+    config = config if isinstance(config, dict) else {}
+    # liger-kernel 0.8.5 monkey_patch.py:259-266 (apply_liger_kernel_to_llama): rope, rms_norm,
+    # swiglu and fused_linear_cross_entropy default to True; the Trainer passes the config on
+    # (transformers 5.17.0 integrations/liger.py:28-53)
+    if config.get("rms_norm") is not False and config.get("swiglu") is not False:
+        m.set("liger_kernels", True, "use_liger_kernel")
+    elif config.get("rms_norm") is not False or config.get("swiglu") is not False:
+        m.ignore(
+            "liger_kernel_config",
+            "one of Liger's rms_norm / swiglu kernels is off: trainfit models the two together "
+            "(estimator/memory/liger.py), so neither is counted",
+        )
+    if config.get("fused_linear_cross_entropy") is False:
         return
     m.set("loss", "liger", "use_liger_kernel")
 

@@ -117,6 +117,9 @@ def _model_args(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         m.set("checkpointing", "gpu", "disable_gradient_checkpointing (default False)")
     if m.get(data, "enable_liger_kernel"):
         m.set("loss", "liger", "enable_liger_kernel")
+        # hiyouga/LlamaFactory@355d5c5e model/model_utils/liger_kernel.py:30-97: the model's
+        # apply_liger_kernel_to_* with its defaults (rope, rms_norm, swiglu on), before loading
+        m.set("liger_kernels", True, "enable_liger_kernel")
     if m.get(data, "pure_bf16"):
         m.set("precision", "bf16", "pure_bf16")
         m.set("autocast", False, "pure_bf16")

@@ -39,6 +39,13 @@ CLI_CASES = [
     ("kbit prepare with a value", ["--kbit-prepare=sure"], "--kbit-prepare"),
     ("paged with a value", ["--paged=on"], "--paged"),
     ("compile with a value", ["--compile=fast"], "--compile"),
+    ("liger kernels with a value", ["--liger-kernels=all"], "--liger-kernels"),
+    ("liger kernels under unsloth", ["--stack", "unsloth", "--liger-kernels"], "liger_kernels"),
+    (
+        "liger kernels for a model liger does not patch",
+        ["--liger-kernels", "--model", "gpt2"],
+        "liger_kernels",
+    ),
     (
         "fsdp wrap of an unknown module",
         ["--method", "full", "--parallel", "fsdp", "--gpu", "8xh100", "--fsdp-wrap", "layer+norm"],
@@ -85,6 +92,8 @@ REST_CASES = [
     ({"kbit_prepare": "maybe"}, "kbit_prepare"),
     ({"lora_alpha": -1}, "lora_alpha"),
     ({"compile": "inductor"}, "compile"),
+    ({"liger_kernels": "all"}, "liger_kernels"),
+    ({"liger_kernels": True, "stack": "torchtune"}, "liger_kernels"),
     ({"optimizer_impl": "in-backward", "grad_accum": 2}, "optimizer_impl"),
     ({"fsdp_wrap": "layer+norm", "parallel": "fsdp", "num_gpus": 8}, "fsdp_wrap"),
 ]

@@ -51,13 +51,14 @@ def test_axolotl_qlora_with_deepspeed_beside_it() -> None:
         "attention": "flash",
         "loss": "cce",
         "compile": True,  # torch_compile
+        "liger_kernels": True,  # liger_rms_norm + liger_glu_activation
         "sharding": "zero2",
         "parallel": "zero2",  # estimator/parallel's exact ZeRO-2
         "offload": "optimizer",  # zero_optimization.offload_optimizer.device: cpu
     }
     assert m.seq_lens == [8192]
     assert m.run == {"epochs": 2, "packing": True, "packing_strategy": "multipack"}
-    assert ignored_keys(m) == {"liger_rms_norm", "liger_glu_activation", "lora_qkv_kernel"}
+    assert ignored_keys(m) == {"lora_qkv_kernel"}
     assert m.warnings == []
     assert m.origin["double_quant"].startswith("(axolotl QLoRA default")
     assert m.origin["sharding"] == "deepspeed:zero_optimization.stage"
@@ -85,6 +86,7 @@ def test_llamafactory_8bit_lora() -> None:
         "attention": "flash",
         "checkpointing": "gpu",  # on unless disable_gradient_checkpointing
         "loss": "liger",
+        "liger_kernels": True,  # enable_liger_kernel: the model's Liger defaults
     }
     assert m.seq_lens == [4096]
     assert m.run == {"epochs": 3.0}
@@ -165,6 +167,7 @@ def test_trl_yaml_with_model_config_keys_and_accelerate_fsdp_beside_it() -> None
         "autocast": True,
         "precision": "mixed",
         "checkpointing": "offload",  # TRL's activation_offloading + accelerate's FSDP AC
+        "liger_kernels": True,  # use_liger_kernel: Liger's defaults
         "loss": "liger",
         "num_gpus": 4,
         "sharding": "fsdp",
@@ -275,9 +278,10 @@ def test_cli_options_beside_the_file_win(capsys: pytest.CaptureFixture[str]) -> 
     doc = json.loads(captured.out)
     assert doc["seq_len"] == 4096  # --seq=4096 beats sequence_len 8192
     assert doc["train_config"]["setup"]["lora_rank"] == 32  # what the file said
-    assert "liger_rms_norm" in {i["key"] for i in doc["setup"]["ignored"]}
+    assert "lora_qkv_kernel" in {i["key"] for i in doc["setup"]["ignored"]}
     assert doc["train_config"]["setup"]["offload"] == "optimizer"  # the DeepSpeed JSON beside it
-    assert "ignored liger_rms_norm: Liger's fused kernel" in captured.err
+    assert doc["train_config"]["setup"]["liger_kernels"] is True
+    assert "ignored lora_qkv_kernel: axolotl's fused/tiled kernel" in captured.err
     # the same without overrides uses the file's length
     assert main(argv) in (0, 1)
     assert json.loads(capsys.readouterr().out)["seq_len"] == 8192
@@ -317,7 +321,8 @@ def test_every_planning_command_reads_the_config_and_lists_what_it_ignored(
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
     ignored = {i["key"] for i in doc["setup"]["ignored"]}
-    assert {"liger_rms_norm", "liger_glu_activation"} <= ignored
+    assert "lora_qkv_kernel" in ignored
+    assert doc["train_config"]["setup"]["liger_kernels"] is True  # liger_rms_norm + glu
     assert doc["train_config"]["model"] == {"preset": "llama-3.1-8b"}
     assert "ignored lora_qkv_kernel: axolotl's fused/tiled kernel" in captured.err
     if command == "estimate":

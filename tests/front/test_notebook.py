@@ -81,7 +81,8 @@ def test_estimate_takes_a_training_config_and_keywords_win() -> None:
     assert plan.doc["model"]["name"] == "llama-3.1-8b"
     assert [r["seq_len"] for r in plan.doc["rows"]] == [8192]  # the file's sequence_len
     assert plan.doc["setup"]["method"] == "qlora" and plan.doc["setup"]["lora_rank"] == 8
-    assert "liger_rms_norm" in {i["key"] for i in plan.doc["setup"]["ignored"]}
+    assert "lora_qkv_kernel" in {i["key"] for i in plan.doc["setup"]["ignored"]}
+    assert plan.doc["setup"]["liger_kernels"] is True  # liger_rms_norm + liger_glu_activation
     assert plan.doc["setup"]["offload"] == "optimizer"  # the DeepSpeed JSON beside it
     assert len(plan.to_frame()) == 1
     shorter = trainfit.estimate(

@@ -34,6 +34,12 @@ def add_stack_options(g: Any) -> None:
         help="torch.compile of each decoder layer (inductor's saved activations)",
     )
     g.add_argument("--base", choices=get_args(Base), help="base weights: bf16, int8 (LLM.int8)")
+    g.add_argument(
+        "--liger-kernels",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Liger's RMSNorm, SwiGLU and RoPE kernels (transformers' use_liger_kernel)",
+    )
 
 
 def stack_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -51,5 +57,6 @@ def stack_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "base",
         "compile",
         "loss_chunk",
+        "liger_kernels",
     )
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
