@@ -49,7 +49,9 @@ def _first(value: Any) -> float:
     return float(np.asarray(value, dtype=np.float64).reshape(-1)[0])
 
 
-def _parts_at_peak(mem: Any, comps: dict[str, float | None], devices: int) -> dict[str, float]:
+def _parts_at_peak(
+    mem: Any, comps: dict[str, float | None], devices: int, workspaces: float
+) -> dict[str, float]:
     """The estimate in the probe's kinds at the estimated peak moment (probe/tracker.py
     `components_at_peak`: params, grads, optimizer, activations = every other device storage,
     host): gradients count only when alive at that moment (memory/model.py `_phases`), and
@@ -67,8 +69,8 @@ def _parts_at_peak(mem: Any, comps: dict[str, float | None], devices: int) -> di
         # `trainable_states` holds the gradients only when they are alive at that moment
         held = _first(parts.get("trainable_states", 0.0)) - (comps["trainable_states"] or 0)
         grads = max(grads + held, 0.0) + _first(parts.get("gradients", 0.0))
-    # the tracker counts tensor storages: cuBLAS's workspaces are none (memory/workspaces.py)
-    allocated = float(mem.allocated[0]) - workspaces_in(mem.phases)
+    # the tracker counts tensor storages: cuBLAS's `workspaces` are none (memory/workspaces.py)
+    allocated = float(mem.allocated[0]) - workspaces
     return {
         "params": params,
         "grads": grads,
@@ -112,7 +114,8 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
             for k in COMPONENTS
         }
         # a CPU or fake run has no cuBLAS workspaces to measure (memory/workspaces.py)
-        no_cublas = 0.0 if env.get("device") == "cuda" else workspaces_in(mem.phases)
+        workspaces = workspaces_in(mem.phases)
+        no_cublas = 0.0 if env.get("device") == "cuda" else workspaces
         estimated = float(mem.allocated[0]) - no_cublas
         measured = result.get("peak_allocated_bytes")
         row: dict[str, Any] = {
@@ -139,7 +142,7 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
         row["measured_outside_allocator_bytes"] = _outside_allocator(result)
         row["estimated_outside_allocator_bytes"] = int(comps["overhead"] or 0)
         # in the allocated estimate, outside every component a memtest counts (tensor storages)
-        row["estimated_cublas_workspace_bytes"] = int(workspaces_in(mem.phases) - no_cublas)
+        row["estimated_cublas_workspace_bytes"] = int(workspaces - no_cublas)
         # of `logits`, the bytes that are not vocab-wide tensors, by the kind a memtest's
         # component maxima count them as (memory/model.py `MemoryBreakdown.logits_other`)
         row["estimated_logits_other"] = {k: int(_first(v)) for k, v in mem.logits_other.items()}
@@ -148,7 +151,7 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
         row["estimated_host_bytes"] = int(float(mem.host[0]))
         measured_parts = result.get("components")
         if isinstance(measured_parts, dict) and mem.states is not None:
-            est_parts = _parts_at_peak(mem, comps, devices)
+            est_parts = _parts_at_peak(mem, comps, devices, workspaces)
             row["components_vs_measured"] = {
                 k: {
                     "estimated": int(v),

@@ -21,7 +21,6 @@ from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.lora import expert_banks, lora_targets
 from estimator.memory import liger
 from estimator.memory.activations_compiled import adapted_count, compiled_layer_saved
-from estimator.memory.liger import liger_applies
 from estimator.memory.torchtitan import (
     norm_input_reused,
     norm_saved_per_row,
@@ -119,7 +118,7 @@ class Context:
             torch_rms_norm(setup),
             bool(stack.get_optional("torchtune_modules", False)),
             bool(stack.get_optional("sdpa_repeats_kv", False)),
-            liger_applies(spec, setup.liger_kernels),
+            liger.liger_applies(spec, setup.liger_kernels),
         )
 
 

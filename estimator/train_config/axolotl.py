@@ -204,13 +204,12 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     # axolotl src/axolotl/integrations/liger/plugin.py@8fcba967 passes each flag to Liger's
     # apply function (unset: None, off); Liger's RMSNorm and SwiGLU are modelled together
     # (estimator/memory/liger.py), RoPE keeps nothing per token either way
-    norm, glu = m.get(data, "liger_rms_norm"), m.get(data, "liger_glu_activation")
-    swiglu = m.get(data, "liger_swiglu")
-    glu = glu or swiglu
-    if norm and glu:
-        m.set("liger_kernels", True, "liger_rms_norm + liger_glu_activation")
-    elif norm or glu:
-        key = "liger_rms_norm" if norm else "liger_glu_activation"
+    norm = m.get(data, "liger_rms_norm")
+    glu_keys = [k for k in ("liger_glu_activation", "liger_swiglu") if m.get(data, k)]
+    if norm and glu_keys:
+        m.set("liger_kernels", True, f"liger_rms_norm + {glu_keys[0]}")
+    elif norm or glu_keys:
+        key = "liger_rms_norm" if norm else glu_keys[0]
         m.ignore(key, "modelled only with both liger_rms_norm and liger_glu_activation")
     m.get(data, "liger_rope")
     for key in ("liger_cross_entropy", "liger_layer_norm"):

@@ -135,9 +135,10 @@ def _map_liger(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     # liger-kernel 0.8.5 monkey_patch.py:259-266 (apply_liger_kernel_to_llama): rope, rms_norm,
     # swiglu and fused_linear_cross_entropy default to True; the Trainer passes the config on
     # (transformers 5.17.0 integrations/liger.py:28-53)
-    if config.get("rms_norm") is not False and config.get("swiglu") is not False:
+    norm_on, swiglu_on = config.get("rms_norm") is not False, config.get("swiglu") is not False
+    if norm_on and swiglu_on:
         m.set("liger_kernels", True, "use_liger_kernel")
-    elif config.get("rms_norm") is not False or config.get("swiglu") is not False:
+    elif norm_on or swiglu_on:
         m.ignore(
             "liger_kernel_config",
             "one of Liger's rms_norm / swiglu kernels is off: trainfit models the two together "
