@@ -219,9 +219,9 @@ def loss_bytes(
     liger: see the module note. cce: Cut Cross-Entropy never materialises the logits: an fp32
     log-sum-exp per token and the hidden-state gradient (Wijmans et al. 2024, "Cut Your Losses
     in Large-Vocabulary Language Models", section 4). unsloth: the hidden-state gradient made in
-    the forward (unsloth_zoo fused_losses/cross_entropy_loss.py:243) and one chunk's fp32
-    logits, log-softmax and gradient; chunks are a multiple of 4 sized so one chunk's fp32
-    logits stay under `loss_target_bytes` (:140-174).
+    the forward (unsloth_zoo fused_losses/cross_entropy_loss.py:243) and one chunk's compiled
+    step (`unsloth_chunk_bytes`); chunks are a multiple of 4 sized so one chunk's fp32 logits
+    stay under `loss_target_bytes` (:140-174).
     Compiled (`setup.compile` and the loss in the stack's `loss_compiled`): inductor's
     partitioner keeps the cross-entropy's input logits in their own dtype and an amax and a
     log-sum-exp per row, not the fp32 log-softmax, and the backward writes the gradient in the
@@ -260,10 +260,25 @@ def loss_bytes(
         return grad_hidden + chunk * vocab * hidden_dtype + tokens * FP32
     if loss == "cce":
         return grad_hidden + tokens * FP32
-    # unsloth: per chunk bf16 logits, fp32 upcast, log-softmax and gradients, 12 bytes per
-    # fp32-logit byte / 4 (cross_entropy_loss.py:102-127). The chunk count is a multiple of 4,
-    # so one chunk's fp32 logits saw-tooth below the target and tend to it; the envelope
-    # min(all logits, target) is used (exact at the target, and keeps memory monotone).
-    target = rule.target
-    chunk_fp32 = np.minimum(tokens * vocab * FP32, target)
-    return grad_hidden + 3 * chunk_fp32
+    return grad_hidden + unsloth_chunk_bytes(tokens, vocab, hidden, dtypes, rule.target)
+
+
+def unsloth_chunk_bytes(
+    tokens: Any, vocab: int, hidden: int, dtypes: tuple[int, int], target: float
+) -> Any:
+    """One chunk of Unsloth's fused cross-entropy, compiled. unsloth_zoo (main ce232d6c)
+    fused_losses/cross_entropy_loss.py:350-356 `torch.compile`s the chunk step
+    (`accumulate_chunk`: grad_and_value of lm_head matmul + `.float()` + cross-entropy, :260-345)
+    whenever asked, and unsloth's causal-LM forward asks (unsloth main 015bdef0d9
+    models/llama.py:1497-1508 `torch_compile = True`). Inductor's plan of that step
+    (`bench/unsloth_ce_compiled.py`, torch 2.13): the chunk's logits in the head's dtype,
+    overwritten in place by their gradient (the fp32 upcast, log-softmax and gradient are fused,
+    never stored), three fp32 values per row, and the chunk's hidden-state gradient. Eager (the
+    fallback when that compile raises) would hold 12-16 bytes per logit; not modelled.
+    Chunk positions: the chunk count is a multiple of 4 keeping one chunk's fp32 logits under
+    the target (:140-174), so a chunk's logits saw-tooth below target / 4 bytes per logit and
+    tend to it; the envelope min(all positions, target / (vocab x 4)) is used (exact at the
+    target, and keeps memory monotone)."""
+    logit_dtype, hidden_dtype = dtypes
+    chunk = np.minimum(tokens, target / (vocab * FP32))
+    return chunk * (vocab * logit_dtype + 3 * FP32 + hidden * hidden_dtype)

@@ -19,7 +19,7 @@ from estimator.memory.activations import (
     inputs_saved,
     layer_activations,
 )
-from estimator.memory.logits import loss_bytes_per_logit
+from estimator.memory.logits import loss_bytes, loss_bytes_per_logit, loss_rule
 from estimator.memory.reserved import segment_waste
 from estimator.presets import preset_config
 from estimator.profile import load_profile
@@ -229,6 +229,26 @@ def test_fused_losses_never_materialise_all_logits(loss: str) -> None:
     fused = _c(_mem(TrainingSetup(method="lora", loss=loss), seq=seq), "logits")
     grad_hidden = seq * LLAMA8B.hidden * 2
     assert grad_hidden <= fused < full / 2
+
+
+def test_unsloth_loss_holds_its_compiled_chunk_step() -> None:
+    """Unsloth's fused cross-entropy runs each chunk compiled (unsloth_zoo ce232d6c
+    fused_losses/cross_entropy_loss.py:350-356; unsloth 015bdef0d9 models/llama.py:1497-1508
+    `torch_compile = True`): inductor overwrites the chunk's bf16 logits with their gradient
+    (bench/unsloth_ce_compiled.py: 2.0 bytes per logit), so a chunk holds its logits, three fp32
+    per row and its hidden-state gradient, not the eager chain's 12 bytes per logit; chunks keep
+    their fp32 logits under the 4 GiB target."""
+    rule = loss_rule(TrainingSetup(stack="unsloth", **QLORA), DEFAULT, 2)
+    vocab, hidden = LLAMA8B.vocab, LLAMA8B.hidden
+    shape, dtypes = (vocab, hidden), (2, 2)
+    short = 2048  # fp32 logits 1.05 GB: one chunk
+    expected = short * hidden * 2 + short * (vocab * 2 + 12 + 2 * hidden)
+    assert loss_bytes(rule, short, short, shape, dtypes) == pytest.approx(expected)
+    long = 131072  # fp32 logits 67 GB: chunks of at most 4 GiB of fp32 logits
+    chunk = 4 * 2**30 / (vocab * 4)
+    got = loss_bytes(rule, long, long, shape, dtypes)
+    assert got == pytest.approx(long * hidden * 2 + chunk * (vocab * 2 + 12 + 2 * hidden))
+    assert got - long * hidden * 2 < 2.1 * 2**30  # about half the target: bf16, not fp32 x 3
 
 
 def test_torchtune_chunked_output_loss_keeps_every_chunks_log_softmax() -> None:
