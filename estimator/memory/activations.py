@@ -536,12 +536,24 @@ def _mlp(ctx: Context, spec: ModelSpec, moe: bool) -> tuple[float, float]:
     k, me = spec.moe.executed_per_token, spec.moe.expert_intermediate
     eb = expert_bytes(ctx, spec)
     saved = inputs_saved(ctx, ["gate"], h) + FP32 * spec.moe.num_experts  # router, fp32 probs
+    if ctx.liger and liger.fused_experts(spec):  # LigerExperts (memory/liger.py)
+        if saved - FP32 * spec.moe.num_experts == eb * h:  # the router saved x itself
+            saved -= eb * h
+        saved += liger.fused_moe_saved(spec, eb, ctx.compute_bytes)
+        return _with_shared_expert(ctx, spec, saved, float(spec.moe.experts_per_token * me))
     if ctx.full or ctx.expert_lora:
         saved += eb * k * h  # tokens gathered per expert, saved by the expert matmuls
     saved += 3 * eb * k * me + (eb * k * me if ctx.full or ctx.expert_lora else 0) + eb * k * h
-    width = float(k * me)
+    return _with_shared_expert(ctx, spec, saved, float(k * me))
+
+
+def _with_shared_expert(
+    ctx: Context, spec: ModelSpec, saved: float, width: float
+) -> tuple[float, float]:
+    """The routed experts' (saved, width) plus a shared expert's eager SwiGLU MLP, if any."""
+    assert spec.moe is not None
     if spec.moe.shared_intermediate:
-        s = spec.moe.shared_intermediate
+        cb, h, s = ctx.compute_bytes, spec.hidden or 0, spec.moe.shared_intermediate
         saved += inputs_saved(ctx, ["gate_proj", "up_proj", "shared_expert_gate"], h)
         saved += 3 * cb * s + inputs_saved(ctx, ["down_proj"], s) + 2 * cb  # + sigmoid gate
         width += s
@@ -608,7 +620,16 @@ def layer_activations(
     if mlp_type != MLP_MOE:
         transient = max(transient, _forward_transient(ctx, spec))
     per_layer = transient_layer = other = 0.0
-    if mlp_type == MLP_MOE and ctx.expert_lora:
+    if moe and ctx.liger and liger.fused_experts(spec):
+        # LigerFusedMoEFunction's backward buffers and its banks' gradients (memory/liger.py);
+        # a trained bank takes its gradient as .grad (counted with the gradients)
+        eb = expert_bytes(ctx, spec)
+        per_token, banks = liger.fused_moe_backward(spec, eb, eb)
+        transient = grad + per_token + _shared_expert_grads(ctx, spec)
+        if ctx.expert_lora:  # the merged banks are saved; their gradient is Liger's banks
+            per_layer = _merged_expert_weights(ctx, spec)[0]
+        transient_layer = 0.0 if ctx.full else banks
+    elif mlp_type == MLP_MOE and ctx.expert_lora:
         # peft's merged expert weights: their gradient (per layer) comes later in the block's
         # backward than the combine's temporaries, which are gone by then: two moments
         per_layer, transient_layer = _merged_expert_weights(ctx, spec)
@@ -619,6 +640,12 @@ def layer_activations(
     return LayerActivations(
         saved, per_seq, transient, per_layer, transient_layer, input_reused(ctx, spec), other
     )
+
+
+def _shared_expert_grads(ctx: Context, spec: ModelSpec) -> float:
+    """A shared expert's two MLP-wide backward gradients (its eager SwiGLU), if any."""
+    assert spec.moe is not None
+    return float(2 * ctx.compute_bytes * (spec.moe.shared_intermediate or 0))
 
 
 def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_proj") -> float:

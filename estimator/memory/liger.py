@@ -23,8 +23,12 @@ up_proj and down_proj (transformers/swiglu.py:34-35).
 
 Liger patches the model types of `MODEL_TYPE_TO_APPLY_LIGER_FN` (monkey_patch.py:3904); for
 any other `_apply_liger_kernel_to_instance` changes nothing, so trainfit refuses the setting.
-Dense MLPs only: MoE expert MLPs keep their eager terms (an overestimate where Liger patches
-them).
+
+MoE experts: under transformers 5, `swiglu=True` replaces the fused expert banks' module with
+`LigerExperts` (`FUSED_EXPERT_MODEL_TYPES`), whose forward is one `LigerFusedMoEFunction`
+(transformers/swiglu.py:75-115, ops/fused_moe.py:160-430): `fused_moe_saved` and
+`fused_moe_backward`. DeepSeek's routed experts (also `LigerExperts`) keep their eager terms
+(estimator/memory/activations_deepseek.py), as do shared experts.
 """
 
 from __future__ import annotations
@@ -67,3 +71,50 @@ def norm_saved(input_bytes: int, width: int, rows: int = 1) -> float:
     """Bytes per token `LigerRMSNormFunction` keeps: its input X (`input_bytes` per value) and
     an fp32 inverse rms per row."""
     return float(input_bytes * width + FP32 * rows)
+
+
+# liger-kernel 0.8.5 transformers/monkey_patch.py: under transformers >= 5 (:64) `swiglu=True`
+# sets the model's experts module to LigerExperts for these types (mixtral :881, qwen3_moe
+# :1916, qwen3_vl_moe :2335, qwen3_next :3174, qwen3_5_moe :3385, hunyuan_v1_moe :3523), and on
+# a built model swaps each layer's `mlp.experts` (e.g. :1932 `_patch_swiglu_module`)
+FUSED_EXPERT_MODEL_TYPES = frozenset(
+    {
+        "mixtral", "qwen3_moe", "qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_next",
+        "qwen3_5_moe", "qwen3_5_moe_text", "hunyuan_v1_moe",
+    }
+)  # fmt: skip
+INDEX = 4  # int32 routing metadata (ops/fused_moe.py:102-104)
+
+
+def fused_experts(spec: ModelSpec) -> bool:
+    """Liger's `LigerExperts` replaces this model's routed experts (softmax-routed SwiGLU
+    banks of `FUSED_EXPERT_MODEL_TYPES`)."""
+    return spec.moe is not None and spec.model_type in FUSED_EXPERT_MODEL_TYPES
+
+
+def fused_moe_saved(spec: ModelSpec, value_bytes: int, weight_bytes: int) -> float:
+    """Bytes per token `LigerFusedMoEFunction` saves for its backward besides the router's
+    terms (ops/fused_moe.py:258-270 `ctx.save_for_backward`): its input x (tokens x hidden;
+    `value_bytes`, the experts' dtype), `pre_act` (the gate and up outputs, top_k x 2 x expert
+    width per token, :206), the routing weights flattened (top_k per token in the router's
+    output dtype, `weight_bytes`) and three int32 routing indices per routed token
+    (x_gather_idx, s_scatter_idx, s_reverse_scatter_idx, :102-104). `post_act` and the down
+    outputs `Y` are freed after the forward (:207, :233); the backward recomputes them."""
+    assert spec.moe is not None and spec.hidden
+    k, me = spec.moe.experts_per_token, spec.moe.expert_intermediate
+    routed = k * (2 * me * value_bytes + weight_bytes + 3 * INDEX)
+    return float(value_bytes * spec.hidden + routed)
+
+
+def fused_moe_backward(spec: ModelSpec, value_bytes: int, bank_bytes: int) -> tuple[float, float]:
+    """`LigerFusedMoEFunction.backward` (ops/fused_moe.py:285-430): (bytes per token, bytes
+    per layer) alive when it returns, all of its buffers held to the end: d_pre_act (top_k x 2
+    x expert width), weighted_act (top_k x expert width), dS (top_k), dx_expanded (top_k x
+    hidden) and dx (hidden) per token (:312-314, :371, :394), and the whole banks' gradients
+    `zeros_like(down_proj)` and `zeros_like(gate_up_proj)` (:347, :411), made whether the
+    banks are trained or not (`bank_bytes` per value, the banks' dtype)."""
+    assert spec.moe is not None and spec.hidden
+    k, me, h = spec.moe.experts_per_token, spec.moe.expert_intermediate, spec.hidden
+    per_token = value_bytes * (k * (3 * me + 1 + h) + h)
+    banks = bank_bytes * spec.moe.num_experts * 3 * h * me
+    return float(per_token), float(banks)

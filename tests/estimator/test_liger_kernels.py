@@ -111,3 +111,35 @@ def test_train_configs_map_to_it(text: str, expected: bool | None, ignored: set[
     m = read_train_config_text(text)
     assert m.setup.get("liger_kernels") is expected
     assert ignored <= {i.key for i in m.ignored}
+
+
+def _moe_terms(setup: TrainingSetup, spec: ModelSpec):  # type: ignore[no-untyped-def]
+    from estimator.memory.activations import Context, _mlp, layer_activations
+    from estimator.spec import LAYER_FULL, MLP_MOE
+
+    ctx = Context.build(spec, setup, 2)
+    return _mlp(ctx, spec, True)[0], layer_activations(ctx, spec, LAYER_FULL, MLP_MOE)
+
+
+def test_liger_experts_keep_pre_activations_and_make_whole_bank_gradients() -> None:
+    """Under transformers 5 Liger swaps qwen3_moe's experts for LigerExperts (liger-kernel
+    0.8.5 monkey_patch.py:1916): LigerFusedMoEFunction saves x, the gate/up outputs, the
+    routing weights and three int32 indices per routed token (ops/fused_moe.py:258-270), and
+    its backward makes both banks' gradients with zeros_like whether they are trained or not
+    (:347, :411)."""
+    spec = _spec("qwen3-30b-a3b")
+    assert spec.moe is not None
+    h, me, k = spec.hidden or 0, spec.moe.expert_intermediate, spec.moe.experts_per_token
+    e = spec.moe.num_experts
+    attention_only = TrainingSetup(method="lora", lora_targets=["q_proj", "v_proj"])
+    eager_saved, eager = _moe_terms(attention_only, spec)
+    liger_saved, fused = _moe_terms(attention_only.model_copy(update={"liger_kernels": True}), spec)
+    router = 4 * e  # fp32 routing probabilities (the frozen router saves no input)
+    assert eager_saved == router + 2 * (3 * k * me + k * h)  # transformers' grouped_mm experts
+    assert liger_saved == router + 2 * h + k * (2 * 2 * me + 2 + 3 * 4)
+    assert fused.transient_per_layer == 2 * 3 * e * h * me  # the frozen banks' gradients
+    assert eager.transient_per_layer == 0
+    # d_pre_act, weighted_act, dS, dx_expanded per routed token, dx and the incoming gradient
+    assert fused.transient_per_token == 2 * (k * (3 * me + 1 + h) + h) + 2 * h
+    _, full = _moe_terms(TrainingSetup(method="full", liger_kernels=True), spec)
+    assert full.transient_per_layer == 0  # trained banks take the gradient as .grad
