@@ -9,7 +9,10 @@ A block is re-run when the line before it is a marker:
 - `<!-- readme-output: console -->` before a ```console block: each `$ trainfit ...` line (a
   trailing `\\` continues it) runs through `trainfit.cli.main` in-process, and the lines up to
   the next `$` are its stdout then stderr; `$ echo $?` shows the previous exit code. Add
-  `stderr` (`<!-- readme-output: console stderr -->`) to show only stderr.
+  `stderr` (`<!-- readme-output: console stderr -->`) to show only stderr;
+- `<!-- readme-output: markdown -->` before a ```console block: its stdout is shown as markdown
+  (not in a code block) up to `<!-- /readme-output -->`; `python-markdown` the same for a
+  ```python block.
 Commands run from the repository root with an empty `TRAINFIT_CACHE_DIR`, shown as
 `~/.cache/trainfit`, so that cache paths and "counted" read the same on every machine.
 """
@@ -30,7 +33,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-MARKER = re.compile(r"^<!-- readme-output: (python|console|markdown)( stderr)? -->$")
+MARKER = re.compile(
+    r"^<!-- readme-output: (python|console|markdown|python-markdown)( stderr)? -->$"
+)
 END_MARKER = "<!-- /readme-output -->"
 SHOWN_CACHE = "~/.cache/trainfit"
 
@@ -119,6 +124,13 @@ def regenerate(text: str) -> str:
                 out.append("```")
                 out.extend(run_python("\n".join(body)).rstrip("\n").split("\n"))
                 out.append("```")
+                i = close + 1
+            elif kind == "python-markdown":
+                out.extend(lines[start : end + 1])
+                close = lines.index(END_MARKER, end + 1)
+                out.append("")
+                out.extend(run_python("\n".join(body)).strip("\n").split("\n"))
+                out.append(END_MARKER)
                 i = close + 1
             elif kind == "markdown":
                 out.extend(lines[start : end + 1])

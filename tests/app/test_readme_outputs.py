@@ -38,5 +38,8 @@ def test_every_trainfit_command_block_is_re_run() -> None:
 
 def test_markdown_outputs_are_closed() -> None:
     text = README.read_text()
-    assert text.count("<!-- readme-output: markdown -->") == text.count("<!-- /readme-output -->")
+    opened = text.count("<!-- readme-output: markdown -->")
+    opened += text.count("<!-- readme-output: python-markdown -->")
+    assert opened == text.count("<!-- /readme-output -->")
     assert text.count("<!-- readme-output: markdown -->") >= 2  # the seed table, recommend
+    assert "<!-- readme-output: python-markdown -->" in text  # seed-000 vs default
