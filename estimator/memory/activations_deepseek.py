@@ -21,6 +21,7 @@ Equal to torch's saved-tensor hooks on a tiny DeepseekV3MoE, full fine-tuning an
 from __future__ import annotations
 
 from estimator.dtypes import FP32
+from estimator.memory import liger
 from estimator.memory.activations import Context, expert_bytes, inputs_saved
 from estimator.spec import ModelSpec
 
@@ -42,12 +43,22 @@ def deepseek_moe(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
     saved = FP32 * h if ctx.full or "gate" in ctx.targets else 0.0  # router's fp32 input
     saved += FP32 * e + INT64 * k
     saved += FP32 * k + FP32  # normalised weights and their sum
-    saved += 3 * INT64 * k + FP32 * k  # gather / scatter indices, routing weight per copy
     eb = expert_bytes(ctx, spec)  # the grouped_mm experts' dtype
-    if banks_train:
-        saved += eb * k * h + eb * k * m  # gathered tokens, down_proj's input
-    saved += eb * k * 2 * m + eb * k * m + eb * k * h  # gate_up output, silu, expert output
+    if ctx.liger:  # LigerExperts (liger-kernel 0.8.5 monkey_patch.py:3723; memory/liger.py)
+        saved += liger.fused_moe_saved(spec, eb, FP32)  # the router's fp32 top-k weights
+    else:
+        saved += 3 * INT64 * k + FP32 * k  # gather / scatter indices, routing weight per copy
+        saved += _grouped_mm_saved(eb, k, h, m, banks_train)
     if s:
         saved += inputs_saved(ctx, ["gate_proj", "up_proj"], h)
         saved += 3 * cb * s + inputs_saved(ctx, ["down_proj"], s)
     return saved, float(k * 2 * m + s)
+
+
+def _grouped_mm_saved(eb: int, k: int, h: int, m: int, banks_train: bool) -> float:
+    """transformers' grouped_mm routed experts: bytes per token saved in the experts' dtype."""
+    saved = 0.0
+    if banks_train:
+        saved += eb * k * h + eb * k * m  # gathered tokens, down_proj's input
+    saved += eb * k * 2 * m + eb * k * m + eb * k * h  # gate_up output, silu, expert output
+    return saved

@@ -27,8 +27,8 @@ any other `_apply_liger_kernel_to_instance` changes nothing, so trainfit refuses
 MoE experts: under transformers 5, `swiglu=True` replaces the fused expert banks' module with
 `LigerExperts` (`FUSED_EXPERT_MODEL_TYPES`), whose forward is one `LigerFusedMoEFunction`
 (transformers/swiglu.py:75-115, ops/fused_moe.py:160-430): `fused_moe_saved` and
-`fused_moe_backward`. DeepSeek's routed experts (also `LigerExperts`) keep their eager terms
-(estimator/memory/activations_deepseek.py), as do shared experts.
+`fused_moe_backward` (DeepSeek-V3's routed experts too, activations_deepseek.py). Shared experts
+keep their eager SwiGLU terms (Liger's SwiGLU, patched on some of them, keeps one fewer).
 """
 
 from __future__ import annotations
@@ -76,11 +76,12 @@ def norm_saved(input_bytes: int, width: int, rows: int = 1) -> float:
 # liger-kernel 0.8.5 transformers/monkey_patch.py: under transformers >= 5 (:64) `swiglu=True`
 # sets the model's experts module to LigerExperts for these types (mixtral :881, qwen3_moe
 # :1916, qwen3_vl_moe :2335, qwen3_next :3174, qwen3_5_moe :3385, hunyuan_v1_moe :3523), and on
-# a built model swaps each layer's `mlp.experts` (e.g. :1932 `_patch_swiglu_module`)
+# a built model swaps each layer's `mlp.experts` (e.g. :1932 `_patch_swiglu_module`); deepseek_v3
+# :3723 (its router's top-k weights are fp32: estimator/memory/activations_deepseek.py)
 FUSED_EXPERT_MODEL_TYPES = frozenset(
     {
         "mixtral", "qwen3_moe", "qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_next",
-        "qwen3_5_moe", "qwen3_5_moe_text", "hunyuan_v1_moe",
+        "qwen3_5_moe", "qwen3_5_moe_text", "hunyuan_v1_moe", "deepseek_v3",
     }
 )  # fmt: skip
 INDEX = 4  # int32 routing metadata (ops/fused_moe.py:102-104)

@@ -143,3 +143,24 @@ def test_liger_experts_keep_pre_activations_and_make_whole_bank_gradients() -> N
     assert fused.transient_per_token == 2 * (k * (3 * me + 1 + h) + h) + 2 * h
     _, full = _moe_terms(TrainingSetup(method="full", liger_kernels=True), spec)
     assert full.transient_per_layer == 0  # trained banks take the gradient as .grad
+
+
+def test_deepseek_v3_routed_experts_are_liger_experts_too() -> None:
+    """liger-kernel 0.8.5 monkey_patch.py:3723 swaps DeepseekV3Experts for LigerExperts under
+    transformers 5; the router's top-k weights stay fp32 (its logits are fp32)."""
+    from estimator.memory.activations import Context
+    from estimator.memory.activations_deepseek import deepseek_moe
+
+    spec = _spec("deepseek-v3")
+    assert spec.moe is not None
+    h, me, k = spec.hidden or 0, spec.moe.expert_intermediate, spec.moe.experts_per_token
+    e, s = spec.moe.num_experts, spec.moe.shared_intermediate or 0
+    setup = TrainingSetup(method="lora", lora_targets=["q_a_proj"], liger_kernels=True)
+    saved, _ = deepseek_moe(Context.build(spec, setup, 2), spec)
+    router = 4 * e + 8 * k + 4 * k + 4  # fp32 scores, int64 top-k, weights and their sum
+    experts = 2 * h + k * (2 * 2 * me + 4 + 3 * 4)  # x, pre_act, fp32 weights, int32 indices
+    assert saved == router + experts + 3 * 2 * s  # the shared expert's eager SwiGLU
+    eager, _ = deepseek_moe(
+        Context.build(spec, setup.model_copy(update={"liger_kernels": False}), 2), spec
+    )
+    assert eager > saved
