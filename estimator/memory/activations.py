@@ -60,7 +60,7 @@ class Context:
     adapter_each: int = 0
     rank_bytes: int = 0
     mask_bytes: int = 0
-    fused: bool = False  # Unsloth's fused RMSNorm / LoRA QKV / LoRA MLP kernels
+    fused: bool = False  # Unsloth's fused RMSNorm / LoRA QKV / LoRA MLP kernels (its own models)
     compiled: bool = False  # torch.compile of each decoder layer (activations_compiled)
     adapter_transient: int = 0  # bytes per element of an adapted input's unsaved copies
     weight_casts: float = 0.0  # bytes per layer of autocast's bf16 copies of fp32 trained weights
@@ -109,7 +109,9 @@ class Context:
             each,
             rank_bytes,
             mask,
-            bool(stack.get("fused_kernels")) and setup.is_adapter and not setup.lora_dropout,
+            spec.model_type in (stack.get("fused_kernels") or ())
+            and setup.is_adapter
+            and not setup.lora_dropout,
             bool(setup.compile),
             _adapter_transient(setup, stream, adapter, autocast),
             casts,

@@ -294,6 +294,22 @@ def test_unsloth_fused_kernels_save_less_than_peft_per_layer() -> None:
     assert _c(mem, "checkpoints") == 65536 * h * 2  # one layer in flight, the rest on the host
 
 
+def test_unsloth_kernels_only_for_the_models_it_dispatches_to_its_own_classes() -> None:
+    """unsloth 015bdef0d9 models/loader.py:828-890 runs its kernels for llama, mistral, gemma,
+    gemma2, qwen2 and qwen3 only; other types go to FastModel with transformers' modules."""
+    setup = TrainingSetup(stack="unsloth", method="qlora", lora_targets=["all-linear"])
+    assert Context.build(spec_from_config(preset_config("qwen3-8b")), setup, 2).fused
+    assert Context.build(MISTRAL, setup, 2).fused
+    gemma3 = json.loads((REF / "meta-llama_Llama-3.1-8B.json").read_text())
+    gemma3.update(model_type="gemma3_text", head_dim=128)
+    other = spec_from_config(gemma3)
+    ctx = Context.build(other, setup, 2)
+    assert not ctx.fused
+    hf_like = layer_activations(ctx, other, LAYER_FULL, MLP_DENSE)
+    fused = layer_activations(Context.build(LLAMA8B, setup, 2), LLAMA8B, LAYER_FULL, MLP_DENSE)
+    assert hf_like.per_token > fused.per_token
+
+
 def test_selective_checkpointing_keeps_every_other_matmul() -> None:
     setup = TrainingSetup(stack="torchtitan", method="full", precision="mixed")
     assert setup.checkpointing == "selective"
