@@ -37,6 +37,16 @@ if TYPE_CHECKING:
 GDN_CHUNK = 64  # fla chunk size for chunk_gated_delta_rule
 
 
+# Unsloth patches a layer's MLP with LoRA_MLP only when gate, up and down all carry adapters, and
+# its attention with LoRA_QKV / LoRA_W only when q, k, v (and o) do, with lora_dropout 0 and no
+# bias (unsloth 015bdef0d9 models/llama.py:3695-3768); its default targets are these seven
+# (get_peft_model). A setup adapting fewer takes the eager terms (an overestimate where part of
+# the layer is patched).
+UNSLOTH_PATCHED_TARGETS = frozenset(
+    {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+)
+
+
 @dataclass(frozen=True)
 class Context:
     """What decides whether a tensor is saved: dtypes, what is trainable, which Linears adapt.
@@ -110,7 +120,7 @@ class Context:
             rank_bytes,
             mask,
             spec.model_type in (stack.get("fused_kernels") or ())
-            and setup.is_adapter
+            and targets >= UNSLOTH_PATCHED_TARGETS
             and not setup.lora_dropout,
             bool(setup.compile),
             _adapter_transient(setup, stream, adapter, autocast),

@@ -305,6 +305,9 @@ def test_unsloth_kernels_only_for_the_models_it_dispatches_to_its_own_classes() 
     other = spec_from_config(gemma3)
     ctx = Context.build(other, setup, 2)
     assert not ctx.fused
+    # its kernels need adapters on all of q, k, v, o, gate, up, down (llama.py:3695-3768)
+    attention_only = setup.model_copy(update={"lora_targets": ["q_proj", "v_proj"]})
+    assert not Context.build(LLAMA8B, attention_only, 2).fused
     hf_like = layer_activations(ctx, other, LAYER_FULL, MLP_DENSE)
     fused = layer_activations(Context.build(LLAMA8B, setup, 2), LLAMA8B, LAYER_FULL, MLP_DENSE)
     assert hf_like.per_token > fused.per_token
