@@ -16,6 +16,7 @@ from estimator.presets import preset_config
 from estimator.profile import load_profile
 from estimator.request import ModelInput
 from estimator.setup import TrainingSetup
+from estimator.spec import ModelSpec
 
 SEQ = 48_000
 # seed 000's LoRA targets (shared/seeds/000: q/k/v/o, gate/up/down, in_proj_qkv, in_proj_z,
@@ -27,8 +28,7 @@ TARGETS = [
 GIB = 2**30
 
 
-def _mem(profile: str, stack: str | None, checkpointing: str, loss: str) -> Any:
-    spec = resolve_model(ModelInput(config=preset_config("qwen3.5-27b")))
+def _mem(spec: ModelSpec, profile: str, checkpointing: str, loss: str, stack: str = "") -> Any:
     fields: dict[str, Any] = {
         "method": "lora",
         "lora_rank": 16,
@@ -37,7 +37,7 @@ def _mem(profile: str, stack: str | None, checkpointing: str, loss: str) -> Any:
         "checkpointing": checkpointing,
         "loss": loss,
     }
-    if stack is not None:
+    if stack:
         fields["stack"] = stack
     return memory_breakdown(spec, TrainingSetup(**fields), [SEQ], 1, load_profile(profile))
 
@@ -48,19 +48,20 @@ def _gib(mem: Any, part: str) -> float:
 
 def table() -> str:
     """The markdown table, figures in GiB (one decimal)."""
-    seed = {
-        (c, loss): _mem("seed-000", None, c, loss)
-        for c in ("gpu", "offload")
-        for loss in ("full", "chunked")
-    }
-    default = {key: _mem("default", None, *key) for key in seed}
-    probe = {loss: _mem("default", "probe", "gpu", loss) for loss in ("full", "chunked")}
     spec = resolve_model(ModelInput(config=preset_config("qwen3.5-27b")))
-    s_gpu, d_gpu = seed[("gpu", "chunked")], default[("gpu", "chunked")]
+    s_gpu, d_gpu = _mem(spec, "seed-000", "gpu", "chunked"), _mem(spec, "default", "gpu", "chunked")
+    s_full, d_full = _mem(spec, "seed-000", "gpu", "full"), _mem(spec, "default", "gpu", "full")
+    s_off = _mem(spec, "seed-000", "offload", "chunked")
+    d_off = _mem(spec, "default", "offload", "chunked")
+    probe = _mem(spec, "default", "gpu", "chunked", stack="probe")
     slack = float(d_gpu.reserved[0] - d_gpu.allocated[0])
 
     def f(value: float) -> str:
         return f"{value:.1f}"
+
+    def same_part(label: str, seed: Any, default: Any, part: str, why: str) -> tuple[str, ...]:
+        """A row showing one component of each profile as it is."""
+        return (label, f(_gib(seed, part)), f(_gib(default, part)), why)
 
     rows = [
         (
@@ -70,30 +71,33 @@ def table() -> str:
             "transformers' causal-LM class builds the text decoder only; the vision tower (0.46 "
             "B) and MTP head (0.42 B) in the checkpoint are not loaded. Exact count, not rounded",
         ),
-        (
+        same_part(
             "LoRA + grads + 8-bit Adam",
-            f(_gib(s_gpu, "trainable_states")),
-            f(_gib(d_gpu, "trainable_states")),
+            s_gpu,
+            d_gpu,
+            "trainable_states",
             "same formula: fp32 adapters (peft's default) 4 + fp32 grads 4 + two int8 moments "
             "with fp32 absmax per 256",
         ),
-        (
+        same_part(
             "checkpoints (GPU)",
-            f(_gib(s_gpu, "checkpoints")),
-            f(_gib(d_gpu, "checkpoints")),
+            s_gpu,
+            d_gpu,
+            "checkpoints",
             "same: tokens x hidden x 2 bytes per decoder layer",
         ),
-        (
+        same_part(
             "checkpoints (offload)",
-            f(_gib(seed[("offload", "chunked")], "checkpoints")),
-            f(_gib(default[("offload", "chunked")], "checkpoints")),
+            s_off,
+            d_off,
+            "checkpoints",
             "one layer input on the GPU besides the recomputed layer's (Unsloth's persistent "
             "reload buffer; profile `memory.offload_gpu_layers`)",
         ),
         (
             "recompute peak",
             f"{f(_gib(s_gpu, 'recompute_peak'))}: 4 MLP tensors + 3 GiB",
-            f"{f(_gib(d_gpu, 'recompute_peak'))} ({f(_gib(probe['chunked'], 'recompute_peak'))}"
+            f"{f(_gib(d_gpu, 'recompute_peak'))} ({f(_gib(probe, 'recompute_peak'))}"
             " with `--stack probe`)",
             "the tensors autograd really saves in the worst layer (a Gated DeltaNet layer: fp32 "
             "RMSNorm upcasts, one input copy per LoRA adapter — bf16 under HF Trainer's autocast, "
@@ -102,8 +106,8 @@ def table() -> str:
         ),
         (
             "logits, full",
-            f"{f(_gib(seed[('gpu', 'full')], 'logits'))}: 6 bytes/logit",
-            f"{f(_gib(default[('gpu', 'full')], 'logits'))}: 12 bytes/logit",
+            f"{f(_gib(s_full, 'logits'))}: 6 bytes/logit",
+            f"{f(_gib(d_full, 'logits'))}: 12 bytes/logit",
             "transformers' loss keeps the fp32 log-softmax and, in the backward, allocates the "
             "fp32 gradients of the nll and of the log-softmax input at the same time (plus the "
             "last norm's and the head's saved inputs)",
@@ -111,15 +115,15 @@ def table() -> str:
         (
             "logits, chunked",
             f"{_gib(s_gpu, 'logits'):.0f} (stated)",
-            f"{f(_gib(d_gpu, 'logits'))} ({f(_gib(probe['chunked'], 'logits'))} with "
-            "`--stack probe`)",
+            f"{f(_gib(d_gpu, 'logits'))} ({f(_gib(probe, 'logits'))} with `--stack probe`)",
             "TRL's `chunked_nll`: one 256-token chunk at 12 bytes/logit, TRL's fp32 copy of "
             "lm_head's weight, the hidden-state gradient (probe: one 4096-position chunk per row)",
         ),
-        (
+        same_part(
             "overhead",
-            f(_gib(s_gpu, "overhead")),
-            f(_gib(d_gpu, "overhead")),
+            s_gpu,
+            d_gpu,
+            "overhead",
             "the CUDA context and library handles outside torch's allocator (measured on an "
             "H200; profile `memory.cuda_context_bytes`)",
         ),

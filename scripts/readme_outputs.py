@@ -125,19 +125,15 @@ def regenerate(text: str) -> str:
                 out.extend(run_python("\n".join(body)).rstrip("\n").split("\n"))
                 out.append("```")
                 i = close + 1
-            elif kind == "python-markdown":
+            elif kind in ("markdown", "python-markdown"):
                 out.extend(lines[start : end + 1])
                 close = lines.index(END_MARKER, end + 1)
+                if kind == "markdown":  # the console output without its echoed commands
+                    shown = "\n".join(run_console(body, stderr_only, tmp).split("\n")[len(body) :])
+                else:
+                    shown = run_python("\n".join(body))
                 out.append("")
-                out.extend(run_python("\n".join(body)).strip("\n").split("\n"))
-                out.append(END_MARKER)
-                i = close + 1
-            elif kind == "markdown":
-                out.extend(lines[start : end + 1])
-                close = lines.index(END_MARKER, end + 1)
-                shown = run_console(body, stderr_only, tmp).split("\n")[len(body) :]
-                out.append("")
-                out.extend("\n".join(shown).strip("\n").split("\n"))
+                out.extend(shown.strip("\n").split("\n"))
                 out.append(END_MARKER)
                 i = close + 1
             else:

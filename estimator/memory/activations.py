@@ -547,10 +547,11 @@ def _mlp(ctx: Context, spec: ModelSpec, moe: bool) -> tuple[float, float]:
         return deepseek_moe(ctx, spec)
     k, me = spec.moe.executed_per_token, spec.moe.expert_intermediate
     eb = expert_bytes(ctx, spec)
-    saved = inputs_saved(ctx, ["gate"], h) + FP32 * spec.moe.num_experts  # router, fp32 probs
+    router_input = inputs_saved(ctx, ["gate"], h)
+    saved = router_input + FP32 * spec.moe.num_experts  # router, fp32 probs
     if ctx.liger and liger.fused_experts(spec):  # LigerExperts (memory/liger.py)
-        if saved - FP32 * spec.moe.num_experts == eb * h:  # the router saved x itself
-            saved -= eb * h
+        if router_input == eb * h:  # the router saved x itself, which Liger saves too
+            saved -= router_input
         saved += liger.fused_moe_saved(spec, eb, ctx.compute_bytes)
         return _with_shared_expert(ctx, spec, saved, float(spec.moe.experts_per_token * me))
     if ctx.full or ctx.expert_lora:
@@ -636,7 +637,7 @@ def layer_activations(
         # LigerFusedMoEFunction's backward buffers and its banks' gradients (memory/liger.py);
         # a trained bank takes its gradient as .grad (counted with the gradients)
         eb = expert_bytes(ctx, spec)
-        per_token, banks = liger.fused_moe_backward(spec, eb, eb)
+        per_token, banks = liger.fused_moe_backward(spec, eb)
         transient = grad + per_token + _shared_expert_grads(ctx, spec)
         if ctx.expert_lora:  # the merged banks are saved; their gradient is Liger's banks
             per_layer = _merged_expert_weights(ctx, spec)[0]

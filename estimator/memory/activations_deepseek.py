@@ -44,7 +44,9 @@ def deepseek_moe(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
     saved += FP32 * e + INT64 * k
     saved += FP32 * k + FP32  # normalised weights and their sum
     eb = expert_bytes(ctx, spec)  # the grouped_mm experts' dtype
-    if ctx.liger:  # LigerExperts (liger-kernel 0.8.5 monkey_patch.py:3723; memory/liger.py)
+    if ctx.liger and liger.fused_experts(
+        spec
+    ):  # LigerExperts (liger-kernel 0.8.5 monkey_patch.py:3723; memory/liger.py)
         saved += liger.fused_moe_saved(spec, eb, FP32)  # the router's fp32 top-k weights
     else:
         saved += 3 * INT64 * k + FP32 * k  # gather / scatter indices, routing weight per copy

@@ -107,15 +107,17 @@ def fused_moe_saved(spec: ModelSpec, value_bytes: int, weight_bytes: int) -> flo
     return float(value_bytes * spec.hidden + routed)
 
 
-def fused_moe_backward(spec: ModelSpec, value_bytes: int, bank_bytes: int) -> tuple[float, float]:
+def fused_moe_backward(spec: ModelSpec, value_bytes: int) -> tuple[float, float]:
     """`LigerFusedMoEFunction.backward` (ops/fused_moe.py:285-430): (bytes per token, bytes
     per layer) alive when it returns, all of its buffers held to the end: d_pre_act (top_k x 2
     x expert width), weighted_act (top_k x expert width), dS (top_k), dx_expanded (top_k x
     hidden) and dx (hidden) per token (:312-314, :371, :394), and the whole banks' gradients
     `zeros_like(down_proj)` and `zeros_like(gate_up_proj)` (:347, :411), made whether the
-    banks are trained or not (`bank_bytes` per value, the banks' dtype)."""
+    banks are trained or not. `value_bytes`: the experts' dtype (activations.py expert_bytes),
+    both x's, whose dtype the per-token buffers take, and the banks', whose the gradients take:
+    bf16 both, or fp32 both under AMP full fine-tuning's fp32 stream and banks."""
     assert spec.moe is not None and spec.hidden
     k, me, h = spec.moe.experts_per_token, spec.moe.expert_intermediate, spec.hidden
     per_token = value_bytes * (k * (3 * me + 1 + h) + h)
-    banks = bank_bytes * spec.moe.num_experts * 3 * h * me
+    banks = value_bytes * spec.moe.num_experts * 3 * h * me
     return float(per_token), float(banks)
