@@ -78,6 +78,12 @@ def check_combinations(s: Any) -> None:
             f"liger_kernels: Liger patches transformers' model classes; stack {s.stack} runs "
             "its own modules (use --stack hf or deepspeed)"
         )
+    if s.attention == "xformers" and s.stack != "unsloth":
+        raise ValueError(
+            f"attention: xformers is Unsloth's backend (unsloth utils/attention_dispatch.py "
+            f"select_attention_backend); stack {s.stack} runs transformers' attention "
+            "(use sdpa, flash or eager, or --stack unsloth)"
+        )
     if s.paged and s.optimizer not in ("adamw", "adamw-8bit", "lion"):
         raise ValueError(
             f"paged: bitsandbytes has paged adamw, adamw-8bit and lion only, not {s.optimizer}"

@@ -80,6 +80,8 @@ class Context:
     torchtune: bool = False  # torchtune's attention and RMSNorm (`torchtune_modules`)
     repeats_kv: bool = False  # K/V repeated to the query heads before SDPA (`sdpa_repeats_kv`)
     liger: bool = False  # Liger's RMSNorm / SwiGLU / RoPE kernels (memory/liger.py)
+    xformers: bool = False  # Unsloth's xformers backend: k, v expanded to the query heads
+    held_output: int = 0  # bytes per element of the recomputed layer output its backward holds
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -103,7 +105,7 @@ class Context:
                 / spec.layers
             )
         eager = setup.attention == "eager" or (
-            setup.attention == "sdpa"
+            setup.attention in ("sdpa", "xformers")
             and (spec.requires_eager or spec.model_type in stack.get("eager_models"))
         )
         return cls(
@@ -131,7 +133,17 @@ class Context:
             bool(stack.get_optional("torchtune_modules", False)),
             bool(stack.get_optional("sdpa_repeats_kv", False)),
             liger.liger_applies(spec, setup.liger_kernels),
+            setup.attention == "xformers",
+            _held_output(setup, FP32 if amp_full(setup) else stream),
         )
+
+
+def _held_output(setup: TrainingSetup, stream: int) -> int:
+    """Bytes per element of the layer output the stack's checkpoint function keeps through the
+    layer's backward (stack fact `offload_holds_output`: Unsloth's reentrant
+    UnslothCheckpointFunction under its offloaded checkpointing); 0 elsewhere."""
+    holds = load_stack(setup.stack).get_optional("offload_holds_output", False)
+    return stream if holds and setup.checkpointing == "offload" else 0
 
 
 def torchtune_modules(ctx: Context) -> str:
@@ -625,6 +637,7 @@ def layer_activations(
     # the incoming gradient; an MoE block's in its output's dtype (`input_bytes`), the dense
     # MLP's as before (see the docstring)
     grad = (ctx.input_bytes if moe else cb) * h
+    grad += ctx.held_output * h  # the recomputed output a reentrant checkpoint keeps (`Context`)
     # Liger's SwiGLU backward writes d(gate), d(up) into its saved gate / up (memory/liger.py)
     mlp_grads = 0 if ctx.liger and not moe else 2
     transient = grad + mlp_grads * (expert_bytes(ctx, spec) if moe else cb) * width
@@ -737,10 +750,23 @@ def _fused_layer(ctx: Context, spec: ModelSpec) -> LayerActivations:
     Fast_RMS_Layernorm saves its input X (compute dtype) and the fp32 inverse rms per row
     (kernels/rms_layernorm.py:205); LoRA_QKV saves X once for q, k, v and their adapters
     (kernels/fast_lora.py:418-426); RoPE saves only cos/sin (rope_embedding.py:419); attention
-    as SDPA/flash (q, k, v, out, logsumexp); LoRA_W saves o_proj's input (fast_lora.py:612);
-    LoRA_MLP saves X, e = gate(X), g = up(X) and recomputes silu(e) * g and the adapters'
-    X @ A in its backward (fast_lora.py:110). No fp32 adapter-input copies, no fp32 norm
-    upcasts. Transient: incoming and residual gradients and two MLP-wide gradients."""
+    as SDPA/flash (q, k, v, out, logsumexp); LoRA_W saves o_proj's input (fast_lora.py:612),
+    which is the attention kernel's saved output itself: the layer reshapes the kernel's
+    (batch, seq, heads, dim) result, a view (llama.py:766-767 `A.reshape(...)`; every backend
+    of utils/attention_dispatch.py `run_attention` returns that layout: SDPA's
+    `out.transpose(1, 2)` of a kernel that writes (batch, seq, heads, dim), see
+    `sdpa_output_reused`; flash-attn's `.reshape`, xformers' `.view` of their outputs), so it
+    is counted once; eager attention's output is a copy. Under the xformers backend (the
+    cuXXX-torchYYY install extras bring xformers; `select_attention_backend` takes it when
+    flash-attn is absent) a grouped-query layer that needs gradients expands k and v to the
+    query heads and reshapes them, copies, which xformers saves (attention_dispatch.py
+    `run_attention`, XFORMERS branch: `K_mod.expand(...)`, `if requires_grad: K_mod =
+    K_mod.reshape(bsz, kv_seq_len, n_heads, head_dim)`); the kv-wide k and v are then
+    referenced by nothing. SDPA (enable_gqa) and flash-attn keep them kv-wide. LoRA_MLP saves
+    X, e = gate(X), g = up(X) and recomputes silu(e) * g and the adapters' X @ A in its
+    backward (fast_lora.py:110). No fp32 adapter-input copies, no fp32 norm upcasts. Transient:
+    incoming and residual gradients and two MLP-wide gradients, and under the offloaded
+    checkpointing the recomputed layer output UnslothCheckpointFunction holds (`held_output`)."""
     assert spec.num_heads and spec.head_dim and spec.num_kv_heads is not None
     cb = ctx.compute_bytes
     h, m = spec.hidden or 0, spec.intermediate or 0
@@ -750,11 +776,15 @@ def _fused_layer(ctx: Context, spec: ModelSpec) -> LayerActivations:
     saved = norms * (cb * h + FP32)
     if spec.qk_norm:
         saved += cb * (q + kv) + FP32 * (spec.num_heads + spec.num_kv_heads)
+    if ctx.xformers and not ctx.eager:
+        kv = q  # k and v expanded to the query heads (without GQA kv == q: no change)
     saved += cb * h + cb * (q + 2 * kv) + cb * q + FP32 * spec.num_heads  # X, q, k, v, out, lse
-    saved += cb * q  # o_proj input
+    if ctx.eager:
+        saved += cb * q  # o_proj input: the contiguous copy of the (batch, heads, seq, dim) output
     saved += cb * h + 2 * cb * m  # LoRA_MLP: X, e, g
     per_seq = spec.num_heads * (FP32 + cb) if ctx.eager else 0.0
-    return LayerActivations(saved, per_seq, 2 * cb * h + 2 * cb * m)
+    transient = 2 * cb * h + 2 * cb * m + ctx.held_output * h  # + the held output (`Context`)
+    return LayerActivations(saved, per_seq, transient)
 
 
 def selective_saved(ctx: Context, spec: ModelSpec) -> float:

@@ -72,7 +72,12 @@ FACTS = (
 )
 
 # Behaviour only some stacks have: a file without the entry has none of it (`get_optional`).
-OPTIONAL_FACTS = ("nf4_dequant", "torchtune_modules", "sdpa_repeats_kv")
+OPTIONAL_FACTS = (
+    "nf4_dequant",
+    "torchtune_modules",
+    "sdpa_repeats_kv",
+    "offload_holds_output",
+)
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,13 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from estimator.architectures import spec_from_config
+from estimator.dtypes import compute_bytes
 from estimator.memory import memory_breakdown
+from estimator.memory.activations import Context
 from estimator.presets import preset_config
 from estimator.profile import load_profile
 from estimator.setup import TrainingSetup
-from estimator.stacks import STACKS
+from estimator.stacks import STACKS, load_stack
 
 SPECS = {
     p: spec_from_config(preset_config(p))
@@ -124,10 +126,20 @@ def test_more_ranks_never_increase_per_device_memory(
 @settings(max_examples=40, deadline=None)
 @given(data=st.data(), **common)
 def test_offload_never_increases_gpu_memory(stack, data, model, profile, seq, batch):
+    """Beyond what the stack's offloading itself holds: Unsloth's reentrant checkpoint keeps
+    the recomputed layer output through the layer's backward (stack fact
+    `offload_holds_output`), one hidden-wide tensor that moments where the gradients outweigh
+    the checkpoints (tiny lengths, full fine-tuning) see on top of transformers' checkpoint."""
     setup = data.draw(setups(stack))
     on_gpu = setup.model_copy(update={"checkpointing": "gpu"})
     offload = setup.model_copy(update={"checkpointing": "offload"})
-    assert _peak(model, offload, profile, seq, batch) <= _peak(model, on_gpu, profile, seq, batch)
+    spec = SPECS[model]
+    ctx = Context.build(spec, offload, compute_bytes(offload.precision))
+    held = ctx.held_output * (spec.hidden or 0) * seq * batch
+    assert held == 0 or load_stack(stack).get_optional("offload_holds_output", False)
+    assert _peak(model, offload, profile, seq, batch) <= (
+        _peak(model, on_gpu, profile, seq, batch) + held
+    )
 
 
 @pytest.mark.parametrize("stack", STACKS)

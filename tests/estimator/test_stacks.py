@@ -283,7 +283,8 @@ def test_unsloth_fused_kernels_save_less_than_peft_per_layer() -> None:
     acts = layer_activations(ctx, LLAMA8B, LAYER_FULL, MLP_DENSE)
     h, m = LLAMA8B.hidden, LLAMA8B.intermediate
     q, kv, heads = 4096, 1024, 32
-    expected = 2 * (2 * h + 4) + 2 * h + 2 * (q + 2 * kv) + 2 * q + 4 * heads + 2 * q
+    # o_proj's input is a view of the attention kernel's saved output: counted once
+    expected = 2 * (2 * h + 4) + 2 * h + 2 * (q + 2 * kv) + 2 * q + 4 * heads
     expected += 2 * h + 2 * 2 * m
     assert acts.per_token == expected
     hf = layer_activations(
@@ -738,3 +739,72 @@ def test_amp_casts_the_fp32_norm_output_once_per_separate_linear() -> None:
     plain = Context.build(LLAMA8B, TrainingSetup(method="full", precision="bf16"), 2)
     assert amp_input_casts(plain, LLAMA8B, qkv, h) == 0
     assert rms_norm_saved(plain, h, stream=True) == rms_norm_saved(plain, h)
+
+
+def test_unsloth_o_proj_input_is_the_attention_kernels_saved_output() -> None:
+    """unsloth 015bdef0d9 utils/attention_dispatch.py (SDPA branch, enable_gqa) returns
+    `out.transpose(1, 2)` and models/llama.py:766-767 reshapes it for o_proj: with torch's
+    flash kernel (the CPU one here) that is a view of the output autograd saved, so
+    `_fused_layer` counts it once."""
+    torch = pytest.importorskip("torch")
+    b, s, heads, kv_heads, d = 1, 64, 8, 2, 16
+    x = torch.randn(b, s, heads * d, dtype=torch.bfloat16, requires_grad=True)
+    kv = torch.randn(b, s, kv_heads * d, dtype=torch.bfloat16, requires_grad=True)
+    q = x.view(b, s, heads, d).transpose(1, 2)
+    k = kv.view(b, s, kv_heads, d).transpose(1, 2)
+    v = (kv * 2).view(b, s, kv_heads, d).transpose(1, 2)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    o_proj_input = out.transpose(1, 2).reshape(b, s, heads * d)
+    saved = out.grad_fn._saved_output
+    assert o_proj_input.data_ptr() == saved.data_ptr()
+    assert o_proj_input.untyped_storage().data_ptr() == saved.untyped_storage().data_ptr()
+    assert out.grad_fn._saved_key.shape[1] == kv_heads  # GQA native: k, v not repeated
+    eager = TrainingSetup(stack="unsloth", method="qlora", lora_targets=["all-linear"])
+    ctx = Context.build(LLAMA8B, eager.model_copy(update={"attention": "eager"}), 2)
+    sdpa = Context.build(LLAMA8B, eager, 2)
+    with_copy = layer_activations(ctx, LLAMA8B, LAYER_FULL, MLP_DENSE).per_token
+    assert with_copy - layer_activations(sdpa, LLAMA8B, LAYER_FULL, MLP_DENSE).per_token == 2 * 4096
+
+
+def test_unsloth_xformers_saves_k_and_v_expanded_to_the_query_heads() -> None:
+    """unsloth 015bdef0d9 utils/attention_dispatch.py `run_attention`, XFORMERS branch: with
+    grouped-query heads and gradients, `K_mod.expand(...).reshape(bsz, kv_seq_len, n_heads,
+    head_dim)` (a copy) for k and v, which xformers saves; SDPA and flash keep them kv-wide."""
+
+    def layer(spec, attention: str):
+        s = TrainingSetup(
+            stack="unsloth", method="qlora", lora_targets=["all-linear"], attention=attention
+        )
+        return layer_activations(Context.build(spec, s, 2), spec, LAYER_FULL, MLP_DENSE)
+
+    sdpa, xf = layer(LLAMA8B, "sdpa"), layer(LLAMA8B, "xformers")
+    assert xf.per_token - sdpa.per_token == 2 * 2 * (4096 - 1024)
+    assert xf.transient_per_token == sdpa.transient_per_token
+    assert layer(LLAMA8B, "flash").per_token == sdpa.per_token
+    # a type Unsloth runs with transformers' modules (FastModel): SDPA there, no change
+    gemma3 = json.loads((REF / "meta-llama_Llama-3.1-8B.json").read_text())
+    gemma3.update(model_type="gemma3_text", head_dim=128)
+    other = spec_from_config(gemma3)
+    assert layer(other, "xformers").per_token == layer(other, "sdpa").per_token
+
+
+def test_unsloth_offload_holds_the_recomputed_layer_output_through_its_backward() -> None:
+    """unsloth_zoo ce232d6c gradient_checkpointing.py:990-1013: UnslothCheckpointFunction keeps
+    `outputs` referenced through `torch.autograd.backward`; transformers' non-reentrant
+    checkpoint (`gpu`) does not."""
+    setup = TrainingSetup(stack="unsloth", method="qlora", lora_targets=["all-linear"])
+    assert setup.checkpointing == "offload"
+    h, m = LLAMA8B.hidden, LLAMA8B.intermediate
+    offload = layer_activations(Context.build(LLAMA8B, setup, 2), LLAMA8B, LAYER_FULL, MLP_DENSE)
+    assert offload.transient_per_token == 2 * 2 * h + 2 * 2 * m + 2 * h
+    gpu_setup = setup.model_copy(update={"checkpointing": "gpu"})
+    gpu = layer_activations(Context.build(LLAMA8B, gpu_setup, 2), LLAMA8B, LAYER_FULL, MLP_DENSE)
+    assert gpu.transient_per_token == 2 * 2 * h + 2 * 2 * m
+    # the same for a type Unsloth runs with transformers' modules, and not for other stacks
+    qwen35 = spec_from_config(preset_config("qwen3.5-27b"))
+    ctx = Context.build(qwen35, setup, 2)
+    assert not ctx.fused and ctx.held_output == 2
+    hf_offload = TrainingSetup(method="qlora", lora_targets=["all-linear"], checkpointing="offload")
+    assert Context.build(LLAMA8B, hf_offload, 2).held_output == 0
+    offload_peak = _c(_mem(setup, seq=65536), "recompute_peak")
+    assert offload_peak - _c(_mem(gpu_setup, seq=65536), "recompute_peak") == 65536 * 2 * h

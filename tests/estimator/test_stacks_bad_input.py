@@ -41,6 +41,8 @@ CLI_CASES = [
     ("compile with a value", ["--compile=fast"], "--compile"),
     ("liger kernels with a value", ["--liger-kernels=all"], "--liger-kernels"),
     ("liger kernels under unsloth", ["--stack", "unsloth", "--liger-kernels"], "liger_kernels"),
+    ("xformers outside unsloth", ["--attention", "xformers"], "attention"),
+    ("unknown attention", ["--attention", "paged"], "--attention"),
     (
         "liger kernels for a model liger does not patch",
         ["--liger-kernels", "--model", "gpt2"],
@@ -94,6 +96,8 @@ REST_CASES = [
     ({"compile": "inductor"}, "compile"),
     ({"liger_kernels": "all"}, "liger_kernels"),
     ({"liger_kernels": True, "stack": "torchtune"}, "liger_kernels"),
+    ({"attention": "xformers", "stack": "hf"}, "attention"),
+    ({"attention": "cutlass"}, "attention"),
     ({"optimizer_impl": "in-backward", "grad_accum": 2}, "optimizer_impl"),
     ({"fsdp_wrap": "layer+norm", "parallel": "fsdp", "num_gpus": 8}, "fsdp_wrap"),
 ]

@@ -161,7 +161,12 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
         type=int,
         help="interleaved-1f1b: model chunks (virtual stages) per pipeline rank (default 2)",
     )
-    g.add_argument("--attention", default="sdpa", choices=["sdpa", "flash", "eager"], help="kernel")
+    g.add_argument(
+        "--attention",
+        default="sdpa",
+        choices=["sdpa", "flash", "eager", "xformers"],
+        help="kernel (xformers: --stack unsloth)",
+    )
     g.add_argument("--usable", type=float, default=0.92, help="usable fraction of each card")
     g.add_argument("--profile", default="default", help="assumption profile: default or seed-000")
 
