@@ -1,0 +1,68 @@
+"""Unsloth's published longest-context table against `max_seq` under `--stack unsloth`.
+
+Unsloth's README (unslothai/unsloth@ce9e54755f README.md:395-415, December 2024) gives the
+longest sequence Llama-3.1-8B trains at per card size: 4-bit QLoRA on q, k, v, o, gate, up
+and down at rank 32, batch 1, sequences padded to the length, Unsloth's offloaded
+checkpointing. The figures are exactly linear in the memory (18,876 tokens per 4 GB), so an
+extrapolation from a few runs, and the README states neither whether "GB" is 10^9 bytes or
+GiB nor the attention backend (flash-attn, xformers or SDPA: Unsloth takes the first one
+installed; its Colab installs of the time brought xformers). That is why the table is shown
+here and not among bench/published.py's targets. Each column is `max_seq` with the whole card
+usable (`usable_fraction` 1.0), its error against the README in parentheses.
+
+    PYTHONPATH=. .venv/bin/python bench/unsloth_context.py
+"""
+
+from __future__ import annotations
+
+from estimator.model_source import resolve_model
+from estimator.profile import load_profile
+from estimator.request import ModelInput
+from estimator.setup import TrainingSetup
+from estimator.solvers import Budget, max_seq
+
+SOURCE = "unslothai/unsloth@ce9e54755f README.md:395-415"
+# card size in GB -> Unsloth's longest context (tokens), Llama-3.1-8B QLoRA r32 all-linear
+PUBLISHED = {8: 2_972, 12: 21_848, 16: 40_724, 24: 78_475, 40: 153_977, 48: 191_728, 80: 342_733}
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+GIB = 2**30
+COLUMNS = (("sdpa", GIB), ("xformers", GIB), ("xformers", 10**9))
+
+
+def longest(attention: str, capacity_bytes: int) -> int | None:
+    """`max_seq` of the README's setup on a card of `capacity_bytes`, all of it usable."""
+    spec = resolve_model(ModelInput(preset="llama-3.1-8b"))
+    setup = TrainingSetup(
+        stack="unsloth",
+        method="qlora",
+        lora_rank=32,
+        lora_targets=TARGETS,
+        attention=attention,
+    )
+    answer = max_seq(spec, setup, Budget(capacity_bytes, 1.0), load_profile("default"))
+    value = answer["seq_len"]
+    return None if value is None else int(value)
+
+
+def table() -> str:
+    """The comparison as a markdown table."""
+    head = ["card", "Unsloth README"] + [
+        f"{attention}, GB = {'GiB' if unit == GIB else '10^9 B'}" for attention, unit in COLUMNS
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for gb, published in PUBLISHED.items():
+        cells = [f"{gb} GB", f"{published:,}"]
+        for attention, unit in COLUMNS:
+            ours = longest(attention, gb * unit)
+            cells.append(
+                "none"
+                if ours is None
+                else f"{ours:,} ({(ours - published) / published * 100:+.1f} %)"
+            )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(f"Llama-3.1-8B QLoRA r32 all-linear, --stack unsloth, vs {SOURCE}\n")
+    print(table())
