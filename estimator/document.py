@@ -9,9 +9,11 @@ recommendation documents are built on the same parts.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from estimator.dict_display import nested_dict
 from estimator.errors import EstimatorInputError
 from estimator.gpu_options import GpuOption, check_devices, parse_gpu_options
 from estimator.memo import Memo, setup_key
@@ -24,7 +26,7 @@ from estimator.scenario import Scenario
 from estimator.spec import ModelSpec
 from estimator.time.cost import gpu_price, normalise_prices
 from estimator.time.flops import step_flops_totals
-from estimator.time.plan import CellArgs, CellFn, option_cells, training_summary
+from estimator.time.plan import CellArgs, CellFn, option_cells, run_summary
 from estimator.time.step import option_rates
 from estimator.time.tokens import RunTokens, resolve_tokens, seq_len_report
 
@@ -207,14 +209,13 @@ def estimate(
         if r["seq_len"] == longest
         and (r["checkpointing"], r["loss"]) == (base.checkpointing, base.loss)
     )
-    training = training_summary(  # it reads each option's time, cost and fits alone
-        Scenario(spec, base, profile, longest, base.batch),
-        {
-            o: {"time": f["time"], "cost": f["cost"], "fits": f["verdict"] == "fits"}
+    training = run_summary(  # `training_summary` of the base setup's longest row
+        (spec.name, base.method, longest, base.batch),
+        [
+            (o, f["time"], f["cost"], f["verdict"] == "fits", f["verdict"])
             for o, f in base_row["fit"].items()
-        },
+        ],
         tokens_at[longest],  # `_tokens_for` at the longest length, as the rows had it
-        verdicts={o: f["verdict"] for o, f in base_row["fit"].items()},
     )
     extra: dict[str, Any] = {"training": training}
     if cal is not None:
@@ -282,23 +283,28 @@ _SETUP_DUMPS: Memo[tuple[dict[str, Any], tuple[str, ...]]] = Memo()
 
 
 def _assumptions(profile: Profile) -> dict[str, dict[str, dict[str, Any]]]:
-    """`profile.as_dict()` (a fresh document part) from the profile's sorted entries, which are
-    sorted (and read) once per profile."""
-    entries = _SORTED_ENTRIES.get(
-        (profile,),
-        None,
-        lambda: [
-            (s, [(k, a.value, a.source) for k, a in sorted(items.items())])
-            for s, items in profile.entries.items()
-        ],
-    )
-    return {
-        section: {k: {"value": value, "source": source} for k, value, source in items}
-        for section, items in entries
-    }
+    """`profile.as_dict()` (a fresh document part): one compiled dict display of the profile's
+    sorted entries (`estimator.dict_display`), built once per profile, filled with the
+    entries' values and sources."""
+    make, values = _ASSUMPTIONS.get((profile,), None, lambda: _assumptions_display(profile))
+    return make(values)
 
 
-_SORTED_ENTRIES: Memo[list[tuple[str, list[tuple[str, Any, str]]]]] = Memo()
+def _assumptions_display(
+    profile: Profile,
+) -> tuple[Callable[[Sequence[Any]], dict[str, Any]], tuple[Any, ...]]:
+    values: list[Any] = []
+    shape = []
+    for section, items in profile.entries.items():
+        entries = []
+        for key, assumption in sorted(items.items()):
+            entries.append((key, (("value", len(values)), ("source", len(values) + 1))))
+            values += (assumption.value, assumption.source)
+        shape.append((section, tuple(entries)))
+    return nested_dict(tuple(shape)), tuple(values)
+
+
+_ASSUMPTIONS: Memo[tuple[Callable[[Sequence[Any]], dict[str, Any]], tuple[Any, ...]]] = Memo()
 
 
 def estimate_document(

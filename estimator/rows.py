@@ -4,11 +4,10 @@ device) and a verdict per GPU option; and the model summary at its head."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from estimator import lazy_numpy as np
+from estimator.dict_display import row_dict
 from estimator.fit import VERDICTS, verdict_code_list
 from estimator.gpu_options import GpuOption, devices_for
 from estimator.memo import Memo
@@ -81,11 +80,11 @@ class _Columns:
         ints = up.astype(np.int64)
         self.allocated, self.reserved, self.host, self.peak_bytes = ints[:4].tolist()
         end = 4 + len(COMPONENTS)
-        component_dict = _row_dict(COMPONENTS)
+        component_dict = row_dict(COMPONENTS)
         self.components = [component_dict(row) for row in ints[4:end].T.tolist()]
-        moments = [list(map(_row_dict(parts), ints[a:b].T.tolist())) for parts, a, b in spans]
+        moments = [list(map(row_dict(parts), ints[a:b].T.tolist())) for parts, a, b in spans]
         names = tuple(mem.phases)
-        self.phases = list(map(_row_dict(names), zip(*moments, strict=True)))
+        self.phases = list(map(row_dict(names), zip(*moments, strict=True)))
         totals = np.stack([ints[a:b].sum(axis=0) for _, a, b in spans])
         self.peak_phase = [names[i] for i in totals.argmax(axis=0).tolist()]
         return True
@@ -123,26 +122,13 @@ class _Columns:
         ceil = math.ceil  # `_int` of a Python float, the usual value (estimator/lazy_numpy.py)
         values = [mem.components[name] for name in COMPONENTS]
         rounded = [v if v is None else ceil(v) if type(v) is float else _int(v) for v in values]
-        self.components = [dict(zip(COMPONENTS, rounded, strict=True))]
+        self.components = [row_dict(COMPONENTS)(rounded)]
         phases = {
             moment: {name: ceil(v) if type(v) is float else _int(v) for name, v in parts.items()}
             for moment, parts in mem.phases.items()
         }
         self.phases = [phases]
         self.peak_phase = [_peak_phase(phases)]
-
-
-@cache
-def _row_dict(keys: tuple[str, ...]) -> Callable[[Sequence[Any]], dict[str, Any]]:
-    """`lambda row: dict(zip(keys, row, strict=True))` (rows of `len(keys)` values) written as
-    one dict display, which Python builds ~3x faster: the rows' dicts are most of a many-row
-    document's memory rows (issue 17). Each key is written as its `repr`, a string literal;
-    the keys are the memory model's component and part names (a few fixed tuples)."""
-    if not all(type(key) is str for key in keys):  # repr of an exact str is a string literal
-        raise TypeError(f"row keys must be str, got {keys!r}")
-    items = ", ".join(f"{key!r}: row[{i}]" for i, key in enumerate(keys))
-    make: Callable[[Sequence[Any]], dict[str, Any]] = eval(f"lambda row: {{{items}}}")
-    return make
 
 
 def _rows_of(parts: dict[str, Any], shape: tuple[int, ...]) -> Any:

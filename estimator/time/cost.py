@@ -69,9 +69,12 @@ def rank_options(options: Mapping[str, Mapping[str, Any]]) -> dict[str, list[Any
     wall time (fastest first); options that do not fit are listed apart with their verdict.
     Each option maps to {"fits": bool, "cost_usd": float|None, "wall_hours": float|None}."""
     fitting = [k for k, v in options.items() if v.get("fits")]
-    inf = float("inf")
-    by_cost = sorted(fitting, key=lambda k: (_or(options[k].get("cost_usd"), inf), k))
-    by_time = sorted(fitting, key=lambda k: (_or(options[k].get("wall_hours"), inf), k))
+    if len(fitting) < 2:  # nothing to order (one GPU option, the usual estimate)
+        by_cost, by_time = fitting, list(fitting)
+    else:
+        inf = float("inf")
+        by_cost = sorted(fitting, key=lambda k: (_or(options[k].get("cost_usd"), inf), k))
+        by_time = sorted(fitting, key=lambda k: (_or(options[k].get("wall_hours"), inf), k))
     not_fitting = [
         {"gpu": k, "verdict": options[k].get("verdict", "no")}
         for k, v in options.items()

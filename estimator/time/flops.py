@@ -154,10 +154,12 @@ def _attention_core(
     if not spec.num_heads or not spec.head_dim:
         return 0.0
     n_full, n_sliding, n_chunked = layers
-    per_layer_full = attention_pairs(seq_len, None, causal)
-    per_layer_sliding = attention_pairs(seq_len, spec.sliding_window, causal)
-    pairs = n_full * per_layer_full + n_sliding * per_layer_sliding
-    pairs += n_chunked * chunked_pairs(seq_len, spec.attention_chunk, causal)
+    # a kind with no layers adds 0.0: skipped (x + 0.0 is x for the pairs, never -0.0)
+    pairs = n_full * attention_pairs(seq_len, None, causal)
+    if n_sliding:
+        pairs += n_sliding * attention_pairs(seq_len, spec.sliding_window, causal)
+    if n_chunked:
+        pairs += n_chunked * chunked_pairs(seq_len, spec.attention_chunk, causal)
     return 2.0 * pairs * spec.num_heads * core_head_dims(spec) * batch
 
 
@@ -350,7 +352,9 @@ def step_flops_totals(
         rec_total += r
         model_total += m
     if plan.lora is not None:
-        fwd = 0.0 + sum(per_token * tokens for per_token in plan.lora)  # a float, even for none
+        fwd = 0.0  # `0.0 + sum(...)`: the same additions in the same order, a float for none
+        for per_token in plan.lora:
+            fwd += per_token * tokens
         fwd_total += fwd
         bwd_total += 2.0 * fwd
         rec_total += fwd if recompute_on else 0.0

@@ -9,7 +9,7 @@ functions over plain JSON types (seconds and USD as floats).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from estimator.errors import EstimatorInputError
@@ -268,13 +268,33 @@ def training_summary(
     the options that fit, and the options that do not. `flops_total` = executed FLOPs per step
     x steps (tokens / tokens per step); `model_flops_total` the same without recompute (6*N*D
     for a dense model trained in full)."""
+    verdicts = verdicts or {}
+    entries = []
+    for option, row in rows_by_gpu.items():
+        fits = bool(row.get("fits"))
+        verdict = verdicts.get(option, "fits" if fits else "no")
+        entries.append((option, row["time"], row["cost"], fits, verdict))
+    return run_summary(
+        (sc.spec.name, sc.setup.method, sc.seq_len, sc.batch),
+        entries,
+        tokens,
+        None if stages is None else stages.get("stages"),
+    )
+
+
+def run_summary(
+    run: tuple[str, str, int, int],
+    entries: Iterable[tuple[str, Mapping[str, Any], Mapping[str, Any], bool, str]],
+    tokens: float | None,
+    stages: Any = None,
+) -> dict[str, Any]:
+    """`training_summary` from `run` = (model name, method, sequence length, batch) and each
+    option's (option, time, cost, fits, verdict), in the options' order."""
     options: dict[str, dict[str, Any]] = {}
     flops_total = model_flops_total = None
-    for option, row in rows_by_gpu.items():
-        t, c = row["time"], row["cost"]
-        verdict = (verdicts or {}).get(option, "fits" if row.get("fits") else "no")
+    for option, t, c, fits, verdict in entries:
         options[option] = {
-            "fits": bool(row.get("fits")),
+            "fits": fits,
             "verdict": verdict,
             "gpus": t.get("gpus"),
             "tokens_per_second": t.get("tokens_per_second"),
@@ -293,13 +313,14 @@ def training_summary(
             flops_total = float(t["flops_per_step"]) * per_gpu_steps
             model_flops_total = float(t["model_flops_per_step"]) * per_gpu_steps
     ranked = rank_options(options)
+    model, method, seq_len, batch = run
     return {
-        "model": sc.spec.name,
-        "method": sc.setup.method,
-        "seq_len": sc.seq_len,
-        "batch": sc.batch,
+        "model": model,
+        "method": method,
+        "seq_len": seq_len,
+        "batch": batch,
         "tokens": tokens,
-        "stages": None if stages is None else stages.get("stages"),
+        "stages": stages,
         "flops_total": flops_total,
         "model_flops_total": model_flops_total,
         "options": options,

@@ -21,7 +21,7 @@ BODY: dict[str, Any] = {
 
 
 def _clear() -> None:
-    for memo in (document._RATES, document._SETUP_DUMPS, document._SORTED_ENTRIES):
+    for memo in (document._RATES, document._SETUP_DUMPS, document._ASSUMPTIONS):
         memo.clear()
 
 
