@@ -68,6 +68,24 @@ def test_multipart_upload_is_accepted(client: TestClient) -> None:
     assert response.json()["sha256"] == hashlib.sha256(raw).hexdigest()
 
 
+def test_multipart_with_more_parts_than_the_upload_reads_is_422_naming_the_body(
+    client: TestClient,
+) -> None:
+    raw = memtest_bytes()
+    auth = {"Authorization": upload_headers()["Authorization"]}
+    file = {"file": ("memtest_h200.json", raw, "application/json")}
+    few = client.post("/v1/memtests", files=file, data={"note": ["a"] * 10}, headers=auth)
+    assert few.status_code == 201, few.text  # other fields up to the limit: ignored
+    many = client.post("/v1/memtests", files=file, data={"note": ["a"] * 11}, headers=auth)
+    assert many.status_code == 422, many.text
+    detail = many.json()["detail"][0]
+    assert detail["loc"] == ["body"] and "Too many fields" in detail["msg"]
+    two = [("file", ("a.json", raw, "application/json")), ("file", ("b.json", raw, "x/y"))]
+    files = client.post("/v1/memtests", files=two, headers=auth)
+    assert files.status_code == 422, files.text
+    assert "Too many files" in files.json()["detail"][0]["msg"]
+
+
 def test_list_filters_by_indexed_fields(client: TestClient) -> None:
     env = json.loads(memtest_bytes())["environment"]
     client.post("/v1/memtests", content=memtest_bytes(), headers=upload_headers())

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.deps import SessionDep, UploaderDep
 from app.db import repository
@@ -47,10 +48,34 @@ _UPLOAD_BODY: dict[str, Any] = {
 }
 
 
+# a multipart upload's part limits: the file, and up to 10 other fields a client may add
+# (ignored); starlette's messages for a body past them (starlette/formparsers.py)
+_MAX_FILES, _MAX_FIELDS = 1, 10
+_PART_LIMITS = ("Too many fields", "Too many files")
+
+
+def _too_many_parts(message: str) -> list[dict[str, Any]]:
+    """422 naming the body: a schema-valid object (the OpenAPI allows other fields) with more
+    parts than the upload reads is refused as unprocessable, not as unparseable (400)."""
+    return [
+        {
+            "loc": ["body"],
+            "msg": f"{message} The upload reads one file part, `file` (at most "
+            f"{_MAX_FILES} file and {_MAX_FIELDS} other fields).",
+            "type": "too_many_parts",
+        }
+    ]
+
+
 async def upload_bytes(request: Request) -> bytes:
     """The uploaded file's bytes, exactly as sent (the size limit applies while streaming)."""
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
-        form = await request.form(max_files=1, max_fields=10)
+        try:
+            form = await request.form(max_files=_MAX_FILES, max_fields=_MAX_FIELDS)
+        except StarletteHTTPException as exc:  # starlette answers a part limit with a 400
+            if exc.status_code == 400 and str(exc.detail).startswith(_PART_LIMITS):
+                raise HTTPException(422, detail=_too_many_parts(str(exc.detail))) from None
+            raise
         item = form.get("file")
         if not isinstance(item, UploadFile):
             raise HTTPException(
@@ -96,7 +121,10 @@ def _get(session: SessionDep, memtest_id: str) -> Memtest:
         401: {"model": MessageOut},
         403: {"model": MessageOut},
         413: {"model": MessageOut},
-        422: {"description": "not a valid trainfit.memtest/1 document; `loc` names the field"},
+        422: {
+            "description": "not a valid trainfit.memtest/1 document, or a multipart body of "
+            "more parts than the upload reads; `loc` names the field"
+        },
     },
 )
 def upload(
