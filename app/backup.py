@@ -21,16 +21,31 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, DateTime, Engine, delete, event, func, insert, select, text
+from sqlalchemy import (
+    Connection,
+    DateTime,
+    Engine,
+    Table,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    text,
+)
 
 from app.db.engine import make_engine
 from app.db.migrate import upgrade_head
 from app.db.models import AuditEntry, Memtest, Quote, UTCDateTime, utcnow
 
 FORMAT = "trainfit.backup/1"
-TABLES = (Memtest.__table__, Quote.__table__, AuditEntry.__table__)  # insert order (FKs)
+TABLES: tuple[Table, ...] = (  # insert order (FKs)
+    cast(Table, Memtest.__table__),
+    cast(Table, Quote.__table__),
+    cast(Table, AuditEntry.__table__),
+)
 
 
 class BackupError(Exception):

@@ -280,7 +280,9 @@ def _choice(value: object, path: str, choices: Iterable[str]) -> None:
         raise MemtestSchemaError(path, f"must be one of {', '.join(options)}; got {value!r}")
 
 
-def _fields(doc: dict[str, Any], path: str, checks: dict[str, Callable[[Any, str], None]]) -> None:
+def _fields(
+    doc: dict[str, Any], path: str, checks: dict[str, Callable[[Any, str], object]]
+) -> None:
     for key, check in checks.items():
         check(_require(doc, key, path), _join(path, key))
 

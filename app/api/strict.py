@@ -155,7 +155,8 @@ def body_adapter(route: APIRoute) -> TypeAdapter[Any] | None:
     params = route.dependant.body_params
     if len(params) != 1:
         return None
-    return TypeAdapter(params[0].field_info.annotation)
+    annotation = params[0].field_info.annotation
+    return None if annotation is None else TypeAdapter(annotation)
 
 
 def is_json(request: Request) -> bool:

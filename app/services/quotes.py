@@ -181,7 +181,7 @@ def to_summary(quote: Quote) -> QuoteSummary:
     return QuoteSummary(
         id=quote.id,
         title=quote.title,
-        status=quote.status,  # type: ignore[arg-type]
+        status=quote.status,
         created_by=quote.created_by,
         created_at=quote.created_at,
         approver=quote.approver,
@@ -193,12 +193,12 @@ def to_summary(quote: Quote) -> QuoteSummary:
 def _trail(session: Session, quote_id: str) -> list[AuditOut]:
     return [
         AuditOut(
-            from_status=e.from_status,  # type: ignore[arg-type]
-            to_status=e.to_status,  # type: ignore[arg-type]
+            from_status=e.from_status,
+            to_status=e.to_status,
             actor=e.actor,
             comment=e.comment,
             at=e.at,
-            outcome=e.outcome or "ok",  # type: ignore[arg-type]
+            outcome=e.outcome or "ok",
         )
         for e in repository.audit_trail(session, quote_id)
     ]

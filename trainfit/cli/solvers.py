@@ -157,7 +157,8 @@ def _search_text(args: argparse.Namespace, gpu: str, ans: dict[str, Any]) -> str
     cheap, fast = ans["cheapest"], ans["fastest"]
 
     def name(r: dict[str, Any]) -> str:
-        return r["parallel"] + ("" if r["offload"] == "none" else f" +offload {r['offload']}")
+        offload = "" if r["offload"] == "none" else f" +offload {r['offload']}"
+        return f"{r['parallel']}{offload}"
 
     def money(r: dict[str, Any]) -> str:
         t, c = r.get("time") or {}, r.get("cost") or {}

@@ -17,7 +17,9 @@ from estimator.request import CheckRequest, EstimateRequest
 
 router = APIRouter(prefix="/v1", tags=["estimates"], route_class=StrictJsonRoute)
 
-_422 = {422: {"model": ValidationErrorOut, "description": "bad input; `loc` names the field"}}
+_422: dict[int | str, dict[str, Any]] = {
+    422: {"model": ValidationErrorOut, "description": "bad input; `loc` names the field"}
+}
 
 # The estimate is a pure function of the request body (the catalog, presets and profiles are
 # packaged data, the work bounds fixed per app): each app keeps the answers to the last bodies

@@ -13,7 +13,9 @@ from estimator.request import RecommendRequest, SolverRequest
 
 router = APIRouter(prefix="/v1", tags=["solvers"], route_class=StrictJsonRoute)
 
-_422 = {422: {"model": ValidationErrorOut, "description": "bad input; `loc` names the field"}}
+_422: dict[int | str, dict[str, Any]] = {
+    422: {"model": ValidationErrorOut, "description": "bad input; `loc` names the field"}
+}
 
 
 @router.post("/max-seq", summary="Longest sequence that fits the GPU option", responses=_422)
