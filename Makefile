@@ -28,7 +28,7 @@ lint: setup
 
 test: setup
 	.venv/bin/ruff check .
-	.venv/bin/mypy estimator gpu_catalog app memtest_schema trainfit
+	.venv/bin/mypy estimator gpu_catalog app memtest_schema trainfit probe
 	.venv/bin/python -m pytest
 	.venv-torchtune/bin/python -m pytest tests/probe/test_torchtune_stack.py
 

@@ -273,12 +273,13 @@ class CachingAllocatorSim:
     def segments(self) -> list[dict[str, int | bool]]:
         """Per mapped range of memory (like `snapshot()`): total, allocated and free bytes."""
         heads: dict[int, Block] = {}
+        b: Block | None
         for b in self._all_blocks():
             if b.mapped and (b.prev is None or not b.prev.mapped):
                 heads[b.ptr] = b
         out: list[dict[str, int | bool]] = []
         for ptr in sorted(heads):
-            b: Block | None = heads[ptr]
+            b = heads[ptr]
             total = used = 0
             large = not heads[ptr].small
             expandable = heads[ptr].segment.expandable

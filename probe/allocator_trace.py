@@ -114,11 +114,11 @@ class _StorageLog:
 def _recorder_class() -> type[Any]:
     from probe.tracker import OutputTensorsMode
 
-    class AllocationRecorder(OutputTensorsMode):
+    class AllocationRecorder(OutputTensorsMode):  # type: ignore[no-untyped-call]
         """Log storage creation and release of every op's outputs."""
 
         def __init__(self, log: _StorageLog) -> None:
-            super().__init__()
+            super().__init__()  # type: ignore[no-untyped-call]
             self.log = log
 
         def _track(self, tensor: Any) -> None:
@@ -150,7 +150,7 @@ def record_allocations(
 
 
 def _recording_tracker_class(base: type[Any], log: _StorageLog) -> type[Any]:
-    class RecordingTracker(base):  # type: ignore[misc, valid-type]
+    class RecordingTracker(base):  # type: ignore[misc]
         """The probe's tracker, also logging each storage it counts (see the module docstring):
         every op output and adopted weight passes through `_track`; the tracker's in-place-on-
         CUDA pairs go to the trace's `in_place`, in the log's ids."""

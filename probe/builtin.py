@@ -90,11 +90,13 @@ class _Layer(nn.Module):
             attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.o_proj(attn.transpose(1, 2).reshape(b, s, -1))
         y = self.post_attention_layernorm(x)
-        return x + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
+        out: torch.Tensor = x + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-            return self._gradient_checkpointing_func(self._forward, x)
+            checkpointed: torch.Tensor = self._gradient_checkpointing_func(self._forward, x)
+            return checkpointed
         return self._forward(x)
 
 
@@ -160,7 +162,8 @@ class LoRALinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lora = self.lora_B(self.lora_A(x.to(self.lora_A.weight.dtype))) * self.scale
-        return self.base(x) + lora.to(x.dtype)
+        out: torch.Tensor = self.base(x) + lora.to(x.dtype)
+        return out
 
 
 def apply_builtin_lora(

@@ -14,7 +14,7 @@ moves to its host count, so the device figures exclude it and `components.host` 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -64,16 +64,17 @@ def enable_checkpointing(causal_lm: nn.Module, *, offload: bool) -> None:
     if enable is not None:
         enable(activation_checkpointing_kwargs={"use_reentrant": False})
     elif hasattr(causal_lm, "gradient_checkpointing_enable"):
-        causal_lm.gradient_checkpointing_enable(
+        cast(Any, causal_lm).gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": False}
         )
     func = offloaded_checkpoint if offload else _plain_checkpoint
     found = False
     for module in causal_lm.modules():
         if hasattr(module, "gradient_checkpointing"):
-            module._gradient_checkpointing_func = func
+            layer: Any = module  # a decoder layer with transformers' checkpointing attributes
+            layer._gradient_checkpointing_func = func
             if enable is None and not hasattr(causal_lm, "gradient_checkpointing_enable"):
-                module.gradient_checkpointing = True
+                layer.gradient_checkpointing = True
             found = True
     if not found:
         raise ValueError(f"{type(causal_lm).__name__} does not support activation checkpointing")

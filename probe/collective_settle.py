@@ -89,7 +89,7 @@ def _settle(
     """Wait until no tensor is referenced more than before the call."""
 
     def held() -> bool:
-        return any(t._use_count() > n for t, n in zip(tensors, before, strict=True))
+        return any(t._use_count() > n for t, n in zip(tensors, before, strict=True))  # type: ignore[attr-defined]
 
     if not held():
         return
@@ -118,7 +118,7 @@ def _wrapper(
             stats.async_ops += 1
             return original(*args, **kwargs)
         tensors = [t for value in bound.arguments.values() for t in _tensors(value)]
-        before = [t._use_count() for t in tensors]
+        before = [t._use_count() for t in tensors]  # type: ignore[attr-defined]
         local.depth = 1
         try:
             result = original(*args, **kwargs)

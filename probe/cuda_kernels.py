@@ -62,7 +62,7 @@ class CudaKernels:
 
     def __enter__(self) -> CudaKernels:
         self._original = F.dropout
-        F.dropout = self._dropout  # type: ignore[assignment]
+        F.dropout = self._dropout
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -22,7 +22,7 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -76,7 +76,9 @@ def hf_optim(setup: dict[str, Any]) -> tuple[str, str]:
     return ("paged_lion_32bit" if setup["paged"] else "lion_32bit"), ""
 
 
-def _from_config(config: dict[str, Any], setup: dict[str, Any], device: str, notes: list[str]):
+def _from_config(
+    config: dict[str, Any], setup: dict[str, Any], device: str, notes: list[str]
+) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = AutoConfig.for_model(**config)
@@ -87,7 +89,7 @@ def _from_config(config: dict[str, Any], setup: dict[str, Any], device: str, not
     attn = "eager" if setup["attention"] == "eager" else "sdpa"
     target = torch.device("meta") if device == "fake" else torch.device(device)
     with target:
-        return AutoModelForCausalLM.from_config(
+        return AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
             text, dtype=hf_weight_dtype(setup), attn_implementation=attn
         )
 
@@ -104,13 +106,15 @@ def _scratch_dir(size: int) -> str | None:
     return shm if stats.f_bavail * stats.f_frsize > size * 1.25 else None
 
 
-def _qlora_model(config: dict[str, Any], setup: dict[str, Any], device: str, env: dict[str, Any]):
+def _qlora_model(
+    config: dict[str, Any], setup: dict[str, Any], device: str, env: dict[str, Any]
+) -> Any:
     """transformers quantises while loading a checkpoint: save the random bf16 model to a
     temporary folder, load it back with `BitsAndBytesConfig`, then peft's kbit preparation."""
     from peft import prepare_model_for_kbit_training
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    bnb = BitsAndBytesConfig(
+    bnb = BitsAndBytesConfig(  # type: ignore[no-untyped-call]
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",
         bnb_4bit_compute_dtype=torch.bfloat16,
@@ -126,7 +130,7 @@ def _qlora_model(config: dict[str, Any], setup: dict[str, Any], device: str, env
         model = AutoModelForCausalLM.from_pretrained(
             folder, quantization_config=bnb, dtype=torch.bfloat16, device_map=device
         )
-    model = prepare_model_for_kbit_training(
+    model = prepare_model_for_kbit_training(  # type: ignore[no-untyped-call]
         model,
         use_gradient_checkpointing=setup["checkpointing"] != "none",
         gradient_checkpointing_kwargs={"use_reentrant": False},
@@ -151,7 +155,8 @@ def _lora(model: nn.Module, setup: dict[str, Any], env: dict[str, Any]) -> nn.Mo
     alpha = setup["lora_alpha"] if setup["lora_alpha"] is not None else float(setup["lora_rank"])
     lcfg = LoraConfig(
         r=setup["lora_rank"],
-        lora_alpha=alpha,
+        # peft annotates lora_alpha as int; it is a float scale (alpha / r) and takes one
+        lora_alpha=alpha,  # type: ignore[arg-type]
         lora_dropout=setup["lora_dropout"],
         target_modules=target,
         task_type="CAUSAL_LM",
@@ -213,7 +218,7 @@ class _RandomTokens(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
 def _callback_class() -> type:
     from transformers import TrainerCallback
 
-    class MemoryCallback(TrainerCallback):  # type: ignore[misc]
+    class MemoryCallback(TrainerCallback):
         """Records memory at the step boundaries the Trainer announces; changes nothing."""
 
         def __init__(self, session: HFSession, res: dict[str, Any], bar: Any) -> None:
@@ -270,7 +275,7 @@ def _FakeArguments() -> type:  # noqa: N802 - a class factory (transformers impo
     swap fake parameters that the fake mode holds weak references to."""
     from transformers import TrainingArguments
 
-    class FakeTensorTrainingArguments(TrainingArguments):  # type: ignore[misc]
+    class FakeTensorTrainingArguments(TrainingArguments):
         @property
         def place_model_on_device(self) -> bool:
             return False
@@ -289,7 +294,7 @@ def _noop_moves_keep_fake_params() -> Iterator[None]:
     on real tensors); every other swap runs unchanged."""
     from torch._subclasses.fake_tensor import FakeTensor
 
-    original = torch.utils.swap_tensors
+    original: Callable[[torch.Tensor, torch.Tensor], None] = torch.utils.swap_tensors
 
     def swap(t1: torch.Tensor, t2: torch.Tensor) -> None:
         same = (

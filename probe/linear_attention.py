@@ -219,7 +219,7 @@ def _is_fake(t: torch.Tensor) -> bool:
 
 class _GatedDeltaRule(torch.autograd.Function):
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         q: torch.Tensor,
         k: torch.Tensor,
@@ -240,7 +240,7 @@ class _GatedDeltaRule(torch.autograd.Function):
         return o, final
 
     @staticmethod
-    def backward(ctx: Any, do: torch.Tensor, _dfinal: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+    def backward(ctx: Any, do: torch.Tensor, _dfinal: torch.Tensor) -> tuple[Any, ...]:
         q_s, _q_rstd, k_s, _k_rstd, v, g_s, beta, a = ctx.saved_tensors
         if _is_fake(do):
             dq, dk, dv, dg, dbeta, scratch = torch.ops.trainfit.gated_delta_bwd(
@@ -271,7 +271,7 @@ def gated_delta_rule(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Drop-in for transformers' `torch_chunk_gated_delta_rule` (same arguments and returns)."""
-    o, final = _GatedDeltaRule.apply(
+    o, final = _GatedDeltaRule.apply(  # type: ignore[no-untyped-call]
         query, key, value, g, beta, initial_state, output_final_state, use_qk_l2norm_in_kernel
     )
     return o, (final if output_final_state else None)

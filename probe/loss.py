@@ -21,7 +21,7 @@ __all__ = ["full_loss", "chunked_loss"]
 def full_loss(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
     """transformers' loss from `labels`; the output is dropped before the caller's backward."""
     out = model(input_ids=input_ids, labels=input_ids, use_cache=False)
-    loss = out.loss if hasattr(out, "loss") else out["loss"]
+    loss: torch.Tensor = out.loss if hasattr(out, "loss") else out["loss"]
     del out  # as HF Trainer: holding the output would keep the logits alive through backward
     return loss
 
@@ -40,7 +40,7 @@ def chunked_loss(
     del out
     hidden = hidden[:, :-1]  # position t predicts token t+1
     labels = input_ids[:, 1:]
-    total = hidden.new_zeros((), dtype=torch.float32)
+    total: torch.Tensor = hidden.new_zeros((), dtype=torch.float32)
     for h, y in zip(
         torch.split(hidden, chunk, dim=1), torch.split(labels, chunk, dim=1), strict=True
     ):

@@ -105,7 +105,7 @@ def _build_device(device: str) -> Iterator[None]:
         yield
 
 
-def _hf_model(config: dict[str, Any], setup: dict[str, Any], device: str, notes: list[str]):
+def _hf_model(config: dict[str, Any], setup: dict[str, Any], device: str, notes: list[str]) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = AutoConfig.for_model(**config)
@@ -121,7 +121,7 @@ def _hf_model(config: dict[str, Any], setup: dict[str, Any], device: str, notes:
         kwargs.update(_qlora_kwargs(device))
         kwargs["dtype"] = torch.bfloat16
     with _build_device(device):
-        model = AutoModelForCausalLM.from_config(text, **kwargs)
+        model = AutoModelForCausalLM.from_config(text, **kwargs)  # type: ignore[no-untyped-call]
     return model
 
 
@@ -158,8 +158,12 @@ def _apply_lora(model: nn.Module, setup: dict[str, Any], notes: list[str]) -> nn
         return apply_builtin_lora(
             model, setup["lora_rank"], alpha, target, setup["adapter_dtype"] == "fp32"
         )
+    # peft annotates lora_alpha as int; it is a float scale (alpha / r) and takes one
     lcfg = LoraConfig(
-        r=setup["lora_rank"], lora_alpha=alpha, target_modules=target, lora_dropout=0.0
+        r=setup["lora_rank"],
+        lora_alpha=alpha,  # type: ignore[arg-type]
+        target_modules=target,
+        lora_dropout=0.0,
     )
     try:
         return get_peft_model(model, lcfg, autocast_adapter_dtype=setup["adapter_dtype"] == "fp32")

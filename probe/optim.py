@@ -93,7 +93,8 @@ def make_optimizer(
                 f"optimizer=adafactor needs torch >= 2.5 (torch.optim.Adafactor); "
                 f"this is torch {torch.__version__}"
             )
-        return adafactor(params, lr=LR)
+        optimizer: torch.optim.Optimizer = adafactor(params, lr=LR)
+        return optimizer
     if name == "lion":
         return Lion(params, lr=LR)
     if name == "adamw-8bit":
@@ -108,7 +109,7 @@ def make_optimizer(
             raise UnsupportedSetup(
                 "optimizer=adamw-8bit is not supported here: bitsandbytes is not installed"
             ) from None
-        return bnb.optim.AdamW8bit(params, lr=LR)
+        return bnb.optim.AdamW8bit(params, lr=LR)  # type: ignore[attr-defined,no-untyped-call]
     raise UnsupportedSetup(f"unknown optimizer {name!r}")
 
 

@@ -152,14 +152,14 @@ def _loss_context(layout: str) -> Any:
     return loss_parallel()
 
 
-class _BackendTemporariesUncounted(TorchDispatchMode):
+class _BackendTemporariesUncounted(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Pauses the counter while a c10d collective runs (`torch.ops.c10d.*`: the tensors they
     read and write are the caller's, made outside): what is allocated meanwhile is the
     backend's own, gloo's flat all-gather output and reduce-scatter input clone, which NCCL
     does not make through torch's allocator (module docstring)."""
 
     def __init__(self, counter: CpuAllocatorCounter) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self._counter = counter
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -182,7 +182,7 @@ def run_layout(
     base = counter.current()  # what earlier layouts and the process group left alive
     built = build_model(config, SETUP | {"batch": args.batch}, "cpu")
     model = _wrap(built.model, layout, world)
-    params = [p for p in model.parameters() if p.requires_grad]
+    params: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
     optimizer = _optimizer(params)
     vocab = int(config["vocab_size"])
     gc.collect()
@@ -202,7 +202,7 @@ def run_layout(
             with _loss_context(layout):
                 loss = _loss(model, layout, ids)
                 phase("forward")
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]
             del loss, ids
             gc.collect()  # reference cycles freed now, not at a random later moment
             phase("backward")

@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -52,6 +52,8 @@ from probe.tracker import StorageTracker
 __all__ = ["run_probe", "default_out_name"]
 
 MAX_STEPS = 100_000
+
+_T = TypeVar("_T")
 
 
 def _now() -> str:
@@ -120,7 +122,7 @@ class _Session:
         self.vocab = vocab
         self.tracker = tracker
         self.torch_device = torch.device("cuda" if device == "cuda" else "cpu")
-        params = [p for p in built.model.parameters() if p.requires_grad]
+        params: list[torch.Tensor] = [p for p in built.model.parameters() if p.requires_grad]
         self.optimizer = make_training_optimizer(setup, params, device)
         self.autocast = False  # mixed = bf16 compute with fp32 masters (probe.optim.MasterWeights)
 
@@ -145,7 +147,7 @@ class _Session:
                 )
             else:
                 loss = full_loss(self.built.model, ids)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         del loss, ids
         if self.tracker is not None:
             self.tracker.mark_optimizer_step()
@@ -227,7 +229,15 @@ def _attention_kernel(setup: dict[str, Any], kernels: set[str], device: str) -> 
     return "none observed"
 
 
-def _observe_cuda_kernels(session: _Session) -> set[str]:
+def _observes_kernels(session: object, device: str, attention: str) -> bool:
+    """Whether the run observes its attention kernels (`_observe_cuda_kernels`): on CUDA with
+    a non-eager attention, for the probe's and the hf stack's sessions. Not the torchtune
+    stack's: its session has no autocast context and its model is built by torchtune's own
+    recipe, not a `decoder` to run one forward of."""
+    return device == "cuda" and attention != "eager" and not isinstance(session, TorchtuneSession)
+
+
+def _observe_cuda_kernels(session: _Session | HFSession) -> set[str]:
     """Which attention ops run on CUDA: one short forward under an op-name observer."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -235,15 +245,21 @@ def _observe_cuda_kernels(session: _Session) -> set[str]:
 
     seen: set[str] = set()
 
-    class _Observer(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    class _Observer(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(
+            self,
+            func: Any,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
             name = getattr(func, "__name__", "").split(".")[0]
             if name in ATTENTION_OPS:
                 seen.add(ATTENTION_OPS[name])
             return func(*args, **(kwargs or {}))
 
     ids = torch.randint(0, session.vocab, (1, 256), device="cuda")
-    with torch.no_grad(), session._autocast(), _Observer():
+    with torch.no_grad(), session._autocast(), _Observer():  # type: ignore[no-untyped-call]
         session.built.decoder(input_ids=ids, use_cache=False)
     return seen
 
@@ -284,7 +300,7 @@ def _build(config: dict[str, Any], setup: dict[str, Any], device: str) -> BuiltM
     return _build_with(build_model, config, setup, device)
 
 
-def _build_with(builder: Callable[..., BuiltModel], *args: Any) -> BuiltModel:
+def _build_with(builder: Callable[..., _T], *args: Any) -> _T:
     try:
         return builder(*args)
     except (UnsupportedSetup, ProbeInputError):
@@ -507,7 +523,8 @@ def run_probe(
             ]
         else:
             phase(f"built the model ({setup['stack']} stack, {device})")
-            if device == "cuda" and setup["attention"] != "eager":
+            if _observes_kernels(session, device, setup["attention"]):
+                assert not isinstance(session, TorchtuneSession)  # (for the type checker)
                 kernels |= _observe_cuda_kernels(session)
                 phase("observed the attention kernels")
             stopped: str | None = None

@@ -52,7 +52,7 @@ FAKE_SUBSTITUTED = [
 ]
 
 
-class ResizeTracker(StorageTracker):
+class ResizeTracker(StorageTracker):  # type: ignore[no-untyped-call]
     """The storage tracker, plus what it cannot see as op outputs:
     - storage resizes: FSDP2 allocates and frees its unsharded parameters with
       `untyped_storage().resize_()` (torch 2.13 distributed/fsdp/_fully_shard/_fsdp_param.py:
@@ -76,7 +76,7 @@ class ResizeTracker(StorageTracker):
             tracker._resized(storage)
             return out
 
-        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign,assignment]
         super().__enter__()
         return self
 
@@ -86,7 +86,7 @@ class ResizeTracker(StorageTracker):
 
     def _track(self, tensor: torch.Tensor) -> None:
         if is_traceable_wrapper_subclass(tensor):
-            names, _ = tensor.__tensor_flatten__()  # type: ignore[attr-defined]
+            names, _ = tensor.__tensor_flatten__()
             for name in names:
                 inner = getattr(tensor, name)
                 if isinstance(inner, torch.Tensor):
@@ -120,7 +120,7 @@ class ResizeTracker(StorageTracker):
         self._note_peak()
 
 
-class _FakeScalars(TorchDispatchMode):
+class _FakeScalars(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """`.item()` of a fake tensor answers 1 (True, 1.0): fake tensors hold no values."""
 
     def __torch_dispatch__(
@@ -152,12 +152,12 @@ def _fake_patches() -> Iterator[None]:
         with torch.no_grad():
             return tensor.normal_(mean, std, generator=generator)
 
-    ParallelDims.build_mesh = real_build_mesh  # type: ignore[method-assign]
+    ParallelDims.build_mesh = real_build_mesh
     init._no_grad_trunc_normal_ = normal
     try:
         yield
     finally:
-        ParallelDims.build_mesh = build_mesh  # type: ignore[method-assign]
+        ParallelDims.build_mesh = build_mesh
         init._no_grad_trunc_normal_ = trunc
 
 
@@ -220,7 +220,7 @@ def trace_length(
         if fake:
             modes.enter_context(_fake_patches())
             modes.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
-            modes.enter_context(_FakeScalars())
+            modes.enter_context(_FakeScalars())  # type: ignore[no-untyped-call]
         try:
             trainer = Trainer(cfg)
             trainer.metrics_processor.should_log = lambda step: False

@@ -238,7 +238,7 @@ def torchtitan_model_config(config: dict[str, Any]) -> Any:
 def _tokenizer_class() -> type:
     from torchtitan.components.tokenizer import BaseTokenizer
 
-    class VocabOnlyTokenizer(BaseTokenizer):
+    class VocabOnlyTokenizer(BaseTokenizer):  # type: ignore[misc]  # torchtitan has no types
         """Reports the vocabulary size; the probe's data are token ids, never text."""
 
         def __init__(self, config: Any = None, *, tokenizer_path: str = "", vocab: int = 0):
@@ -260,7 +260,7 @@ def _tokenizer_class() -> type:
 def _dataloader_class() -> type:
     from torchtitan.components.dataloader import BaseDataLoader
 
-    class RandomTokens(BaseDataLoader):
+    class RandomTokens(BaseDataLoader):  # type: ignore[misc]  # torchtitan has no types
         """`({"input": ids}, labels)` batches of random token ids, as torchtitan's text
         dataloaders yield them (hf_datasets/text_datasets.py: labels are the inputs shifted by
         one); seeded by the data-parallel rank."""

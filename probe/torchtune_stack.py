@@ -450,12 +450,12 @@ def _fake_mode() -> Any:
     def unscaled(self: Any, freqs: torch.Tensor, *args: Any) -> torch.Tensor:
         return freqs
 
-    Llama3ScaledRoPE.apply_scaling = unscaled  # type: ignore[method-assign]
+    Llama3ScaledRoPE.apply_scaling = unscaled
     try:
         with FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()):
             yield
     finally:
-        Llama3ScaledRoPE.apply_scaling = original  # type: ignore[method-assign]
+        Llama3ScaledRoPE.apply_scaling = original
 
 
 def _recipe_module(method: str) -> ModuleType:
@@ -489,7 +489,7 @@ def storage_tensors(tensors: Any) -> list[torch.Tensor]:
         if not isinstance(t, torch.Tensor):
             continue
         if is_traceable_wrapper_subclass(t):
-            names, _ = t.__tensor_flatten__()  # type: ignore[attr-defined]
+            names, _ = t.__tensor_flatten__()
             out.extend(storage_tensors(getattr(t, name) for name in names))
         else:
             out.append(t)

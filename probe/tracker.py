@@ -75,7 +75,7 @@ ATTENTION_OPS = {
 }
 
 
-class OutputTensorsMode(TorchDispatchMode):
+class OutputTensorsMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """A dispatch mode that runs each op and shows every tensor it returns to `_track`."""
 
     def __torch_dispatch__(
@@ -103,11 +103,11 @@ class OutputTensorsMode(TorchDispatchMode):
         raise NotImplementedError
 
 
-class StorageTracker(OutputTensorsMode):
+class StorageTracker(OutputTensorsMode):  # type: ignore[no-untyped-call]
     """Count live storages created by ops; raise `TrackerOOM` above `cap` bytes."""
 
     def __init__(self, cap: int | None = None, vocab: int | None = None) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.cap = cap
         self.vocab = vocab  # storages whose tensor's last dimension is this count as logits
         self._logit_uids: set[int] = set()
@@ -173,11 +173,12 @@ class StorageTracker(OutputTensorsMode):
 
     def __enter__(self) -> StorageTracker:
         _ACTIVE.append(self)
-        return super().__enter__()
+        entered: StorageTracker = super().__enter__()  # type: ignore[no-untyped-call]
+        return entered
 
     def __exit__(self, *exc: object) -> None:
         _ACTIVE.remove(self)
-        super().__exit__(*exc)
+        super().__exit__(*exc)  # type: ignore[no-untyped-call]
 
     # -- accounting -----------------------------------------------------------------------
 

@@ -59,3 +59,18 @@ def test_checkpoint_recompute_takes_the_same_kernel_as_the_forward():
         y.sum().backward()  # a recompute on the other path would raise CheckpointError
     assert kernels.substitutions == 2  # forward and recompute
     assert torch.allclose(x.grad * 0.8 / 2, (y != 0).float())
+
+
+def test_the_torchtune_stacks_cuda_run_does_not_observe_kernels_it_has_no_forward_for() -> None:
+    """A TorchtuneSession has no autocast context nor a `decoder`: observing its attention
+    kernels on CUDA raised AttributeError before the first step (found by mypy --strict)."""
+    from probe.runner import HFSession, TorchtuneSession, _observes_kernels, _Session
+
+    torchtune = object.__new__(TorchtuneSession)
+    assert not hasattr(torchtune, "_autocast")
+    assert not _observes_kernels(torchtune, "cuda", "sdpa")
+    for session_type in (_Session, HFSession):
+        session = object.__new__(session_type)
+        assert _observes_kernels(session, "cuda", "sdpa")
+        assert not _observes_kernels(session, "cuda", "eager")
+        assert not _observes_kernels(session, "cpu", "sdpa")
