@@ -239,24 +239,20 @@ def _observes_kernels(session: object, device: str, attention: str) -> bool:
 
 def _observe_cuda_kernels(session: _Session | HFSession) -> set[str]:
     """Which attention ops run on CUDA: one short forward under an op-name observer."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    from probe.tracker import ATTENTION_OPS
+    from probe.tracker import OutputTensorsMode, attention_kernel
 
     seen: set[str] = set()
 
-    class _Observer(TorchDispatchMode):  # type: ignore[no-untyped-call]
-        def __torch_dispatch__(
-            self,
-            func: Any,
-            types: Any,
-            args: tuple[Any, ...] = (),
-            kwargs: dict[str, Any] | None = None,
-        ) -> Any:
-            name = getattr(func, "__name__", "").split(".")[0]
-            if name in ATTENTION_OPS:
-                seen.add(ATTENTION_OPS[name])
-            return func(*args, **(kwargs or {}))
+    class _Observer(OutputTensorsMode):  # type: ignore[no-untyped-call]
+        """Runs each op; keeps the attention kernels (`attention_kernel`), tracks nothing."""
+
+        def _seen_op(self, func: Any) -> None:
+            kernel = attention_kernel(func)
+            if kernel is not None:
+                seen.add(kernel)
+
+        def _track(self, tensor: torch.Tensor) -> None:
+            pass
 
     ids = torch.randint(0, session.vocab, (1, 256), device="cuda")
     with torch.no_grad(), session._autocast(), _Observer():  # type: ignore[no-untyped-call]

@@ -75,6 +75,11 @@ ATTENTION_OPS = {
 }
 
 
+def attention_kernel(func: Any) -> str | None:
+    """The attention kernel an op's appearance tells (`ATTENTION_OPS`), or None."""
+    return ATTENTION_OPS.get(getattr(func, "__name__", "").split(".")[0])
+
+
 class OutputTensorsMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """A dispatch mode that runs each op and shows every tensor it returns to `_track`."""
 
@@ -137,9 +142,9 @@ class StorageTracker(OutputTensorsMode):  # type: ignore[no-untyped-call]
     # -- dispatch -------------------------------------------------------------------------
 
     def _seen_op(self, func: Any) -> None:
-        name = getattr(func, "__name__", "").split(".")[0]
-        if name in ATTENTION_OPS:
-            self.kernels.add(ATTENTION_OPS[name])
+        kernel = attention_kernel(func)
+        if kernel is not None:
+            self.kernels.add(kernel)
 
     def _seen_call(self, func: Any, args: tuple[Any, ...], out: Any) -> None:
         """Record the backward's ops that CUDA runs in place (`probe.grad_sums`): while the
