@@ -137,12 +137,20 @@ async def _pydantic(_request: Request, exc: Exception) -> JSONResponse:
 # FastAPI answers a JSON body it cannot decode (e.g. invalid UTF-8) with this bare 400; every
 # other malformed body is a 422 naming `body`, so clients and the OpenAPI schema see one shape.
 _BODY_PARSE_ERROR = "There was an error parsing the body"
+# Starlette's multipart parser answers a form with more parts than the route reads
+# (`request.form(max_files=..., max_fields=...)`) with a bare 400 starting so; the body is
+# well-formed, just more than the route takes: a 422 naming `body`, as the other bodies
+_PART_LIMITS = ("Too many fields", "Too many files")
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400 and exc.detail == _BODY_PARSE_ERROR:
         return unprocessable(["body"], "the body is not valid JSON in UTF-8", "json_invalid")
+    if exc.status_code == 400 and str(exc.detail).startswith(_PART_LIMITS):
+        return unprocessable(
+            ["body"], f"{exc.detail} This form reads no more parts.", "too_many_parts"
+        )
     if exc.status_code in (204, 304) or exc.status_code < 400:
         return await http_exception_handler(request, exc)
     headers = exc.headers

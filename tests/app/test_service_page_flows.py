@@ -211,6 +211,34 @@ def test_memtest_upload_in_the_form_and_its_comparison(sqlite_client: TestClient
     assert 'id="calibrated"' in result.text and "420 tokens/s" in result.text
 
 
+def test_a_form_with_more_parts_than_the_page_reads_is_422_naming_the_body(
+    sqlite_client: TestClient,
+) -> None:
+    """The web upload reads one file and at most 10 fields; a hand-made form with more gets
+    what the REST upload answers, a 422 naming the body, not starlette's bare 400."""
+    form_token = csrf(sqlite_client, "/memtests")
+    file = {"memtest_file": ("memtest.json", json.dumps(_seed_memtest()).encode(), "x/json")}
+    fields = {"csrf_token": form_token, "token": UPLOAD_TOKEN}
+    ok = sqlite_client.post("/memtests/upload", data=fields, files=file, follow_redirects=False)
+    assert ok.status_code == 303, ok.text
+    many = sqlite_client.post(
+        "/memtests/upload",
+        data={**fields, "note": ["a"] * 9},  # 2 + 9 = 11 fields
+        files=file,
+        follow_redirects=False,
+    )
+    assert many.status_code == 422, many.text
+    detail = many.json()["detail"][0]
+    assert detail["loc"] == ["body"] and "Too many fields" in detail["msg"]
+    two = sqlite_client.post(
+        "/memtests/upload",
+        data=fields,
+        files=[("memtest_file", ("a.json", b"{}", "x/json")), ("other", ("b.json", b"{}", "x/y"))],
+        follow_redirects=False,
+    )
+    assert two.status_code == 422 and "Too many files" in two.json()["detail"][0]["msg"]
+
+
 def test_small_cpu_memtests_are_shown_in_mib(sqlite_client: TestClient) -> None:
     doc = _seed_memtest(peak_allocated_bytes=300 * 2**20, peak_reserved_bytes=320 * 2**20)
     tiny = Path(__file__).resolve().parents[1] / "data" / "configs" / "tiny-llama.json"
