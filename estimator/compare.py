@@ -16,7 +16,7 @@ import numpy as np
 
 from estimator.errors import EstimatorInputError
 from estimator.memory import memory_breakdown
-from estimator.memory.model import COMPONENTS
+from estimator.memory.model import COMPONENTS, memory_on_card
 from estimator.memory.workspaces import workspaces_in
 from estimator.model_source import resolve_model
 from estimator.profile import load_profile
@@ -105,10 +105,17 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
     setup = setup_from_memtest(doc)
     env = doc.get("environment") or {}
     devices = int(env.get("gpu_count") or 1)
+    # the card's total memory, which Unsloth's loss sizes its chunks by (memory.model.on_card)
+    total = env.get("total_memory_bytes")
+    card = total if env.get("device") == "cuda" and type(total) is int and total > 0 else None
     rows = []
     for result in doc.get("results") or []:
         seq, batch = int(result["seq_len"]), int(result.get("batch") or setup.batch)
-        mem = memory_breakdown(spec, setup, [seq], batch, profile, devices=devices)
+        mem = (
+            memory_breakdown(spec, setup, [seq], batch, profile, devices=devices)
+            if card is None
+            else memory_on_card(spec, setup, [seq], batch, profile, devices, card)
+        )
         comps = {
             k: (None if mem.components[k] is None else float(mem.components[k][0]))
             for k in COMPONENTS

@@ -66,6 +66,7 @@ def recommend_option(
     one that reaches the longest sequence when none does. `sc.setup` is the base setting."""
     spec, base, profile = sc.spec, sc.setup, sc.profile
     budget = Budget(option.gpu.capacity_bytes, usable_fraction)
+    card = budget.capacity_bytes
     n = devices_for(option, base)
     candidates = []
     variants = _layout_variants(sc.at(seq_len=required_seq, gpu=option.gpu), n)
@@ -73,7 +74,7 @@ def recommend_option(
         for variant in variants:
             setup = base.model_copy(update={"checkpointing": ck, "loss": loss, **variant})
             try:
-                peak = peak_bytes(spec, setup, required_seq, setup.batch, profile, n)
+                peak = peak_bytes(spec, setup, required_seq, setup.batch, profile, n, card)
             except EstimatorInputError:  # a layout this model or card count cannot take
                 continue
             candidates.append((setup, peak))
@@ -106,7 +107,7 @@ def recommend_option(
                 "capacity_bytes": option.gpu.capacity_bytes,
             }
         setup, seq = best
-        peak = peak_bytes(spec, setup, seq, setup.batch, profile, n)
+        peak = peak_bytes(spec, setup, seq, setup.batch, profile, n, card)
         run_tokens, data = run.at(seq)
         cell = _priced(sc.at(setup=setup, seq_len=seq), option, run_tokens)
         status = "shorter"

@@ -12,7 +12,13 @@ from estimator.fit import VERDICTS, verdict_code_list
 from estimator.gpu_options import GpuOption, devices_for
 from estimator.memo import Memo
 from estimator.memory import memory_breakdown
-from estimator.memory.model import COMPONENTS, MemoryBreakdown
+from estimator.memory.model import (
+    COMPONENTS,
+    MemoryBreakdown,
+    card_loss_target,
+    loss_depends_on_card,
+    memory_on_card,
+)
 from estimator.profile import Profile
 from estimator.spec import ModelSpec
 
@@ -240,20 +246,31 @@ def estimate_rows(
     # a --parallel layout needs its card count: the first option's (estimator/parallel/)
     first = devices_for(options[0], setup) if options and setup.parallel else None
     mem = memory_breakdown(spec, setup, seqs, setup.batch, profile, first, skey)
-    by_devices: dict[int, MemoryBreakdown] = {mem.devices: mem}
+    # one evaluation per card count, not per option; and per card size where the memory
+    # depends on it (Unsloth's loss: `loss_depends_on_card`), the rows' own figures then
+    # those without a card
+    by_card = loss_depends_on_card(setup)
+    by_devices: dict[tuple[int, float | None], MemoryBreakdown] = {(mem.devices, None): mem}
     per_option: dict[str, MemoryBreakdown] = {}
     for opt in options:
         n = devices_for(opt, setup)
-        if n not in by_devices:  # one evaluation per card count, not per option
-            by_devices[n] = memory_breakdown(spec, setup, seqs, setup.batch, profile, n, skey)
-        per_option[opt.option] = by_devices[n]
+        cap = opt.gpu.capacity_bytes
+        target = card_loss_target(spec, setup, profile, n, cap, skey) if by_card else None
+        if (n, target) not in by_devices:
+            by_devices[(n, target)] = (
+                memory_breakdown(spec, setup, seqs, setup.batch, profile, n, skey)
+                if target is None
+                else memory_on_card(spec, setup, seqs, setup.batch, profile, n, cap)
+            )
+        per_option[opt.option] = by_devices[(n, target)]
     size = len(seq_lens)
     columns = {id(m): _Columns(m, size) for m in by_devices.values()}
     base = columns[id(mem)]
     # each option's fit entry per row, made option by option from its `_Columns`; an option on
-    # another card count than the row's carries that breakdown's parts: the row's dicts of its
-    # `_Columns`, one set per card count, shared by the options of that count (equal figures;
-    # the document is read, not edited, by its consumers)
+    # another card count than the row's (or on a card small enough to change Unsloth's loss)
+    # carries that breakdown's parts: the row's dicts of its `_Columns`, one set per breakdown,
+    # shared by the options of it (equal figures; the document is read, not edited, by its
+    # consumers)
     per = []
     for opt in options:
         m = per_option[opt.option]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from estimator.errors import EstimatorInputError
 from estimator.memory import memory_breakdown
+from estimator.memory.model import memory_on_card
 from estimator.profile import Profile
 from estimator.scenario import Scenario
 from estimator.spec import ModelSpec
@@ -46,8 +47,13 @@ def peak_bytes(
     batch: int,
     profile: Profile,
     devices: int | None = None,
+    card_bytes: float | None = None,
 ) -> float:
-    return float(memory_breakdown(spec, setup, [seq], batch, profile, devices=devices).peak[0])
+    """The peak per device on `devices` cards of `card_bytes` each (`memory_breakdown`: the
+    card's size matters to Unsloth's loss alone; None: without a card)."""
+    if card_bytes is None:
+        return float(memory_breakdown(spec, setup, [seq], batch, profile, devices=devices).peak[0])
+    return float(memory_on_card(spec, setup, [seq], batch, profile, devices, card_bytes).peak[0])
 
 
 def largest_fitting(fits: Callable[[int], bool], upper: int) -> int | None:
@@ -95,10 +101,11 @@ def max_seq(
     upper: int = MAX_SEQ_SEARCH,
 ) -> dict[str, Any]:
     """Longest sequence (a multiple of `granularity`) whose peak fits the usable budget."""
+    card = budget.capacity_bytes
 
     def fits(k: int) -> bool:
         return (
-            peak_bytes(spec, setup, k * granularity, setup.batch, profile, devices)
+            peak_bytes(spec, setup, k * granularity, setup.batch, profile, devices, card)
             <= budget.usable_bytes
         )
 
@@ -119,9 +126,10 @@ def max_batch(
     upper: int = MAX_BATCH_SEARCH,
 ) -> dict[str, Any]:
     """Largest micro-batch at `seq` that fits."""
+    card = budget.capacity_bytes
 
     def fits(b: int) -> bool:
-        return peak_bytes(spec, setup, seq, b, profile, devices) <= budget.usable_bytes
+        return peak_bytes(spec, setup, seq, b, profile, devices, card) <= budget.usable_bytes
 
     b = largest_fitting(fits, upper)
     fixed = setup.model_copy(update={"batch": b or 1})
@@ -138,10 +146,12 @@ def min_gpus(
     upper: int = MAX_GPUS_SEARCH,
 ) -> dict[str, Any]:
     """Fewest cards of this kind that fit with `setup.sharding` (none -> device_map)."""
+    card = budget.capacity_bytes
 
     def fits(n: int) -> bool:
         try:
-            return peak_bytes(spec, setup, seq, setup.batch, profile, n) <= budget.usable_bytes
+            peak = peak_bytes(spec, setup, seq, setup.batch, profile, n, card)
+            return peak <= budget.usable_bytes
         except EstimatorInputError:  # a --parallel layout that n cards cannot take
             return False
 
@@ -155,11 +165,11 @@ def min_gpus(
         "usable_bytes": int(budget.usable_bytes),
     }
     if n is not None:
-        out["peak_bytes"] = int(peak_bytes(spec, setup, seq, setup.batch, profile, n))
+        out["peak_bytes"] = int(peak_bytes(spec, setup, seq, setup.batch, profile, n, card))
         out["margin_bytes"] = int(budget.usable_bytes) - out["peak_bytes"]
         if n > 1:
             out["peak_bytes_one_fewer"] = int(
-                peak_bytes(spec, setup, seq, setup.batch, profile, n - 1)
+                peak_bytes(spec, setup, seq, setup.batch, profile, n - 1, card)
             )
     return out
 
@@ -171,6 +181,7 @@ def _answer(
     one step further; `sc` holds the model, setup, profile, card count and (for `batch`) the
     sequence length."""
     spec, setup, profile, devices = sc.spec, sc.setup, sc.profile, sc.count
+    card = budget.capacity_bytes
     out: dict[str, Any] = {
         what: value,
         "granularity": step,
@@ -183,9 +194,9 @@ def _answer(
     s = value if what == "seq_len" else sc.seq_len
     b = setup.batch
     nxt_s, nxt_b = (s + step, b) if what == "seq_len" else (s, b + step)
-    out["peak_bytes"] = int(peak_bytes(spec, setup, s, b, profile, devices))
+    out["peak_bytes"] = int(peak_bytes(spec, setup, s, b, profile, devices, card))
     out["margin_bytes"] = int(budget.usable_bytes) - out["peak_bytes"]
-    out["next_peak_bytes"] = int(peak_bytes(spec, setup, nxt_s, nxt_b, profile, devices))
+    out["next_peak_bytes"] = int(peak_bytes(spec, setup, nxt_s, nxt_b, profile, devices, card))
     if limit is not None and value + step > limit:
         out["reason"] = f"search limit {limit} reached"
     return out
@@ -208,12 +219,13 @@ def fitting_settings(
 ) -> list[dict[str, Any]]:
     """Every setting of the grid (checkpointing x loss, by default) with its peak and margin,
     fitting ones first by margin... the caller ranks by cost/time."""
+    card = budget.capacity_bytes
     grid = grid or SETTING_GRID
     rows: list[dict[str, Any]] = []
     keys = list(grid)
     for values in product(*(grid[k] for k in keys)):
         variant = setup.model_copy(update=dict(zip(keys, values, strict=True)))
-        peak = peak_bytes(spec, variant, seq, variant.batch, profile, devices)
+        peak = peak_bytes(spec, variant, seq, variant.batch, profile, devices, card)
         rows.append(
             {
                 **dict(zip(keys, values, strict=True)),

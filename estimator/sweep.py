@@ -20,6 +20,7 @@ import numpy as np
 from estimator.fit import verdict_codes
 from estimator.gpu_options import devices_for, parse_gpu_options
 from estimator.memory import memory_breakdown
+from estimator.memory.model import card_loss_target, loss_depends_on_card, memory_on_card
 from estimator.profile import Profile
 from estimator.scenario import Scenario
 from estimator.spec import ModelSpec
@@ -30,13 +31,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SweepResult:
-    """`peak[s, b]` bytes per device; `verdict[s, b, g]` 0 fits / 1 tight / 2 no."""
+    """`peak[s, b]` bytes per device without a card; `peak_on_card[s, b, g]` on each card
+    (the same but where the card's size changes the memory: Unsloth's loss,
+    `memory.model.on_card`); `verdict[s, b, g]` 0 fits / 1 tight / 2 no, of `peak_on_card`."""
 
     seq_lens: np.ndarray
     batches: np.ndarray
     capacities: np.ndarray
     peak: np.ndarray
     verdict: np.ndarray
+    peak_on_card: np.ndarray
+    evaluations: int
 
     @property
     def cells(self) -> int:
@@ -45,7 +50,7 @@ class SweepResult:
 
     @property
     def memory_evaluations(self) -> int:
-        return int(self.peak.size)
+        return self.evaluations
 
     @property
     def verdicts(self) -> int:
@@ -66,8 +71,23 @@ def sweep(
     caps = np.asarray(capacities, dtype=np.float64)
     mem = memory_breakdown(spec, setup, seqs[:, None], bs[None, :], profile)
     peak = np.broadcast_to(mem.peak, (seqs.size, bs.size))
-    verdict = verdict_codes(peak[:, :, None], caps[None, None, :], usable_fraction)
-    return SweepResult(seqs, bs, caps, peak, verdict)
+    on_card = np.broadcast_to(peak[:, :, None], (seqs.size, bs.size, caps.size))
+    evaluations = 1
+    if loss_depends_on_card(setup):  # Unsloth's loss: each card its own peak (rows.py)
+        on_card = on_card.copy()
+        by_target: dict[float, Any] = {}
+        for g, cap in enumerate(caps.tolist()):
+            target = card_loss_target(spec, setup, profile, setup.num_gpus, cap)
+            if target is None:
+                continue
+            if target not in by_target:
+                by_target[target] = memory_on_card(
+                    spec, setup, seqs[:, None], bs[None, :], profile, None, cap
+                ).peak
+                evaluations += 1
+            on_card[:, :, g] = np.broadcast_to(by_target[target], peak.shape)
+    verdict = verdict_codes(on_card, caps[None, None, :], usable_fraction)
+    return SweepResult(seqs, bs, caps, peak, verdict, on_card, evaluations * peak.size)
 
 
 @dataclass(frozen=True)
@@ -176,12 +196,20 @@ def sweep_full(
     shape = (seqs.size, bs.size, len(options))
     peak, verdict = np.empty(shape), np.empty(shape, dtype=np.int64)
     step, tps, usd = np.empty(shape), np.empty(shape), np.empty(shape)
-    by_devices: dict[int, Any] = {}
+    by_devices: dict[tuple[int, float | None], Any] = {}  # per card count (and card: rows.py)
+    by_card = loss_depends_on_card(setup)
     for g, opt in enumerate(options):
         n = devices_for(opt, setup)
-        if n not in by_devices:
-            by_devices[n] = memory_breakdown(spec, setup, seqs[:, None], bs[None, :], profile, n)
-        mem = by_devices[n]
+        cap = opt.gpu.capacity_bytes
+        target = card_loss_target(spec, setup, profile, n, cap) if by_card else None
+        if (n, target) not in by_devices:
+            grid = (seqs[:, None], bs[None, :])
+            by_devices[(n, target)] = (
+                memory_breakdown(spec, setup, *grid, profile, n)
+                if target is None
+                else memory_on_card(spec, setup, *grid, profile, n, cap)
+            )
+        mem = by_devices[(n, target)]
         peak[:, :, g] = np.broadcast_to(mem.peak, shape[:2])
         verdict[:, :, g] = verdict_codes(peak[:, :, g], opt.gpu.capacity_bytes, usable_fraction)
         rates = option_rates(

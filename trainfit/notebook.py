@@ -205,7 +205,7 @@ def sweep(
         seq, batch, gpu = np.meshgrid(
             result.seq_lens, result.batches, np.arange(len(options)), indexing="ij"
         )
-        peak = np.broadcast_to(result.peak[:, :, None], result.verdict.shape)
+        peak = result.peak_on_card
         frame = pd.DataFrame(
             {
                 "seq_len": seq.reshape(-1).astype("int64"),

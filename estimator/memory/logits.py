@@ -92,6 +92,9 @@ class LossRule:
     row_scope: bool  # the stack's `loss_chunk_scope` is `row`
     upcasts_head: bool  # the stack's `loss_upcasts_head` (TRL)
     target: float  # the stack's `loss_target_bytes` (Unsloth), 4 GiB without
+    # the stack's `loss_target_free_fraction` (Unsloth): the target is at most this share of
+    # the card's free memory at the first loss (`memory.model.on_card`); None: no such rule
+    free_fraction: float | None
     torchtune_eager: bool  # torchtune 0.6.1's eager loss, its own moments (`logits_bytes`)
     torchtune_backward: bool  # its backward's non-vocab tensors (`loss_backward_activations`)
 
@@ -114,6 +117,9 @@ def loss_rule(setup: TrainingSetup, profile: Profile, logit_dtype: int) -> LossR
         row_scope=stack.get("loss_chunk_scope") == "row",
         upcasts_head=bool(stack.get("loss_upcasts_head")),
         target=float(stack.get("loss_target_bytes") or 4 * 2**30),
+        free_fraction=stack.get_optional("loss_target_free_fraction", None)
+        if setup.loss == "unsloth"
+        else None,
         torchtune_eager=chunked_output and not (compiled or fixed_chunked),
         torchtune_backward=chunked_output and not compiled,
     )

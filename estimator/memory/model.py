@@ -7,7 +7,8 @@ step (see `_peak`); the seed-000 profile adds every component (`peak_rule: sum`)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from estimator import lazy_numpy as np
@@ -185,22 +186,59 @@ def memory_breakdown(
 ) -> MemoryBreakdown:
     """Per-device memory for `devices` cards (default `setup.num_gpus`) under `setup.sharding`
     (`none` with several cards means device_map layer splitting). `skey`: `setup_key(setup)`
-    when the caller has it (computed here otherwise)."""
+    when the caller has it (computed here otherwise). No card: where the memory depends on the
+    card's size (`loss_depends_on_card`) this is the figure without one, the most those terms
+    take; `memory_on_card` gives a card's."""
     n = devices or setup.num_gpus
     layout = layout_of(setup, n)
     if layout is not None:
         from estimator.memory.sharded import layout_breakdown
 
         return layout_breakdown(spec, setup, seq_len, batch, profile, layout)
-    # the terms that do not depend on the length, once per (spec, setup, profile, devices);
-    # AMP or not (`amp_full`) also follows `parallel` layouts' context (weights.masters_layout)
+    return _evaluate(_fixed_of(spec, setup, profile, n, skey), spec, setup, seq_len, batch)
+
+
+def memory_on_card(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    seq_len: Any,
+    batch: Any,
+    profile: Profile,
+    devices: int | None,
+    card_bytes: float,
+) -> MemoryBreakdown:
+    """`memory_breakdown` on cards of `card_bytes` each (driver-reported memory): the same
+    figures but where the card's size changes them (Unsloth's loss, `on_card`). A `parallel`
+    layout takes no card."""
+    n = devices or setup.num_gpus
+    if not loss_depends_on_card(setup) or layout_of(setup, n) is not None:
+        return memory_breakdown(spec, setup, seq_len, batch, profile, n)
+    f = _fixed_of(spec, setup, profile, n)
+    f = _ON_CARD.get((f,), card_bytes, partial(on_card, f, card_bytes))
+    return _evaluate(f, spec, setup, seq_len, batch)
+
+
+def _fixed_of(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    profile: Profile,
+    n: int,
+    skey: tuple[Any, ...] | None = None,
+) -> _Fixed:
+    """The terms that do not depend on the length, once per (spec, setup, profile, devices);
+    AMP or not (`amp_full`) also follows `parallel` layouts' context (weights.masters_layout)."""
     skey = setup_key(setup) if skey is None else skey
     amp = amp_full(setup)
-    f = _FIXED.get(
+    return _FIXED.get(
         (spec, profile),
         (skey, amp, torchtitan.on_cpu_referee(), n),
         lambda: _fixed(spec, setup, profile, n, amp),
     )
+
+
+def _evaluate(
+    f: _Fixed, spec: ModelSpec, setup: TrainingSetup, seq_len: Any, batch: Any
+) -> MemoryBreakdown:
     if type(seq_len) is float and type(batch) is int:  # one length (`np.asarray`'s floats)
         return _at_lengths(f, spec, setup, seq_len, seq_len * float(batch))
     seq = np.asarray(seq_len, dtype=np.float64)
@@ -425,6 +463,55 @@ class _Fixed:
 
 
 _FIXED: Memo[_Fixed] = Memo()
+_ON_CARD: Memo[_Fixed] = Memo()
+
+
+def loss_depends_on_card(setup: TrainingSetup) -> bool:
+    """Whether `setup`'s memory depends on the card's size: Unsloth's fused loss sizes its
+    chunks by the memory free on the card (`on_card`)."""
+    if setup.loss != "unsloth":
+        return False
+    return load_stack(setup.stack).get_optional("loss_target_free_fraction", None) is not None
+
+
+def card_loss_target(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    profile: Profile,
+    devices: int,
+    card_bytes: float,
+    skey: tuple[Any, ...] | None = None,
+) -> float | None:
+    """The loss's chunk target on a card of `card_bytes` (`on_card`) where it is below the
+    target without a card; None where the card changes nothing (a large card, or a setup whose
+    memory does not depend on it), so callers share one evaluation between such cards."""
+    if not loss_depends_on_card(setup) or layout_of(setup, devices) is not None:
+        return None
+    f = _fixed_of(spec, setup, profile, devices, skey)
+    on = _ON_CARD.get((f,), card_bytes, partial(on_card, f, card_bytes))
+    return None if on is f else on.loss.target
+
+
+def on_card(f: _Fixed, card_bytes: float) -> _Fixed:
+    """`f` on a card of `card_bytes` (driver-reported total, what torch.cuda.mem_get_info
+    calls total). Unsloth's fused loss keeps one chunk's fp32 logits under a target of
+    min(4 GiB, half the memory free) read once per process, at its first call
+    (unsloth_zoo ce232d6c fused_losses/cross_entropy_loss.py:139-149, `functools.cache` on
+    (vocab_size, target_gb=None); the stack's `loss_target_free_fraction`). Free then: the card
+    less the CUDA context, the weights, the trainable weights (adapters, fp32 masters; no
+    gradients or optimizer states before the first step) and cuBLAS's workspaces, and less
+    the first batch's activations and allocator slack, which are not taken here: a short first
+    batch leaves the most free, so this is the largest target the process can pick and the
+    loss's bytes an upper bound. With nothing free Unsloth raises (:152-154) and the run
+    cannot start: `f` stands unchanged (its peak is over the card anyway)."""
+    first = replace(f.states, grads=0.0, optimizer=0.0)  # what exists before the first step
+    resident = f.context + f.weights + f.workspaces + _shard(first, 0.0, f.sharding, f.devices)[1]
+    assert f.loss.free_fraction is not None
+    free = card_bytes - resident
+    target = min(f.loss.target, f.loss.free_fraction * free)
+    if free <= 0 or target >= f.loss.target:
+        return f
+    return replace(f, loss=replace(f.loss, target=target))
 
 
 def _fixed(spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, amp: bool) -> _Fixed:

@@ -77,6 +77,7 @@ OPTIONAL_FACTS = (
     "torchtune_modules",
     "sdpa_repeats_kv",
     "offload_holds_output",
+    "loss_target_free_fraction",
 )
 
 
