@@ -9,13 +9,120 @@ only under `all-linear`, as peft 0.21 does through its weight-conversion tables.
 
 from __future__ import annotations
 
+import time
+from functools import partial
 from typing import TYPE_CHECKING
 
 from estimator.errors import EstimatorInputError
-from estimator.spec import Linear, ModelSpec
+from estimator.memo import Memo
+from estimator.spec import LAYER_LINEAR, MLP_DENSE, MLP_MOE, Linear, ModelSpec
 
 if TYPE_CHECKING:
     from estimator.setup import TrainingSetup
+
+
+_REGEX_HITS: Memo[list[Linear]] = Memo()  # per (spec, target): matched once, not per use
+
+# A target written `re:PATTERN` is peft's string `target_modules`: a regular expression that
+# must match a module's whole name (peft 5d602fdbf src/peft/tuners/tuners_utils.py:2329-2330
+# check_target_module_exists -> src/peft/utils/other.py:1516-1521 `re.fullmatch`), e.g.
+# `model.layers.0.self_attn.q_proj`. axolotl passes a string `lora_target_modules` to
+# LoraConfig as it is (axolotl 067b021c8 src/axolotl/loaders/adapter.py:171-190).
+REGEX = "re:"
+# the longest a pattern may search (the `regex` module's timeout): a hostile pattern with
+# nested quantifiers is refused instead of hanging the service
+REGEX_SECONDS = 0.5
+
+
+def peft_target_list(target_modules: object) -> list[str] | None:
+    """peft's `target_modules` (an adapter_config.json, a LoraConfig) as trainfit targets: a
+    list names modules; a string other than `all-linear` is a regex (`re:`)."""
+    if isinstance(target_modules, str):
+        special = target_modules in ("all-linear", "all_linear")
+        return [target_modules if special else f"{REGEX}{target_modules}"]
+    if isinstance(target_modules, list):
+        return [str(t) for t in target_modules]
+    return None
+
+
+def _parent(spec: ModelSpec, linear: Linear) -> str:
+    """The module holding `linear` inside a decoder layer, as transformers 5.25.0 names it
+    (each checked against the model built on the meta device in
+    tests/estimator/test_lora_regex.py)."""
+    llama4 = spec.model_type.startswith("llama4")
+    if "." in linear.name:  # gpt2's `attn.c_proj`, `mlp.c_proj`: the name carries it
+        return ""
+    if linear.group == "attention":
+        return "attn" if spec.model_type == "gpt2" else "self_attn"
+    if linear.group == "linear_attention":
+        return "linear_attn"
+    if linear.group == "shared_expert":
+        if llama4:
+            return "feed_forward.shared_expert"
+        return "mlp.shared_experts" if spec.model_type == "deepseek_v3" else "mlp.shared_expert"
+    return "feed_forward" if llama4 else "mlp"
+
+
+def _layer_indexes(spec: ModelSpec, linear: Linear) -> list[int]:
+    """The decoder layers holding `linear`: attention kinds in the layers that are not linear
+    attention, MLP kinds in dense layers, expert-side kinds in MoE layers."""
+    layers = range(spec.layers or 0)
+    if linear.group == "attention" and spec.layer_types:
+        return [i for i in layers if spec.layer_types[i] != LAYER_LINEAR]
+    if linear.group == "linear_attention":
+        return [i for i in layers if spec.layer_types and spec.layer_types[i] == LAYER_LINEAR]
+    if spec.mlp_types and linear.group in ("mlp", "shared_expert", "router", "experts"):
+        wanted = MLP_DENSE if linear.group == "mlp" else MLP_MOE
+        return [i for i in layers if spec.mlp_types[i] == wanted]
+    return list(layers)
+
+
+def module_names(spec: ModelSpec, linear: Linear) -> list[str]:
+    """The full module name of each instance of `linear` (one per layer holding it), as
+    `model.named_modules()` gives it: what peft's regex targets are matched against."""
+    parent = _parent(spec, linear)
+    leaf = f"{parent}.{linear.name}" if parent else linear.name
+    return [f"{spec.layers_module}.{i}.{leaf}" for i in _layer_indexes(spec, linear)]
+
+
+def _regex_targets(spec: ModelSpec, target: str, candidates: list[Linear]) -> list[Linear]:
+    """The Linear kinds a `re:` target adapts: those whose every instance it matches. One it
+    matches in some layers only is an error (adapters on part of the layers are not modelled),
+    as is a pattern that matches no Linear."""
+    import regex  # the `re` syntax, with a timeout
+
+    pattern = target[len(REGEX) :]
+    chosen = []
+    deadline = time.monotonic() + REGEX_SECONDS  # for the whole target, all its names
+
+    def matches(name: str) -> bool:
+        left = max(deadline - time.monotonic(), 1e-3)
+        return regex.fullmatch(pattern, name, timeout=left) is not None
+
+    try:
+        for lin in candidates:
+            names = module_names(spec, lin)
+            hits = sum(1 for n in names if matches(n))
+            if hits and hits < len(names):
+                raise EstimatorInputError(
+                    "setup.lora_targets",
+                    f"{target!r} matches {lin.name} in {hits} of its {len(names)} layers; "
+                    "adapters on some layers only are not modelled",
+                )
+            if hits:
+                chosen.append(lin)
+    except TimeoutError:
+        raise EstimatorInputError(
+            "setup.lora_targets", f"{target!r}: the pattern takes too long to match"
+        ) from None
+    if not chosen:
+        example = module_names(spec, candidates[0])[0] if candidates else "model.layers.0..."
+        raise EstimatorInputError(
+            "setup.lora_targets",
+            f"{target!r} matches no Linear module of {spec.model_type} (peft matches the whole "
+            f"module name, such as {example!r})",
+        )
+    return chosen
 
 
 def _matches(linear: Linear, target: str) -> bool:
@@ -48,6 +155,13 @@ def lora_targets(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
         return [lin for lin in candidates if lin.nn_linear]
     chosen: list[Linear] = []
     for target in setup.lora_targets:
+        if target.startswith(REGEX):
+            nn_linear = [lin for lin in candidates if lin.nn_linear]
+            found = _REGEX_HITS.get(
+                (spec,), target, partial(_regex_targets, spec, target, nn_linear)
+            )
+            chosen += [lin for lin in found if lin not in chosen]
+            continue
         hits = [lin for lin in candidates if _matches(lin, target)]
         if not hits and not any(_matches(lin, target) for lin in spec.linears):
             raise EstimatorInputError(

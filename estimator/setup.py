@@ -133,10 +133,10 @@ class TrainingSetup(BaseModel):
             fields["lora_rank"] = adapter_config["r"]
         if adapter_config.get("lora_alpha") is not None:
             fields["lora_alpha"] = adapter_config["lora_alpha"]
-        targets = adapter_config.get("target_modules")
-        if isinstance(targets, str):
-            fields["lora_targets"] = [targets]
-        elif isinstance(targets, list):
-            fields["lora_targets"] = [str(t) for t in targets]
+        from estimator.lora import peft_target_list
+
+        targets = peft_target_list(adapter_config.get("target_modules"))
+        if targets is not None:
+            fields["lora_targets"] = targets
         fields.update(overrides)
         return cls.model_validate(fields)

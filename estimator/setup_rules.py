@@ -34,7 +34,25 @@ def targets_field(targets: list[str]) -> list[str]:
     cleaned = [t.strip() for t in targets if t.strip()]
     if not cleaned:
         raise ValueError("give at least one target module name, or 'all-linear'")
+    for target in cleaned:
+        if target.startswith("re:"):  # peft's regex `target_modules` (estimator.lora.REGEX)
+            _check_pattern(target)
     return cleaned
+
+
+MAX_PATTERN_CHARS = 1000
+
+
+def _check_pattern(target: str) -> None:
+    import regex
+
+    pattern = target[3:]
+    if not pattern or len(pattern) > MAX_PATTERN_CHARS:
+        raise ValueError(f"a re: target holds a pattern of 1 to {MAX_PATTERN_CHARS} characters")
+    try:
+        regex.compile(pattern)
+    except regex.error as err:
+        raise ValueError(f"{target[:80]!r} is not a regular expression: {err}") from None
 
 
 def sharding_needs_gpus(s: Any) -> None:

@@ -171,6 +171,10 @@ class ModelSpec:
     # `_convert_peft_config_moe`: model types that transformers' conversion_mapping.py
     # `_MODEL_TO_CONVERSION_PATTERN` maps to the mixtral or qwen2_moe pattern)
     peft_fused_experts: bool = False
+    # the module holding the decoder layers in transformers' model (`model.layers`; a
+    # multimodal model's `model.language_model.layers`): peft's regex targets match full
+    # module names (`estimator.lora.module_names`)
+    layers_module: str = "model.layers"
     # config.json `max_position_embeddings` (torchtune's named builders size their RoPE cache
     # with it: `memory.weights.rope_buffer_bytes`); None when the config has none
     max_positions: int | None = None

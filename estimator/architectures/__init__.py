@@ -243,6 +243,18 @@ COMPOSITES: dict[str, tuple[str, bool]] = {
     "qwen2_5_vl": ("qwen2_5_vl_text", False),
     "qwen3_vl": ("qwen3_vl_text", False),
 }
+# where a composite's decoder layers sit (transformers 5.25.0: Llama4ForConditionalGeneration
+# holds a Llama4ForCausalLM as `language_model`, the others a base model as
+# `model.language_model`; tests/estimator/test_lora_regex.py builds each on the meta device)
+_LAYERS = {
+    "qwen3_5": "model.language_model.layers",
+    "qwen3_5_moe": "model.language_model.layers",
+    "gemma3": "model.language_model.layers",
+    "mistral3": "model.language_model.layers",
+    "llama4": "language_model.model.layers",
+    "qwen2_5_vl": "model.language_model.layers",
+    "qwen3_vl": "model.language_model.layers",
+}
 # text_config model_types accepted inside a composite, mapped to a builder family
 _TEXT_FAMILIES = {
     "mistral": "mistral",
@@ -313,7 +325,9 @@ def spec_from_config(config: Any, name: str | None = None) -> ModelSpec:
         assert spec.hidden is not None
         extras = tuple(vision_tower(model_type, root, spec.hidden)) + spec.extras
         kind = spec.model_type if model_type in ("gemma3", "qwen3_5") else model_type
-        spec = replace(spec, extras=extras, model_type=kind)
+        spec = replace(spec, extras=extras, model_type=kind, layers_module=_LAYERS[model_type])
+    elif model_type == "gpt2":
+        spec = replace(spec, layers_module="transformer.h")
     return _renamed(spec, name or root.text("_name_or_path") or text.text("_name_or_path"))
 
 

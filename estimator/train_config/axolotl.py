@@ -128,7 +128,9 @@ def _adapter(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         m.set("lora_targets", ["all-linear"], "lora_target_linear")
     else:
         m.set(
-            "lora_targets", lora_targets(m.get(data, "lora_target_modules")), "lora_target_modules"
+            "lora_targets",
+            lora_targets(m.get(data, "lora_target_modules"), string_is_regex=True),
+            "lora_target_modules",
         )
     m.get(data, "lora_target_modules")
     m.set(

@@ -80,10 +80,19 @@ ALL_LINEAR = ["all-linear"]
 EMBEDDING_MODULES = {"embed_tokens", "lm_head", "wte", "word_embeddings", "embed_out", "output"}
 
 
-def lora_targets(value: object) -> list[str] | None:
-    """A target list as written in a config (`q_proj,v_proj`, a list, `all`, `all-linear`)."""
+# what makes a string target a pattern rather than a comma-separated list of names
+REGEX_CHARACTERS = frozenset("[](){}*+?|^$\\")
+
+
+def lora_targets(value: object, string_is_regex: bool = False) -> list[str] | None:
+    """A target list as written in a config (`q_proj,v_proj`, a list, `all`, `all-linear`).
+    `string_is_regex`: the config hands a string to peft as it is (axolotl), which peft reads
+    as a regular expression over whole module names (estimator.lora.REGEX); a string with a
+    pattern's characters then becomes one `re:` target."""
     if value is None:
         return None
+    if string_is_regex and isinstance(value, str) and REGEX_CHARACTERS & set(value):
+        return [f"re:{value.strip()}"]
     items = [str(v).strip() for v in value] if isinstance(value, list) else None
     if items is None:
         items = [t.strip() for t in str(value).split(",")]

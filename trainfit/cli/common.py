@@ -79,7 +79,11 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
     )
     g.add_argument("--lora-rank", type=int, default=16, help="LoRA r")
     g.add_argument("--lora-alpha", type=float, help="LoRA alpha (no memory effect)")
-    g.add_argument("--lora-targets", default="all-linear", help="comma list or all-linear")
+    g.add_argument(
+        "--lora-targets",
+        default="all-linear",
+        help="comma list, all-linear, or re:PATTERN (peft regex over module names)",
+    )
     g.add_argument("--adapter-config", help="a PEFT adapter_config.json (sets rank, targets)")
     g.add_argument(
         "--adapter-dtype", default="fp32", choices=["fp32", "bf16"], help="LoRA weights' dtype"
@@ -224,9 +228,11 @@ def setup_input(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str
             raise InputError("--adapter-config: expected a JSON object")
         if "r" in adapter:
             setup["lora_rank"] = adapter["r"]
-        targets = adapter.get("target_modules")
+        from estimator.lora import peft_target_list
+
+        targets = peft_target_list(adapter.get("target_modules"))  # a string is a regex
         if targets is not None:
-            setup["lora_targets"] = [targets] if isinstance(targets, str) else targets
+            setup["lora_targets"] = targets
         if setup["method"] == "full":
             setup["method"] = "lora"
     given = ["-" if v is None else v for v in (args.checkpointing, args.loss)]
