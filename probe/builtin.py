@@ -9,6 +9,7 @@ to transformers'. Used only when transformers is not importable (or TRAINFIT_PRO
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,11 +170,20 @@ class LoRALinear(nn.Module):
 def apply_builtin_lora(
     model: nn.Module, rank: int, alpha: float, targets: str | list[str], fp32: bool
 ) -> nn.Module:
-    """Wrap the targeted nn.Linear layers (all but lm_head for 'all-linear') in LoRALinear."""
-    for module in list(model.modules()):
+    """Wrap the targeted nn.Linear layers (all but lm_head for 'all-linear') in LoRALinear;
+    `targets` as peft's `target_modules`: 'all-linear', leaf names, or a regex over whole
+    module names (probe.model.peft_target_modules)."""
+    for path, module in list(model.named_modules()):
         for name, child in list(module.named_children()):
             if not isinstance(child, nn.Linear) or name == "lm_head":
                 continue
-            if targets == "all-linear" or name in targets:
+            full = f"{path}.{name}" if path else name
+            if targets == "all-linear":
+                hit = True
+            elif isinstance(targets, str):
+                hit = re.fullmatch(targets, full) is not None
+            else:
+                hit = name in targets
+            if hit:
                 setattr(module, name, LoRALinear(child, rank, alpha, fp32))
     return model

@@ -150,8 +150,10 @@ def _qlora_model(
 def _lora(model: nn.Module, setup: dict[str, Any], env: dict[str, Any]) -> nn.Module:
     from peft import LoraConfig, get_peft_model
 
+    from probe.model import peft_target_modules
+
     targets = setup["lora_targets"]
-    target: str | list[str] = "all-linear" if targets == ["all-linear"] else list(targets)
+    target = peft_target_modules(targets)
     alpha = setup["lora_alpha"] if setup["lora_alpha"] is not None else float(setup["lora_rank"])
     lcfg = LoraConfig(
         r=setup["lora_rank"],

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,9 +146,21 @@ def _qlora_kwargs(device: str) -> dict[str, Any]:
     )
 
 
+def peft_target_modules(targets: list[str]) -> str | list[str]:
+    """trainfit's targets as peft's `target_modules`: `all-linear`; a list of names; or, with
+    any `re:` target (estimator.lora.REGEX), one regex over whole module names, the names as
+    peft matches them (the name or a dotted suffix: tuners_utils.check_target_module_exists)."""
+    if targets == ["all-linear"]:
+        return "all-linear"
+    if not any(t.startswith("re:") for t in targets):
+        return list(targets)
+    parts = [t[3:] if t.startswith("re:") else rf"(?:.*\.)?{re.escape(t)}" for t in targets]
+    return parts[0] if len(parts) == 1 else "|".join(f"(?:{p})" for p in parts)
+
+
 def _apply_lora(model: nn.Module, setup: dict[str, Any], notes: list[str]) -> nn.Module:
     targets = setup["lora_targets"]
-    target: str | list[str] = "all-linear" if targets == ["all-linear"] else list(targets)
+    target = peft_target_modules(targets)
     alpha = setup["lora_alpha"] if setup["lora_alpha"] is not None else float(setup["lora_rank"])
     try:
         from peft import LoraConfig, get_peft_model
