@@ -123,3 +123,30 @@ def test_healthz_and_openapi(sqlite_client: TestClient) -> None:
         assert path in spec["paths"]
     schemas = spec["components"]["schemas"]
     assert "examples" in schemas["EstimateRequest"]
+
+
+def test_regex_lora_targets_are_estimated_and_bad_or_hostile_ones_are_422(
+    sqlite_client: TestClient,
+) -> None:
+    def post(targets: list[str]) -> Any:
+        body = seed_body("offload", "chunked", gpus=["h200"])
+        body["setup"]["lora_targets"] = targets
+        return sqlite_client.post("/v1/estimate", json=body)
+
+    pattern = (
+        r"re:model\.language_model\.layers\.\d+\."
+        r"(self_attn\.(q|k|v|o)_proj|linear_attn\.(in_proj_qkv|in_proj_z|out_proj)"
+        r"|mlp\.(gate|up|down)_proj)"
+    )
+    by_names, by_regex = post(SEED_TARGETS), post([pattern])
+    assert by_regex.status_code == 200, by_regex.text
+    trainable = [r.json()["model"]["params_trainable"] for r in (by_names, by_regex)]
+    assert trainable[0] == trainable[1] > 0
+    for bad, words in (
+        ("re:(q_proj", "not a regular expression"),
+        ("re:(.*){1,32000}[bc]", "too long"),
+    ):
+        response = post([bad])
+        assert response.status_code == 422, response.text
+        detail = response.json()["detail"][0]
+        assert "lora_targets" in ".".join(map(str, detail["loc"])) and words in detail["msg"]
