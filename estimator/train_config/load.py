@@ -45,6 +45,12 @@ HF_KEYS = (
     "bf16",
     "gradient_checkpointing",
     "num_train_epochs",
+    # TrainingArguments / TRL script keys that the TRL CLI's example config starts with (trl
+    # examples/cli_configs/example_config.yaml: model_name_or_path, dataset_name, learning_rate)
+    "learning_rate",
+    "lr_scheduler_type",
+    "dataset_name",
+    "use_peft",
 )
 Reader = Callable[[dict[str, Any], Path | None], TrainConfigMapping]
 READERS: dict[str, Reader] = {

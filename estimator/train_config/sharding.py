@@ -233,8 +233,18 @@ def read_accelerate(data: dict[str, Any]) -> TrainConfigMapping:
     m = TrainConfigMapping("accelerate")
     kind = str(m.get(data, "distributed_type") or "NO").upper()
     processes = m.get(data, "num_processes")
-    if isinstance(processes, int) and processes >= 1:
+    if kind == "NO":
+        # one process, whatever num_processes says: with a config file, `accelerate launch`
+        # takes multi_gpu / use_fsdp / use_deepspeed from distributed_type only and then runs
+        # simple_launcher (accelerate 1.16.0 commands/launch.py:1270-1295, 1420-1440)
+        m.set("num_gpus", 1, "distributed_type (NO: one process)")
+        if isinstance(processes, int) and processes > 1:
+            m.ignore("num_processes", "distributed_type NO runs one process")
+    elif isinstance(processes, int) and processes >= 1:
         m.set("num_gpus", processes, "num_processes")
+    # read, no effect on memory: bf16 -> fp16 downcasting on TPUs only (utils/launch.py:561-562,
+    # state.py:927-933); DeepSpeed's multi-node launcher (utils/launch.py:420-422)
+    m.get(data, "downcast_bf16")
     precision = m.get(data, "mixed_precision")
     if precision in ("bf16", "fp16"):
         m.set("autocast", True, "mixed_precision")
@@ -261,7 +271,8 @@ def _map_accelerate_deepspeed(m: TrainConfigMapping, ds: dict[str, Any]) -> None
     accum = m.get(ds, "gradient_accumulation_steps", p)
     if isinstance(accum, int):
         m.set("grad_accum", accum, p + "gradient_accumulation_steps")
-    for name in ("zero3_init_flag", "zero3_save_16bit_model"):  # loading and saving only
+    # loading and saving only; the multi-node launcher (accelerate utils/launch.py:420-422)
+    for name in ("zero3_init_flag", "zero3_save_16bit_model", "deepspeed_multinode_launcher"):
         m.get(ds, name, p)
     if m.get(ds, "deepspeed_config_file", p):
         m.warnings.append(

@@ -762,6 +762,19 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
     ),
     (
         "accelerate",
+        "fsdp",  # TRL's trl/accelerate_configs/single_gpu.yaml: `accelerate launch` runs one
+        "distributed_type: 'NO'\nnum_processes: 8\ndowncast_bf16: 'no'\n",  # process for NO
+        {"setup.num_gpus": 1, "ignored": ["num_processes"], "warnings": []},
+    ),
+    (
+        "trl",
+        "base_model",  # TRL's examples/cli_configs/example_config.yaml: script keys first
+        "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: stanfordnlp/imdb\n"
+        "learning_rate: 0.0001\nlr_scheduler_type: cosine\n",
+        {"model.hub": "Qwen/Qwen2.5-0.5B", "setup.stack": "hf"},
+    ),
+    (
+        "accelerate",
         "deepspeed",
         "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n"
         "  offload_optimizer_device: cpu\n  gradient_accumulation_steps: 4\n",
