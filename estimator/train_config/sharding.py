@@ -183,6 +183,11 @@ def _zero_buffers(m: TrainConfigMapping, zero: dict[str, Any], zp: str) -> None:
 def map_deepspeed(m: TrainConfigMapping, data: dict[str, Any], prefix: str = "") -> None:
     """A DeepSpeed config JSON object."""
     m.set("stack", "deepspeed", prefix + "zero_optimization")
+    # read, no memory effect: checks on which optimizer the engine accepts (DeepSpeed
+    # edaa72212 runtime/engine.py:1989-1990 an untested optimizer under ZeRO, :2042-2043 a
+    # client optimizer with ZeRO-Offload)
+    for name in ("zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer"):
+        m.get(data, name, prefix)
     zero = m.get(data, "zero_optimization", prefix)
     if isinstance(zero, dict):
         zp = prefix + "zero_optimization."

@@ -848,7 +848,7 @@ def test_every_format_covers_every_field_or_says_why_not() -> None:
             "model.quantize_base_layers",
         ),
         ("max_length: 512\nfp8_recipe: tensorwise\n", "fp8_recipe"),
-        ('{"zero_optimization": {"stage": 2}, "zero_allow_untested_optimizer": true}', None),
+        ('{"zero_optimization": {"stage": 2}, "compile": {"disable": false}}', None),
         ("distributed_type: FSDP\nfsdp_config:\n  fsdp_cpu_offload_pin_memory: true\n", None),
     ],
 )
@@ -917,3 +917,12 @@ def test_odd_values_at_every_key_are_mapped_or_named_bad_input(name: str) -> Non
                 map_config(data, None, None, name)
             except EstimatorInputError as err:
                 assert err.field.startswith("train_config"), (path, odd, err.field)
+
+
+def test_deepspeeds_optimizer_acceptance_flags_are_read_without_a_warning() -> None:
+    text = (
+        '{"zero_optimization": {"stage": 3}, "zero_allow_untested_optimizer": true, '
+        '"zero_force_ds_cpu_optimizer": true}'
+    )
+    mapping = map_config(parse_text(text, "c.json"))
+    assert mapping.warnings == [] and mapping.setup["sharding"] == "zero3"
