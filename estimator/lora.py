@@ -34,6 +34,15 @@ REGEX = "re:"
 REGEX_SECONDS = 0.5
 
 
+def split_targets(text: str) -> list[str]:
+    """Targets as typed on the command line or the web form: names separated by commas or new
+    lines; a text that starts with `re:` is one pattern, its commas (`{1,3}`) included."""
+    text = text.strip()
+    if text.startswith(REGEX):
+        return [text]
+    return [t.strip() for t in text.replace("\n", ",").split(",") if t.strip()]
+
+
 def peft_target_list(target_modules: object) -> list[str] | None:
     """peft's `target_modules` (an adapter_config.json, a LoraConfig) as trainfit targets: a
     list names modules; a string other than `all-linear` is a regex (`re:`)."""

@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 from pydantic import ValidationError
 
 from estimator.errors import EstimatorInputError
+from estimator.lora import split_targets
 from estimator.request import EstimateRequest
 from estimator.time.tokens import parse_lengths
 
@@ -278,7 +279,7 @@ def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]
         errors.append(FormError("gpus", "pick at least one GPU"))
     checkpointing = [c for c in CHECKPOINTING_ORDER if c in values.checkpointing] or ["gpu"]
     losses = [x for x in LOSS_ORDER if x in values.loss] or ["chunked"]
-    targets = [t.strip() for t in values.lora_targets.replace("\n", ",").split(",") if t.strip()]
+    targets = split_targets(values.lora_targets)  # a `re:` pattern keeps its commas
 
     out: list[tuple[str, str, EstimateRequest]] = []
     for ckpt in checkpointing:

@@ -364,3 +364,20 @@ def test_a_cpu_memtest_with_simulated_reserved_shows_it_labelled_as_simulated(
     page = sqlite_client.get(done.headers["location"]).text
     assert "<th>simulated reserved</th>" in page and 'id="simulated-note"' in page
     assert "12.3</td>" in page  # in the reserved column, in GiB (the estimate is the 27B's)
+
+
+def test_a_regex_target_with_commas_on_the_form_is_one_pattern(sqlite_client: TestClient) -> None:
+    """`re:` on the form is peft's regex target; its `{1,2}` is not a list separator."""
+    pattern = (
+        r"re:model\.language_model\.layers\.\d{1,2}\."
+        r"(self_attn\.(q|k|v|o)_proj|linear_attn\.(in_proj_qkv|in_proj_z|out_proj)"
+        r"|mlp\.(gate|up|down)_proj)"
+    )
+    names = sqlite_client.post("/estimate", data=seed_form())
+    regex = sqlite_client.post("/estimate", data=seed_form(lora_targets=pattern))
+    assert regex.status_code == 200, regex.text[:2000]
+
+    def peaks(page: Any) -> list[str]:
+        return re.findall(r'<td class="num peak">([\d.,]+)</td>', page.text)
+
+    assert peaks(regex) == peaks(names) and peaks(names)

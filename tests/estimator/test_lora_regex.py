@@ -139,3 +139,14 @@ def test_an_adapter_configs_string_target_modules_is_read_as_peft_does(
     assert echoed(LAYERS) == [f"re:{LAYERS}"]
     assert echoed(["q_proj", "v_proj"]) == ["q_proj", "v_proj"]
     assert echoed("all-linear") == ["all-linear"]
+
+
+def test_typed_targets_split_on_commas_but_a_pattern_keeps_them() -> None:
+    from estimator.lora import split_targets
+
+    assert split_targets("q_proj, v_proj\nk_proj") == ["q_proj", "v_proj", "k_proj"]
+    assert split_targets(r" re:model\.layers\.\d{1,2}\.self_attn\.q_proj ") == [
+        r"re:model\.layers\.\d{1,2}\.self_attn\.q_proj"
+    ]
+    args = ["estimate", "--model", "llama-3.1-8b", "--method", "lora", "--gpu", "h200"]
+    assert main([*args, "--lora-targets", r"re:model\.layers\.\d{1,2}\.self_attn\.q_proj"]) == 0

@@ -194,10 +194,12 @@ def model_input(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def setup_input(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    from estimator.lora import split_targets
+
     setup: dict[str, Any] = {
         "method": args.method,
         "lora_rank": args.lora_rank,
-        "lora_targets": csv_list(args.lora_targets),
+        "lora_targets": split_targets(args.lora_targets),
         "adapter_dtype": args.adapter_dtype,
         "optimizer": args.optimizer,
         "precision": args.precision,
