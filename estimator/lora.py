@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 _REGEX_HITS: Memo[list[Linear]] = Memo()  # per (spec, target): matched once, not per use
 
 # A target written `re:PATTERN` is peft's string `target_modules`: a regular expression that
-# must match a module's whole name (peft 5d602fdbf src/peft/tuners/tuners_utils.py:2329-2330
+# must match a module's whole name (peft 5d602fdbf src/peft/tuners/tuners_utils.py:2326-2327
 # check_target_module_exists -> src/peft/utils/other.py:1516-1521 `re.fullmatch`), e.g.
 # `model.layers.0.self_attn.q_proj`. axolotl passes a string `lora_target_modules` to
 # LoraConfig as it is (axolotl 067b021c8 src/axolotl/loaders/adapter.py:171-190).
