@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from estimator.lora import REGEX
 from estimator.parallel.layout import parse_parallel, parse_wrap_units, wrap_text
 from estimator.stacks import OPTIONAL_OVERRIDES, OVERRIDES, load_stack
 
@@ -35,7 +36,7 @@ def targets_field(targets: list[str]) -> list[str]:
     if not cleaned:
         raise ValueError("give at least one target module name, or 'all-linear'")
     for target in cleaned:
-        if target.startswith("re:"):  # peft's regex `target_modules` (estimator.lora.REGEX)
+        if target.startswith(REGEX):  # peft's regex `target_modules`
             _check_pattern(target)
     return cleaned
 
@@ -46,7 +47,7 @@ MAX_PATTERN_CHARS = 1000
 def _check_pattern(target: str) -> None:
     import regex
 
-    pattern = target[3:]
+    pattern = target[len(REGEX) :]
     if not pattern or len(pattern) > MAX_PATTERN_CHARS:
         raise ValueError(f"a re: target holds a pattern of 1 to {MAX_PATTERN_CHARS} characters")
     try:

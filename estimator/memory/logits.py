@@ -99,6 +99,15 @@ class LossRule:
     torchtune_backward: bool  # its backward's non-vocab tensors (`loss_backward_activations`)
 
 
+def loss_free_fraction(setup: TrainingSetup) -> float | None:
+    """The stack's `loss_target_free_fraction` where `setup` runs that stack's own loss
+    (Unsloth's fused loss sizes its chunks by the card's free memory); None otherwise."""
+    if setup.loss != "unsloth":
+        return None
+    fraction = load_stack(setup.stack).get_optional("loss_target_free_fraction", None)
+    return None if fraction is None else float(fraction)
+
+
 def loss_rule(setup: TrainingSetup, profile: Profile, logit_dtype: int) -> LossRule:
     """The `LossRule` of `setup` under `profile` with logits in `logit_dtype` bytes."""
     stack = load_stack(setup.stack)
@@ -117,9 +126,7 @@ def loss_rule(setup: TrainingSetup, profile: Profile, logit_dtype: int) -> LossR
         row_scope=stack.get("loss_chunk_scope") == "row",
         upcasts_head=bool(stack.get("loss_upcasts_head")),
         target=float(stack.get("loss_target_bytes") or 4 * 2**30),
-        free_fraction=stack.get_optional("loss_target_free_fraction", None)
-        if setup.loss == "unsloth"
-        else None,
+        free_fraction=loss_free_fraction(setup),
         torchtune_eager=chunked_output and not (compiled or fixed_chunked),
         torchtune_backward=chunked_output and not compiled,
     )

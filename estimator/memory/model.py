@@ -43,6 +43,7 @@ from estimator.memory.logits import (
     loss_backward_activations,
     loss_bytes_per_logit,
     loss_forward_bytes_per_logit,
+    loss_free_fraction,
     loss_rule,
 )
 from estimator.memory.reserved import grad_tensor_sizes, slack_bytes, with_slack
@@ -211,10 +212,9 @@ def memory_on_card(
     figures but where the card's size changes them (Unsloth's loss, `on_card`). A `parallel`
     layout takes no card."""
     n = devices or setup.num_gpus
-    if not loss_depends_on_card(setup) or layout_of(setup, n) is not None:
+    f = _card_fixed(spec, setup, profile, n, card_bytes)
+    if f is None:  # the card changes nothing: the figure without one
         return memory_breakdown(spec, setup, seq_len, batch, profile, n)
-    f = _fixed_of(spec, setup, profile, n)
-    f = _ON_CARD.get((f,), card_bytes, partial(on_card, f, card_bytes))
     return _evaluate(f, spec, setup, seq_len, batch)
 
 
@@ -469,9 +469,7 @@ _ON_CARD: Memo[_Fixed] = Memo()
 def loss_depends_on_card(setup: TrainingSetup) -> bool:
     """Whether `setup`'s memory depends on the card's size: Unsloth's fused loss sizes its
     chunks by the memory free on the card (`on_card`)."""
-    if setup.loss != "unsloth":
-        return False
-    return load_stack(setup.stack).get_optional("loss_target_free_fraction", None) is not None
+    return loss_free_fraction(setup) is not None
 
 
 def card_loss_target(
@@ -485,11 +483,26 @@ def card_loss_target(
     """The loss's chunk target on a card of `card_bytes` (`on_card`) where it is below the
     target without a card; None where the card changes nothing (a large card, or a setup whose
     memory does not depend on it), so callers share one evaluation between such cards."""
+    f = _card_fixed(spec, setup, profile, devices, card_bytes, skey)
+    return None if f is None else f.loss.target
+
+
+def _card_fixed(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    profile: Profile,
+    devices: int,
+    card_bytes: float,
+    skey: tuple[Any, ...] | None = None,
+) -> _Fixed | None:
+    """The length-free terms on a card of `card_bytes` (`on_card`), memoised; None where the
+    card changes nothing (a setup whose memory does not depend on it, a `parallel` layout, a
+    large card)."""
     if not loss_depends_on_card(setup) or layout_of(setup, devices) is not None:
         return None
     f = _fixed_of(spec, setup, profile, devices, skey)
     on = _ON_CARD.get((f,), card_bytes, partial(on_card, f, card_bytes))
-    return None if on is f else on.loss.target
+    return None if on is f else on
 
 
 def on_card(f: _Fixed, card_bytes: float) -> _Fixed:

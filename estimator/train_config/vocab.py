@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from estimator.lora import REGEX
 from estimator.train_config.result import TrainConfigMapping
 
 # HF `optim` value -> trainfit optimizer fields. `optimizer_impl` only where the name fixes it.
@@ -92,7 +93,7 @@ def lora_targets(value: object, string_is_regex: bool = False) -> list[str] | No
     if value is None:
         return None
     if string_is_regex and isinstance(value, str) and REGEX_CHARACTERS & set(value):
-        return [f"re:{value.strip()}"]
+        return [f"{REGEX}{value.strip()}"]
     items = [str(v).strip() for v in value] if isinstance(value, list) else None
     if items is None:
         items = [t.strip() for t in str(value).split(",")]
