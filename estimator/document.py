@@ -143,8 +143,8 @@ def add_time_and_cost(
                 o, devices = options[option], fit["devices"]
                 at = (seq, batch, o.gpu, devices, option, request.prices)
                 by_option[option] = _RATES.get(
-                    (spec, profile, o.gpu),
-                    (skey, option, devices, price_key, efficiency, source),
+                    (spec, profile, o.gpu, skey),  # skey interned: by identity
+                    (option, devices, price_key, efficiency, source),
                     partial(
                         _kept_cells,
                         spec,
@@ -257,7 +257,7 @@ def _setup_echo(setup: TrainingSetup, skey: tuple[Any, ...] | None = None) -> di
     """`setup.model_dump()`, dumped once per setup value: a fresh dict whose lists and dicts
     are fresh copies. `skey`: `setup_key(setup)` when the caller has it."""
     skey = setup_key(setup) if skey is None else skey
-    dump, mutable = _SETUP_DUMPS.get((), skey, lambda: _dump_of(setup))
+    dump, mutable = _SETUP_DUMPS.get((skey,), None, lambda: _dump_of(setup))
     out = dict(dump)
     for k in mutable:
         out[k] = _copied(dump[k])

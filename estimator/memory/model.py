@@ -230,8 +230,8 @@ def _fixed_of(
     skey = setup_key(setup) if skey is None else skey
     amp = amp_full(setup)
     return _FIXED.get(
-        (spec, profile),
-        (skey, amp, torchtitan.on_cpu_referee(), n),
+        (spec, profile, skey),  # the interned setup key, by identity (estimator.memo)
+        (amp, torchtitan.on_cpu_referee(), n),
         lambda: _fixed(spec, setup, profile, n, amp),
     )
 

@@ -329,7 +329,7 @@ def step_flops_totals(
     recompute_on = setup.checkpointing in CHECKPOINTED
     trainable = not setup.is_adapter  # LoRA/QLoRA: every base weight (and lm_head) is frozen
     skey = setup_key(setup) if skey is None else skey
-    plan = _PLANS.get((spec,), skey, lambda: _flops_plan(spec, setup))
+    plan = _PLANS.get((spec, skey), None, lambda: _flops_plan(spec, setup))
     fwd_total = bwd_total = rec_total = model_total = 0.0
     for group, per_tokens in plan.groups:
         f = 0.0
@@ -383,7 +383,7 @@ def _group_sums(
     tokens = seq_len * batch
     recompute_on = setup.checkpointing in CHECKPOINTED
     adapter = setup.is_adapter
-    plan = _PLANS.get((spec,), setup_key(setup), lambda: _flops_plan(spec, setup))
+    plan = _PLANS.get((spec, setup_key(setup)), None, lambda: _flops_plan(spec, setup))
     sums: dict[str, list[float]] = {}  # group -> [forward, backward, recompute, model]
     notes = list(plan.notes)
 
