@@ -96,6 +96,15 @@ def asarray(x: Any, dtype: Any = None) -> Any:
     return _numpy().asarray(x, dtype=dtype)
 
 
+def times_zero(x: Any) -> Any:
+    """`np.asarray(x, dtype=np.float64) * 0.0`: a float zero in `x`'s shape (NaN where `x` is
+    not finite, -0.0 where it is negative, as numpy); a Python scalar gives a Python float in
+    one call (the memory model's usual case)."""
+    if type(x) in _SCALARS:
+        return float(x) * 0.0
+    return _numpy().asarray(x, dtype=_numpy().float64) * 0.0
+
+
 def _result(value: Any, *args: Any) -> Any:
     """numpy's result type for Python scalars: float if any argument is a float."""
     for a in args:

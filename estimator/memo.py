@@ -17,6 +17,7 @@ from contextlib import suppress
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 # the interned setup keys (`setup_key`), at most INTERNED_KEYS, the oldest dropped first
@@ -75,6 +76,22 @@ class Memo(Generic[T]):
             return hit[1]
         value = build()  # bad input raises here and is not memoised
         self._entries[full] = (anchors, value)
+        while len(self._entries) > self.size:
+            try:
+                self._entries.popitem(last=False)
+            except KeyError:  # another thread emptied it
+                break
+        return value
+
+    def of(self, anchor: A, build: Callable[[A], T]) -> T:
+        """`get((anchor,), None, lambda: build(anchor))`, for a value of one anchor alone:
+        keyed by the anchor's id (held by the entry, so not reused while it lives), without
+        the key tuple or the caller's closure (issue 17: a few such lookups per estimate)."""
+        hit = self._entries.get(id(anchor))
+        if hit is not None:
+            return hit[1]
+        value = build(anchor)
+        self._entries[id(anchor)] = ((anchor,), value)
         while len(self._entries) > self.size:
             try:
                 self._entries.popitem(last=False)

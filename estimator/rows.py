@@ -119,22 +119,33 @@ class _Columns:
         self.peak_phase = [_peak_phase(p) for p in self.phases]
 
     def _one(self, mem: MemoryBreakdown) -> None:
-        """The same figures for one row of scalars (numpy's 0-d arrays included)."""
+        """The same figures for one row of scalars (numpy's 0-d arrays included); the peak
+        phase found as the phases are rounded (`_peak_phase`'s rule)."""
         self.peak = [float(mem.peak)]
         self.peak_bytes = [_int(mem.peak)]
         self.allocated = [_int(mem.allocated)]
         self.reserved = [_int(mem.reserved)]
         self.host = [_int(mem.host)]
         ceil = math.ceil  # `_int` of a Python float, the usual value (estimator/lazy_numpy.py)
-        values = [mem.components[name] for name in COMPONENTS]
-        rounded = [v if v is None else ceil(v) if type(v) is float else _int(v) for v in values]
-        self.components = [row_dict(COMPONENTS)(rounded)]
-        phases = {
-            moment: {name: ceil(v) if type(v) is float else _int(v) for name, v in parts.items()}
-            for moment, parts in mem.phases.items()
-        }
+        comps = mem.components
+        rounded = [
+            v if v is None else ceil(v) if type(v) is float else _int(v)
+            for v in map(comps.__getitem__, COMPONENTS)
+        ]
+        self.components = [_COMPONENT_DICT(rounded)]
+        phases: dict[str, dict[str, int]] = {}
+        best, top = None, None
+        for moment, parts in mem.phases.items():
+            whole = {name: ceil(v) if type(v) is float else _int(v) for name, v in parts.items()}
+            phases[moment] = whole
+            total = sum(whole.values())
+            if top is None or total > top:
+                best, top = moment, total
         self.phases = [phases]
-        self.peak_phase = [_peak_phase(phases)]
+        self.peak_phase = [best]
+
+
+_COMPONENT_DICT = row_dict(COMPONENTS)
 
 
 def _rows_of(parts: dict[str, Any], shape: tuple[int, ...]) -> Any:

@@ -131,7 +131,7 @@ def loss_hole_bytes(leaves_hole: bool, logits_bytes: Any) -> Any:
     """Bytes the eager full loss leaves cached and unused at its backward (module note, 1):
     `logits_bytes` = tokens x vocab x the logits' dtype where the loss leaves it
     (`leaves_hole`: `leaves_loss_hole`), else none."""
-    zero = np.asarray(logits_bytes, dtype=np.float64) * 0.0
+    zero = np.times_zero(logits_bytes)
     if not leaves_hole:
         return zero
     return zero + logits_bytes
@@ -159,7 +159,7 @@ def forward_cache_bytes(layer_bytes: Any, kept_bytes: Any, counts: bool) -> Any:
     activations as the recompute keeps them (worst layer kind), `kept_bytes` = the part the
     checkpointing policy keeps allocated (selective). `counts`: `counts_fragmentation` (the
     same for `grad_cache_bytes`)."""
-    zero = np.asarray(layer_bytes, dtype=np.float64) * 0.0
+    zero = np.times_zero(layer_bytes)
     if not counts:
         return zero
     return np.maximum(zero + layer_bytes - kept_bytes, 0.0)
@@ -172,9 +172,9 @@ def grad_cache_bytes(
     the gradient tensors (`grads`: (bytes, count) pairs) smaller than the loss's first tensor
     (`loss_first` = tokens x vocab x the logits' dtype) less the activations the forward keeps
     (`kept`), which are carved from them."""
-    first = np.asarray(loss_first, dtype=np.float64)
     if not counts or not grads:
-        return first * 0.0
+        return np.times_zero(loss_first)
+    first = np.asarray(loss_first, dtype=np.float64)
     small = first * 0.0
     for size, count in grads:
         small = small + np.where(size < first, size * count, 0.0)

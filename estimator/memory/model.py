@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 COMPONENTS = ("weights", "trainable_states", "checkpoints", "recompute_peak", "logits", "overhead")
 
 
-@dataclass
+@dataclass(slots=True)  # slots: ~0.3 us less to build one (issue 17)
 class MemoryBreakdown:
     """Per-device bytes (numpy arrays when seq/batch are arrays). A component that cannot be
     computed (params-only spec without the geometry) is None and listed in `not_computable`;
@@ -865,14 +865,23 @@ def _phases(
     only after optimizer.step() on a sync step, transformers 5.24.0 trainer.py:1936-1954;
     FSDP2 keeps its sharded gradients), so they are counted in every phase."""
 
-    def value(name: str) -> Any:
-        v = components[name]
-        return 0.0 if v is None else v
-
-    weights, states = value("weights"), value("trainable_states")
-    checkpoints = value("checkpoints")
+    # each component, 0.0 where it cannot be computed (None)
+    weights, states = components["weights"], components["trainable_states"]
+    checkpoints, recompute = components["checkpoints"], components["recompute_peak"]
+    logits = components["logits"]
+    weights = 0.0 if weights is None else weights
+    states = 0.0 if states is None else states
+    checkpoints = 0.0 if checkpoints is None else checkpoints
+    recompute = 0.0 if recompute is None else recompute
+    logits = 0.0 if logits is None else logits
     if rule == "sum":
-        return {"all": {n: value(n) for n in COMPONENTS if n != "overhead"}}
+        return {
+            "all": {
+                n: 0.0 if components[n] is None else components[n]
+                for n in COMPONENTS
+                if n != "overhead"
+            }
+        }
     if rule == "phases":
         no_grads = states - (0.0 if keep_grads else grads)
         # the embedding's gradient is made last, after every layer's backward
@@ -882,14 +891,14 @@ def _phases(
                 "weights": weights,
                 "trainable_states": no_grads,
                 "checkpoints": checkpoints,
-                "logits": value("logits"),
+                "logits": logits,
             },
             "backward": {
                 "weights": weights,
                 "trainable_states": no_grads,
                 "checkpoints": np.where(checkpoints >= made, checkpoints, 0.0),
                 "gradients": np.where(checkpoints >= made, 0.0, made),
-                "recompute_peak": value("recompute_peak"),
+                "recompute_peak": recompute,
             },
             "step": {"weights": weights, "trainable_states": states, "optimizer_step": step},
         }

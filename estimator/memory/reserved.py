@@ -94,7 +94,7 @@ def slack_bytes(spec: ModelSpec, setup: TrainingSetup, devices: int) -> float | 
 
 def with_slack(allocated: Any, slack: float | None) -> Any:
     """`allocator_slack` from its `slack_bytes`: that slack in `allocated`'s shape."""
-    zero = np.asarray(allocated, dtype=np.float64) * 0.0
+    zero = np.times_zero(allocated)
     return zero if slack is None else zero + slack
 
 

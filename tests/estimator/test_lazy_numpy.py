@@ -75,3 +75,21 @@ def test_arrays_and_other_names_are_numpy_s() -> None:
     assert lazy_numpy.ndarray is numpy.ndarray  # numpy is loaded here
     assert lazy_numpy.broadcast_to is numpy.broadcast_to
     assert lazy_numpy.numpy.full is numpy.full
+
+
+def test_times_zero_is_asarray_float64_times_zero() -> None:
+    """`times_zero(x)` = `np.asarray(x, dtype=np.float64) * 0.0`: the sign of a negative
+    value's zero and NaN of a non-finite value kept; arrays and numpy scalars numpy's own."""
+    with numpy.errstate(all="ignore"):
+        for x in [*SCALARS, NAN, -0.0, -math.inf, -3, -2.5]:
+            ours = lazy_numpy.times_zero(x)
+            theirs = numpy.asarray(x, dtype=numpy.float64) * 0.0
+            assert type(ours) is float, x
+            assert _same(ours, theirs), x
+            assert math.copysign(1.0, ours) == math.copysign(1.0, float(theirs)), x
+        for other in (numpy.float64(-2.0), numpy.asarray([1.0, -1.0, math.inf]), True):
+            ours = lazy_numpy.times_zero(other)
+            theirs = numpy.asarray(other, dtype=numpy.float64) * 0.0
+            assert type(ours) is type(theirs)
+            assert numpy.array_equal(ours, theirs, equal_nan=True)
+            assert (numpy.signbit(ours) == numpy.signbit(theirs)).all()
