@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from estimator.dict_display import nested_dict
@@ -149,19 +148,17 @@ def add_time_and_cost(
                     source = f"calibrated: {cal.tokens_per_second:.4g} tokens/s on {cal.gpu_option}"
                 o, devices = options[option], fit["devices"]
                 at = (seq, batch, o.gpu, devices, option, request.prices)
-                by_option[option] = _RATES.get(
+                by_option[option] = _RATES.call(
                     (spec, profile, o.gpu, skey),  # skey interned: by identity
                     (option, devices, price_key, efficiency, source),
-                    partial(
-                        _kept_cells,
-                        spec,
-                        setup,
-                        profile,
-                        at,
-                        efficiency,
-                        source,
-                        prices,
-                    ),
+                    _kept_cells,
+                    spec,
+                    setup,
+                    profile,
+                    at,
+                    efficiency,
+                    source,
+                    prices,
                 )
         column[0].append(row)
         column[1].append((flops, seq, batch, tokens, host))
@@ -269,7 +266,7 @@ def _setup_echo(setup: TrainingSetup, skey: tuple[Any, ...] | None = None) -> di
     """`setup.model_dump()`, dumped once per setup value: a fresh dict whose lists and dicts
     are fresh copies. `skey`: `setup_key(setup)` when the caller has it."""
     skey = setup_key(setup) if skey is None else skey
-    dump, mutable = _SETUP_DUMPS.get((skey,), None, lambda: _dump_of(setup))
+    dump, mutable = _SETUP_DUMPS.call((skey,), None, _dump_of, setup)
     out = dict(dump)
     for k in mutable:
         out[k] = _copied(dump[k])

@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from contextlib import suppress
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, TypeVarTuple
 
 T = TypeVar("T")
 A = TypeVar("A")
+Args = TypeVarTuple("Args")
 
 
 # the interned setup keys (`setup_key`), at most INTERNED_KEYS, the oldest dropped first
@@ -82,6 +83,24 @@ class Memo(Generic[T]):
             except KeyError:  # another thread emptied it
                 break
         return value
+
+    def call(
+        self,
+        anchors: tuple[object, ...],
+        key: Hashable,
+        build: Callable[[*Args], T],
+        *args: *Args,
+    ) -> T:
+        """`get(anchors, key, lambda: build(*args))` without the caller's closure (issue 17:
+        making one per lookup, a partial or a lambda, was a tenth of a lookup's cost)."""
+        full = (tuple(map(id, anchors)), key)
+        try:
+            hit = self._entries.get(full)
+        except TypeError:  # a list or dict in the key
+            return self.get(anchors, key, lambda: build(*args))
+        if hit is not None:
+            return hit[1]
+        return self.get(anchors, key, lambda: build(*args))
 
     def of(self, anchor: A, build: Callable[[A], T]) -> T:
         """`get((anchor,), None, lambda: build(anchor))`, for a value of one anchor alone:

@@ -209,7 +209,7 @@ def model_summary(
     spec: ModelSpec, setup: TrainingSetup, mem: MemoryBreakdown, profile: Profile
 ) -> dict[str, Any]:
     trainable = mem.states.trainable_params if mem.states else 0
-    fixed = _SUMMARIES.get((spec, profile), None, lambda: _spec_summary(spec, profile))
+    fixed = _SUMMARIES.call((spec, profile), None, _spec_summary, spec, profile)
     return {  # `fixed`'s key order, `params_trainable` in its place; containers copied
         **fixed,
         "params_trainable": trainable,

@@ -229,10 +229,15 @@ def _fixed_of(
     AMP or not (`amp_full`) also follows `parallel` layouts' context (weights.masters_layout)."""
     skey = setup_key(setup) if skey is None else skey
     amp = amp_full(setup)
-    return _FIXED.get(
+    return _FIXED.call(
         (spec, profile, skey),  # the interned setup key, by identity (estimator.memo)
         (amp, torchtitan.on_cpu_referee(), n),
-        lambda: _fixed(spec, setup, profile, n, amp),
+        _fixed,
+        spec,
+        setup,
+        profile,
+        n,
+        amp,
     )
 
 

@@ -329,7 +329,7 @@ def step_flops_totals(
     recompute_on = setup.checkpointing in CHECKPOINTED
     trainable = not setup.is_adapter  # LoRA/QLoRA: every base weight (and lm_head) is frozen
     skey = setup_key(setup) if skey is None else skey
-    plan = _PLANS.get((spec, skey), None, lambda: _flops_plan(spec, setup))
+    plan = _PLANS.call((spec, skey), None, _flops_plan, spec, setup)
     fwd_total = bwd_total = rec_total = model_total = 0.0
     for group, per_tokens in plan.groups:
         f = 0.0

@@ -55,3 +55,21 @@ def test_the_table_is_bounded_and_a_dropped_key_only_misses(
     assert m.get((old,), None, lambda: 1) == 1
     assert m.get((new,), None, lambda: 2) == 2  # a miss, not the other anchor's entry
     assert m.get((old,), None, lambda: 3) == 1  # the old entry holds its anchor alive
+
+
+def test_memo_call_builds_once_from_its_arguments() -> None:
+    m: Memo[tuple[int, str]] = Memo()
+    anchor = object()
+    built: list[tuple[int, str]] = []
+
+    def build(n: int, s: str) -> tuple[int, str]:
+        built.append((n, s))
+        return n, s
+
+    assert m.call((anchor,), ("k",), build, 1, "a") == (1, "a")
+    assert m.call((anchor,), ("k",), build, 2, "b") == (1, "a")  # a hit: not rebuilt
+    assert m.call((anchor,), ["unhashable"], build, 3, "c") == (3, "c")  # frozen key
+    assert m.call((anchor,), ["unhashable"], build, 4, "d") == (3, "c")
+    assert built == [(1, "a"), (3, "c")]
+    assert m.of(anchor, lambda a: (5, "e")) == (5, "e")
+    assert m.of(anchor, lambda a: (6, "f")) == (5, "e")
