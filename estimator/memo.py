@@ -76,12 +76,7 @@ class Memo(Generic[T]):
         if hit is not None:
             return hit[1]
         value = build()  # bad input raises here and is not memoised
-        self._entries[full] = (anchors, value)
-        while len(self._entries) > self.size:
-            try:
-                self._entries.popitem(last=False)
-            except KeyError:  # another thread emptied it
-                break
+        self._put(full, anchors, value)
         return value
 
     def call(
@@ -110,13 +105,16 @@ class Memo(Generic[T]):
         if hit is not None:
             return hit[1]
         value = build(anchor)
-        self._entries[id(anchor)] = ((anchor,), value)
+        self._put(id(anchor), (anchor,), value)
+        return value
+
+    def _put(self, full: Hashable, anchors: tuple[object, ...], value: T) -> None:
+        self._entries[full] = (anchors, value)
         while len(self._entries) > self.size:
             try:
                 self._entries.popitem(last=False)
             except KeyError:  # another thread emptied it
                 break
-        return value
 
     def clear(self) -> None:
         self._entries.clear()
