@@ -71,7 +71,8 @@ class CalibrationInput(BaseModel):
 
 class TrainConfigInput(BaseModel):
     """A training config sent with a request: an axolotl / LLaMA-Factory / torchtune / TRL-HF /
-    DeepSpeed / accelerate file's text. Its values fill what the request does not state."""
+    DeepSpeed / accelerate file's text, or a PEFT adapter_config.json's. Its values fill what the
+    request does not state."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -80,7 +81,7 @@ class TrainConfigInput(BaseModel):
         None,
         max_length=32,
         description="axolotl, llamafactory, torchtune, trl (= hf), deepspeed, accelerate, "
-        "json or yaml; detected when absent",
+        "peft (an adapter_config.json), json or yaml; detected when absent",
     )
 
 

@@ -117,26 +117,3 @@ class TrainingSetup(BaseModel):
     @property
     def is_adapter(self) -> bool:
         return self.method in ("lora", "qlora")
-
-    @classmethod
-    def from_adapter_config(
-        cls, adapter_config: dict[str, object], **overrides: object
-    ) -> TrainingSetup:
-        """Read rank and targets from a PEFT `adapter_config.json` (fields `r`, `lora_alpha`,
-        `target_modules`: a list or the string 'all-linear')."""
-        fields: dict[str, object] = {"method": "lora"}
-        if adapter_config.get("lora_dropout") is not None:
-            fields["lora_dropout"] = adapter_config["lora_dropout"]
-        if adapter_config.get("modules_to_save"):
-            fields["train_embeddings"] = True
-        if "r" in adapter_config:
-            fields["lora_rank"] = adapter_config["r"]
-        if adapter_config.get("lora_alpha") is not None:
-            fields["lora_alpha"] = adapter_config["lora_alpha"]
-        from estimator.lora import peft_target_list
-
-        targets = peft_target_list(adapter_config.get("target_modules"))
-        if targets is not None:
-            fields["lora_targets"] = targets
-        fields.update(overrides)
-        return cls.model_validate(fields)

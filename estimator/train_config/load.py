@@ -1,13 +1,14 @@
 """Read training configs: parse YAML/JSON, detect the format, map it, follow companion files.
 
 Detection (first match wins; `fmt` given explicitly skips it):
-1. torchtune: `model` or `tokenizer` is a mapping with `_component_`;
-2. accelerate: `distributed_type` or `compute_environment` at the top;
-3. DeepSpeed: `zero_optimization` or `train_micro_batch_size_per_gpu` at the top;
-4. axolotl: `base_model` at the top;
-5. LLaMA-Factory: `model_name_or_path` with a key only LLaMA-Factory uses (`stage`,
+1. PEFT adapter config: `peft_type` at the top (`peft.py`);
+2. torchtune: `model` or `tokenizer` is a mapping with `_component_`;
+3. accelerate: `distributed_type` or `compute_environment` at the top;
+4. DeepSpeed: `zero_optimization` or `train_micro_batch_size_per_gpu` at the top;
+5. axolotl: `base_model` at the top;
+6. LLaMA-Factory: `model_name_or_path` with a key only LLaMA-Factory uses (`stage`,
    `finetuning_type`, `cutoff_len`, `lora_rank`, ...: `llamafactory.LF_KEYS`);
-6. TRL `SFTConfig` / HF `TrainingArguments`: any of their keys (`per_device_train_batch_size`,
+7. TRL `SFTConfig` / HF `TrainingArguments`: any of their keys (`per_device_train_batch_size`,
    `gradient_accumulation_steps`, `optim`, `output_dir`, `max_length`, ...).
 
 A `deepspeed:` key holding a file path (axolotl, HF, LLaMA-Factory) is followed, relative to the
@@ -27,13 +28,14 @@ from estimator.errors import EstimatorInputError
 from estimator.train_config.axolotl import read_axolotl
 from estimator.train_config.hf_args import read_hf
 from estimator.train_config.llamafactory import LF_KEYS, read_llamafactory
+from estimator.train_config.peft import read_peft
 from estimator.train_config.result import TrainConfigMapping
 from estimator.train_config.sharding import read_accelerate, read_deepspeed
 from estimator.train_config.torchtune import read_torchtune
 
 FIELD = "train_config"
 MAX_BYTES = 2 * 2**20
-FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "deepspeed", "accelerate")
+FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "deepspeed", "accelerate", "peft")
 HF_KEYS = (
     "per_device_train_batch_size",
     "gradient_accumulation_steps",
@@ -60,6 +62,7 @@ READERS: dict[str, Reader] = {
     "trl": read_hf,
     "deepspeed": lambda data, _dir: read_deepspeed(data),
     "accelerate": lambda data, _dir: read_accelerate(data),
+    "peft": read_peft,
 }
 
 
@@ -90,6 +93,8 @@ def detect_format(data: dict[str, Any]) -> str | None:
         value = data.get(key)
         return isinstance(value, dict) and "_component_" in value
 
+    if "peft_type" in data:  # every PeftConfig.to_dict() has it (peft src/peft/config.py:89)
+        return "peft"
     if has_component("model") or has_component("tokenizer"):
         return "torchtune"
     if "distributed_type" in data or "compute_environment" in data:
@@ -171,14 +176,23 @@ def read_file(path: str | Path, fmt: str | None = None) -> TrainConfigMapping:
     return map_config(parse_text(text, p.name), fmt, p.parent, str(p))
 
 
-def read_train_configs(paths: Sequence[str | Path]) -> TrainConfigMapping:
+def read_train_configs(
+    paths: Sequence[str | Path], adapter: str | Path | None = None
+) -> TrainConfigMapping:
     """The first file is the training config; the others (DeepSpeed JSON, accelerate YAML) are
-    merged over it in order."""
-    if not paths:
+    merged over it in order. `adapter`: a PEFT adapter_config.json (`--adapter-config`), read as
+    format `peft`; it fills what the training configs do not state."""
+    if not paths and adapter is None:
         raise EstimatorInputError(FIELD, "give at least one file")
+    peft = read_file(adapter, "peft") if adapter is not None else None
+    if not paths:
+        assert peft is not None
+        return peft
     mapping = read_file(paths[0])
     for extra in paths[1:]:
         mapping.merge(read_file(extra))
+    if peft is not None:
+        mapping.fill_from(peft)
     return mapping
 
 

@@ -115,6 +115,24 @@ class TrainConfigMapping:
         self.ignored.extend(other.ignored)
         self.warnings.extend(other.warnings)
 
+    def fill_from(self, other: TrainConfigMapping) -> None:
+        """Add a mapping that states less (a PEFT adapter config beside a training config): its
+        fields fill only what this one does not state."""
+        self.sources.extend(other.sources)
+        for name, value in other.setup.items():
+            if name not in self.setup:
+                self.set(name, value, f"{other.format}:{other.origin.get(name, name)}")
+        for name, value in other.run.items():
+            if name not in self.run:
+                self.set_run(name, value, f"{other.format}:{other.origin.get('run.' + name, name)}")
+        if self.model is None and other.model is not None:
+            self.model = other.model
+            self.origin["model"] = f"{other.format}:{other.origin.get('model', 'model')}"
+        if self.seq_lens is None:
+            self.seq_lens = other.seq_lens
+        self.ignored.extend(other.ignored)
+        self.warnings.extend(other.warnings)
+
     # -- output ------------------------------------------------------------------------------
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -3,6 +3,7 @@ CLI's --train-config, fields in the body win, and a bad config is a 422 naming t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from fastapi.testclient import TestClient
@@ -91,3 +92,31 @@ def test_a_config_sent_as_text_makes_the_service_open_no_file(
     reasons = {i["key"]: i["reason"] for i in report["ignored"]}
     assert "is not read from a config sent as text" in reasons["deepspeed"]
     assert report["model"] == {"preset": str(local)}  # a name, not a file that was looked at
+
+
+def test_a_peft_adapter_config_fills_the_request(sqlite_client: TestClient) -> None:
+    adapter = {
+        "peft_type": "LORA",
+        "r": 32,
+        "lora_alpha": 16,
+        "lora_dropout": 0.05,
+        "target_modules": ["q_proj", "v_proj"],
+        "base_model_name_or_path": "meta-llama/Llama-3.1-8B",
+    }
+    for fmt in ("peft", None):  # given, or detected from `peft_type`
+        config = {"text": json.dumps(adapter), **({"format": fmt} if fmt else {})}
+        res = sqlite_client.post(
+            "/v1/estimate",
+            json={"gpus": ["h200"], "setup": {"lora_rank": 8}, "train_config": config},
+        )
+        assert res.status_code == 200, res.text
+        doc = res.json()
+        assert doc["train_config"]["format"] == "peft"
+        assert doc["model"]["name"] == "llama-3.1-8b"
+        setup = doc["setup"]
+        assert (setup["method"], setup["lora_dropout"]) == ("lora", 0.05)
+        assert setup["lora_rank"] == 8  # the body's field wins
+        assert setup["lora_targets"] == ["q_proj", "v_proj"]
+    other = {"text": json.dumps({**adapter, "peft_type": "ADALORA"})}
+    res = sqlite_client.post("/v1/estimate", json={"gpus": ["h200"], "train_config": other})
+    assert res.status_code == 422 and "train_config.peft_type" in res.text

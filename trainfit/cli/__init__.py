@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     from estimator.errors import EstimatorInputError
 
     try:
-        if getattr(args, "train_config", None):  # estimator.train_config: file values, CLI wins
+        # estimator.train_config: the files' values, the options given on the command line win
+        if getattr(args, "train_config", None) or getattr(args, "adapter_config", None):
             from trainfit.cli.train_config import apply_train_config
 
             apply_train_config(args, sys.argv[1:] if argv is None else argv, parser)

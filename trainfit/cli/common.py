@@ -84,7 +84,11 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
         default="all-linear",
         help="comma list, all-linear, or re:PATTERN (peft regex over module names)",
     )
-    g.add_argument("--adapter-config", help="a PEFT adapter_config.json (sets rank, targets)")
+    g.add_argument(
+        "--adapter-config",
+        help="a PEFT adapter_config.json: rank, targets, dropout, modules_to_save, the base "
+        "model (fills what a --train-config does not state); options given win",
+    )
     g.add_argument(
         "--adapter-dtype", default="fp32", choices=["fp32", "bf16"], help="LoRA weights' dtype"
     )
@@ -224,19 +228,6 @@ def setup_input(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str
         setup["pp_virtual"] = args.pp_virtual
     if args.lora_alpha is not None:
         setup["lora_alpha"] = args.lora_alpha
-    if args.adapter_config:
-        adapter = read_json_file(args.adapter_config, "--adapter-config")
-        if not isinstance(adapter, dict):
-            raise InputError("--adapter-config: expected a JSON object")
-        if "r" in adapter:
-            setup["lora_rank"] = adapter["r"]
-        from estimator.lora import peft_target_list
-
-        targets = peft_target_list(adapter.get("target_modules"))  # a string is a regex
-        if targets is not None:
-            setup["lora_targets"] = targets
-        if setup["method"] == "full":
-            setup["method"] = "lora"
     given = ["-" if v is None else v for v in (args.checkpointing, args.loss)]
     checkpointing, losses = csv_list(given[0]), csv_list(given[1])
     for name, values, allowed in (

@@ -91,11 +91,14 @@ def apply_train_config(
     parser: argparse.ArgumentParser,
     stderr: TextIO | None = None,
 ) -> TrainConfigMapping:
-    """Read `args.train_config` (a list of files), overlay it on `args`, print what was ignored
-    and the warnings, and keep the report on `args.train_config_report` for the JSON output."""
-    from estimator.train_config.load import read_train_configs  # only with --train-config
+    """Read `args.train_config` (a list of files) and `args.adapter_config` (a PEFT adapter
+    config, filling what they do not state), overlay them on `args`, print what was ignored and
+    the warnings, and keep the report on `args.train_config_report` for the JSON output."""
+    from estimator.train_config.load import read_train_configs  # only with a config file
 
-    mapping = read_train_configs(args.train_config)
+    mapping = read_train_configs(
+        getattr(args, "train_config", None) or [], getattr(args, "adapter_config", None)
+    )
     given = given_options(command_parser(parser, getattr(args, "command", "")), argv)
     mapping.ignored.extend(overlay_namespace(args, mapping, given))
     out = stderr or sys.stderr

@@ -31,7 +31,15 @@ from estimator.setup import TrainingSetup
 router = APIRouter(include_in_schema=False)
 
 MAX_FORM_FILE_BYTES = 8 * 2**20
-TRAIN_CONFIG_FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "deepspeed", "accelerate")
+TRAIN_CONFIG_FORMATS = (
+    "axolotl",
+    "llamafactory",
+    "torchtune",
+    "trl",
+    "deepspeed",
+    "accelerate",
+    "peft",
+)
 
 
 def _choices() -> dict[str, tuple[str, ...]]:

@@ -1,0 +1,110 @@
+"""A PEFT `adapter_config.json` (a `LoraConfig` as `save_pretrained` writes it).
+
+Field names and defaults read from peft 0.21.2, `src/peft/tuners/lora/config.py`: `r` (default
+8, line 632), `target_modules` (633: a list of module names, or a string peft matches as a
+regular expression over whole module names), `exclude_modules` (648), `lora_alpha` (default 8,
+652), `lora_dropout` (default 0.0, 653), `bias` (658: none | all | lora_only), `use_rslora`
+(661), `modules_to_save` (672), `layers_to_transform` / `layers_pattern` (722-729),
+`rank_pattern` / `alpha_pattern` (737-746), `trainable_token_indices` (781), `use_dora` (832),
+`layer_replication` (909), `lora_bias` (931), `target_parameters` (941); and from
+`src/peft/config.py`: `peft_type` (89), `task_type` (88), `base_model_name_or_path`,
+`revision`, `inference_mode`. How peft applies `exclude_modules` and `layers_to_transform`:
+`tuners/tuners_utils.py` `check_target_module_exists` (2337-2407).
+
+An adapter config says nothing about the base's quantization (QLoRA is the base loaded in 4 bits
+plus a LoRA adapter), the optimizer, lengths or batches: those come from the command line or a
+training config, and an adapter config only fills what they do not state.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from estimator.errors import EstimatorInputError
+from estimator.lora import peft_target_list
+from estimator.train_config.result import TrainConfigMapping
+from estimator.train_config.vocab import trains_embeddings, with_revision
+
+# peft's LoraConfig defaults where a saved config leaves a field out
+PEFT_DEFAULTS = {"r": 8, "lora_alpha": 8, "lora_dropout": 0.0}
+# read and without effect on the memory of training (initialisation, scaling, bookkeeping)
+NO_MEMORY_EFFECT = (
+    "task_type",
+    "revision",
+    "inference_mode",
+    "fan_in_fan_out",
+    "use_rslora",
+    "init_lora_weights",
+    "layers_pattern",
+    "alpha_pattern",
+    "auto_mapping",
+    "peft_version",
+    "megatron_core",
+    "runtime_config",
+    "qalora_group_size",  # read with use_qalora (NOT_MODELLED)
+)
+# set to anything but their default, these change what trains: not modelled, said so
+NOT_MODELLED = {
+    "exclude_modules": "the excluded modules are counted as adapted (an overestimate of the "
+    "adapters' bytes)",
+    "layers_to_transform": "adapters on those layers only; counted on every layer (an "
+    "overestimate of the adapters' bytes)",
+    "rank_pattern": "per-module ranks are not modelled: every adapter is counted at `r`",
+    "use_dora": "DoRA's magnitude vectors and activations are not modelled",
+    "trainable_token_indices": "the trained embedding rows are not modelled",
+    "target_parameters": "adapters on parameters (MoE expert banks) are not modelled",
+    "layer_replication": "replicated layers are not modelled",
+    "lora_bias": "lora_B's bias is not modelled",
+    "use_qalora": "QALoRA is not modelled",
+}
+
+
+def read_peft(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
+    m = TrainConfigMapping("peft")
+    kind = m.get(data, "peft_type")
+    if kind is not None and str(kind).upper() != "LORA":
+        raise EstimatorInputError(
+            "train_config.peft_type", f"{kind!r}: only LORA adapters are modelled"
+        )
+    m.set("method", "lora", "peft_type" if kind is not None else "(a PEFT adapter config)")
+    _base_model(m, data, base_dir)
+    for field, default in PEFT_DEFAULTS.items():
+        value = m.get(data, field)
+        name = "lora_rank" if field == "r" else field
+        if value is None:
+            m.set(name, default, f"(peft's default {field}, tuners/lora/config.py)")
+        else:
+            m.set(name, value, field)
+    targets = peft_target_list(m.get(data, "target_modules"))
+    if targets is None:
+        m.ignore(
+            "target_modules",
+            "unset: peft takes the model type's defaults (utils/constants.py); not read, "
+            "the request's targets apply",
+        )
+    else:
+        m.set("lora_targets", targets, "target_modules")
+    m.set("train_embeddings", trains_embeddings(m.get(data, "modules_to_save")), "modules_to_save")
+    bias = m.get(data, "bias")
+    if bias not in (None, "none"):
+        m.ignore("bias", f"{bias!r} trains biases, which are not modelled")
+    for key, reason in NOT_MODELLED.items():
+        if m.get(data, key) not in (None, False, "", [], {}):
+            m.ignore(key, reason)
+    for key in NO_MEMORY_EFFECT:
+        m.get(data, key)
+    m.warn_unread(data)
+    return m
+
+
+def _base_model(m: TrainConfigMapping, data: dict[str, Any], base_dir: Path | None) -> None:
+    name = m.get(data, "base_model_name_or_path")
+    if not name:
+        return
+    try:
+        m.model = with_revision(str(name), m.get(data, "revision"), base_dir)
+    except EstimatorInputError as err:  # a path of the machine that trained it, say
+        m.ignore("base_model_name_or_path", err.message)
+        return
+    m.origin["model"] = "base_model_name_or_path"
