@@ -16,6 +16,7 @@ from estimator.dict_display import nested_dict
 from estimator.errors import EstimatorInputError
 from estimator.gpu_options import GpuOption, check_devices, parse_gpu_options
 from estimator.memo import Memo, setup_key
+from estimator.memory.weights import check_stored_quantization
 from estimator.model_source import resolve_model
 from estimator.presets import PRESET_SOURCES, preset_config, preset_ids
 from estimator.profile import Profile, load_profile
@@ -434,6 +435,7 @@ def _solver_inputs(req: SolverRequest) -> tuple[Any, Any, Any, Any, int]:
     from estimator.solvers import Budget
 
     spec = resolve_model(req.model)
+    check_stored_quantization(spec, req.setup)  # before the solvers skip settings that raise
     option = parse_gpu_options([req.gpu])[0]
     budget = Budget(option.gpu.capacity_bytes, req.usable_fraction)
     return spec, req.setup, budget, load_profile(req.profile), devices_for(option, req.setup)
@@ -483,6 +485,7 @@ def recommend_document(req: RecommendRequest) -> dict[str, Any]:
 
     prices = normalise_prices(req.prices) if req.prices else {}
     sc = Scenario(resolve_model(req.model), req.setup, load_profile(req.profile), prices=prices)
+    check_stored_quantization(sc.spec, req.setup)  # before the grid skips settings that raise
     run = RunTokens(req.tokens, req.dataset_lengths, req.epochs, req.overflow)
     return recommend(
         sc, parse_gpu_options(req.gpus), req.usable_fraction, required_seq=req.seq_len, run=run

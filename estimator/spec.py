@@ -181,6 +181,11 @@ class ModelSpec:
     # width of the rotary cos and sin tables transformers' RotaryEmbedding.forward builds each
     # forward (memory.activations.rope_table_bytes); 0: none (learned positions) or not read
     rope_width: int = 0
+    # a checkpoint stored quantized by bitsandbytes (config.json `quantization_config`,
+    # `architectures.stored_quantization`): its base loads as stored, "nf4" (4-bit, nf4 or fp4:
+    # the same bytes) or "int8", with the stored double quantization; None: not quantized so
+    stored_quantization: str | None = None
+    stored_double_quant: bool = False
 
     @property
     def qk_head_dim(self) -> int | None:

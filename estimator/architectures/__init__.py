@@ -328,7 +328,37 @@ def spec_from_config(config: Any, name: str | None = None) -> ModelSpec:
         spec = replace(spec, extras=extras, model_type=kind, layers_module=_LAYERS[model_type])
     elif model_type == "gpt2":
         spec = replace(spec, layers_module="transformer.h")
+    stored = stored_quantization(root)
+    if stored is not None:
+        spec = replace(
+            spec,
+            stored_quantization=stored[0],
+            stored_double_quant=stored[1],
+            notes=(*spec.notes, stored[2]),
+        )
     return _renamed(spec, name or root.text("_name_or_path") or text.text("_name_or_path"))
+
+
+def stored_quantization(root: ConfigReader) -> tuple[str, bool, str] | None:
+    """(base, double quant, a note) of a checkpoint bitsandbytes stored quantized: its
+    config.json `quantization_config` as transformers 5.25.0 writes a `BitsAndBytesConfig`
+    (utils/quantization_config.py:440-454: `quant_method` "bitsandbytes", `load_in_4bit` /
+    `load_in_8bit`, `bnb_4bit_use_double_quant` default False). Such a checkpoint loads as it
+    is stored whatever the training asks (quantizers/auto.py:244-247: "The
+    `quantization_config` from the model will be used"). Other methods (mxfp4: the MoE readers;
+    fp8, GPTQ, AWQ) are not read here."""
+    quant = root.nested("quantization_config")
+    if quant is None or quant.text("quant_method", "bitsandbytes") != "bitsandbytes":
+        return None
+    four, eight = quant.flag("load_in_4bit", False), quant.flag("load_in_8bit", False)
+    if not four and not eight:
+        return None
+    if four:
+        double = quant.flag("bnb_4bit_use_double_quant", False)
+        kind = quant.text("bnb_4bit_quant_type", "fp4")
+        note = f"checkpoint stored in 4 bits by bitsandbytes ({kind}{', double quant' * double})"
+        return "nf4", double, note  # nf4 and fp4: 4 bits + one absmax per 64 (dtypes.py)
+    return "int8", False, "checkpoint stored in 8 bits by bitsandbytes (LLM.int8)"
 
 
 def _renamed(spec: ModelSpec, name: str | None) -> ModelSpec:

@@ -50,6 +50,7 @@ from estimator.memory.reserved import grad_tensor_sizes, slack_bytes, with_slack
 from estimator.memory.states import StateBytes, trainable_state_bytes
 from estimator.memory.weights import (
     amp_full,
+    check_stored_quantization,
     kbit_fp32,
     quantized_base,
     quantized_params,
@@ -535,6 +536,7 @@ def on_card(f: _Fixed, card_bytes: float) -> _Fixed:
 def _fixed(spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, amp: bool) -> _Fixed:
     """`memory_breakdown`'s length-free terms for `n` devices (`amp`: `amp_full(setup)`), and
     the settings its per-length terms read."""
+    check_stored_quantization(spec, setup)
     key = (*setup_key(setup), amp, torchtitan.on_cpu_referee())
     sharding = setup.sharding
     if n > 1 and sharding == "none":

@@ -9,6 +9,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from estimator.dtypes import BF16, FP32, int8_bytes_per_param, nf4_bytes_per_param
+from estimator.errors import EstimatorInputError
 from estimator.profile import Profile
 from estimator.spec import ModelSpec
 from estimator.stacks import load_stack
@@ -61,6 +62,30 @@ def rope_buffer_bytes(spec: ModelSpec, setup: TrainingSetup) -> float:
 
 def quantized_base(setup: TrainingSetup) -> bool:
     return setup.is_adapter and setup.base in ("nf4", "int8")
+
+
+def check_stored_quantization(spec: ModelSpec, setup: TrainingSetup) -> None:
+    """A checkpoint bitsandbytes stored quantized (`spec.stored_quantization`) trains only with
+    adapters (transformers 5.25.0 trainer_utils.py:129-135: "You cannot perform fine-tuning on
+    purely quantized models") and on the base as stored (quantizers/auto.py:244-247): any
+    other setup is bad input naming the field, not an estimate of a run that cannot happen."""
+    stored = spec.stored_quantization
+    if stored is None:
+        return
+    what = "4 bits" if stored == "nf4" else "8 bits"
+    use = "method qlora" if stored == "nf4" else "method lora with base int8"
+    if not setup.is_adapter:
+        raise EstimatorInputError(
+            "setup.method",
+            f"{spec.name} is stored in {what} by bitsandbytes: transformers trains it only "
+            f"with adapters; use {use}",
+        )
+    if setup.base != stored:
+        raise EstimatorInputError(
+            "setup.base",
+            f"{spec.name} is stored in {what} by bitsandbytes and loads so whatever the run "
+            f"asks (base {setup.base}); use {use}",
+        )
 
 
 def kbit_fp32(setup: TrainingSetup) -> bool:
@@ -121,7 +146,9 @@ def quantized_params(spec: ModelSpec, setup: TrainingSetup) -> tuple[int, float]
     params = sum(lin.params for lin in chosen)
     if setup.base == "int8":
         return params, sum(lin.params * int8_bytes_per_param(lin.in_features) for lin in chosen)
-    return params, params * nf4_bytes_per_param(bool(setup.double_quant))
+    # a checkpoint stored quantized keeps its own double quantization (`check_stored_quantization`)
+    double = spec.stored_double_quant if spec.stored_quantization else setup.double_quant
+    return params, params * nf4_bytes_per_param(bool(double))
 
 
 def weight_bytes(spec: ModelSpec, setup: TrainingSetup, profile: Profile) -> float:
