@@ -171,7 +171,8 @@ def form_field(loc: tuple[Any, ...] | str) -> str:
     if head == "train_config":
         return "train_config_text"
     if head == "setup":
-        return parts[1] if len(parts) > 1 else "method"
+        field = parts[1] if len(parts) > 1 else "method"
+        return "method" if field == "base" else field  # the form picks the base by its method
     if head in ("dataset_lengths", "dataset"):
         return "lengths_file"
     if head == "calibration":
