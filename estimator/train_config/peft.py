@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from estimator.errors import EstimatorInputError
-from estimator.lora import peft_target_list
+from estimator.lora import REGEX, peft_target_list
 from estimator.train_config.result import TrainConfigMapping
 from estimator.train_config.vocab import trains_embeddings, with_revision
 
@@ -46,7 +46,8 @@ NO_MEMORY_EFFECT = (
 )
 # set to anything but their default, these change what trains: not modelled, said so
 NOT_MODELLED = {
-    "exclude_modules": "the excluded modules are counted as adapted (an overestimate of the "
+    "exclude_modules": "excluded module paths or a pattern are not modelled here (plain names "
+    "against a list of plain-name targets are): counted as adapted (an overestimate of the "
     "adapters' bytes)",
     "layers_to_transform": "adapters on those layers only; counted on every layer (an "
     "overestimate of the adapters' bytes)",
@@ -77,6 +78,7 @@ def read_peft(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping
         else:
             m.set(name, value, field)
     targets = peft_target_list(m.get(data, "target_modules"))
+    kept = None  # the targets less `exclude_modules`, where that is exact
     if targets is None:
         m.ignore(
             "target_modules",
@@ -84,18 +86,47 @@ def read_peft(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping
             "the request's targets apply",
         )
     else:
-        m.set("lora_targets", targets, "target_modules")
+        kept = _without_excluded(targets, m.get(data, "exclude_modules"))
+        m.set(
+            "lora_targets",
+            targets if kept is None else kept,
+            "target_modules" if kept is None else "target_modules, exclude_modules",
+        )
     m.set("train_embeddings", trains_embeddings(m.get(data, "modules_to_save")), "modules_to_save")
     bias = m.get(data, "bias")
     if bias not in (None, "none"):
         m.ignore("bias", f"{bias!r} trains biases, which are not modelled")
     for key, reason in NOT_MODELLED.items():
+        if key == "exclude_modules" and kept is not None:
+            continue  # applied to the targets
         if m.get(data, key) not in (None, False, "", [], {}):
             m.ignore(key, reason)
     for key in NO_MEMORY_EFFECT:
         m.get(data, key)
     m.warn_unread(data)
     return m
+
+
+def _without_excluded(targets: list[str], exclude: object) -> list[str] | None:
+    """The targets less `exclude_modules` where peft's rule (tuners_utils.py:2350-2356: a module
+    is excluded when its name is in the list or ends with `.<entry>`) removes whole kinds: plain
+    names (no dot) against a list of plain-name targets, so every layer loses the same modules.
+    None for anything else, left to NOT_MODELLED (reported, counted as adapted)."""
+    plain = (
+        isinstance(exclude, list)
+        and bool(exclude)
+        and all(isinstance(e, str) and e and "." not in e for e in exclude)
+    )
+    special = ("all-linear", "all_linear")
+    if not plain or any("." in t or t.startswith(REGEX) or t in special for t in targets):
+        return None
+    assert isinstance(exclude, list)
+    kept = [t for t in targets if t not in exclude]
+    if not kept:
+        raise EstimatorInputError(
+            "train_config.exclude_modules", "excludes every target module: peft adapts nothing"
+        )
+    return kept
 
 
 def _base_model(m: TrainConfigMapping, data: dict[str, Any], base_dir: Path | None) -> None:

@@ -11,9 +11,13 @@ from typing import Any
 
 import pytest
 
+from estimator.architectures import spec_from_config
 from estimator.errors import EstimatorInputError
+from estimator.lora import lora_params
+from estimator.setup import TrainingSetup
 from estimator.train_config import detect_format, read_train_config_text, read_train_configs
 from estimator.train_config.peft import NOT_MODELLED
+from tests.estimator.test_architectures import TINY
 from trainfit.cli import main
 
 peft = pytest.importorskip("peft")
@@ -78,7 +82,7 @@ def test_a_string_target_is_a_regex_as_peft_reads_it() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "key"),
     [
-        ({"exclude_modules": ["down_proj"]}, "exclude_modules"),
+        ({"exclude_modules": ["model.layers.0.mlp.down_proj"]}, "exclude_modules"),
         ({"layers_to_transform": [0, 1]}, "layers_to_transform"),
         ({"rank_pattern": {"q_proj": 64}}, "rank_pattern"),
         ({"use_dora": True}, "use_dora"),
@@ -172,3 +176,46 @@ def test_a_bad_adapter_config_is_exit_2_naming_the_field(
     assert main(args) == 2
     err = capsys.readouterr().err
     assert f"{field}:" in err and "Traceback" not in err
+
+
+def _peft_trainable(config: Any) -> int:
+    """Trainable parameters peft itself gives a tiny llama for this LoraConfig (meta device)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model_config = transformers.CONFIG_MAPPING["llama"](**TINY["llama"])
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(model_config)
+        wrapped = peft.get_peft_model(model, config)
+    return sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+
+
+def _trainfit_trainable(saved: dict[str, Any]) -> tuple[int, list[str]]:
+    import transformers
+
+    spec = spec_from_config(transformers.CONFIG_MAPPING["llama"](**TINY["llama"]).to_dict())
+    mapping = read_train_config_text(json.dumps(saved))
+    setup = TrainingSetup(**{k: v for k, v in mapping.setup.items() if k != "lora_alpha"})
+    return lora_params(spec, setup), [i.key for i in mapping.ignored]
+
+
+def test_excluded_kinds_are_left_out_as_peft_leaves_them() -> None:
+    kwargs: dict[str, Any] = {"r": 4, "target_modules": ALL, "exclude_modules": ["down_proj"]}
+    ours, ignored = _trainfit_trainable(_saved(**kwargs))
+    assert ours == _peft_trainable(peft.LoraConfig(**kwargs))
+    assert "exclude_modules" not in ignored
+    with pytest.raises(EstimatorInputError) as err:
+        read_train_config_text(
+            json.dumps(_saved(target_modules=["q_proj"], exclude_modules=["q_proj"]))
+        )
+    assert err.value.field == "train_config.exclude_modules"
+
+
+def test_an_exclusion_of_some_layers_is_reported_and_overestimated() -> None:
+    kwargs: dict[str, Any] = {
+        "r": 4,
+        "target_modules": ALL,
+        "exclude_modules": ["model.layers.0.mlp.down_proj"],
+    }
+    ours, ignored = _trainfit_trainable(_saved(**kwargs))
+    assert "exclude_modules" in ignored
+    assert ours > _peft_trainable(peft.LoraConfig(**kwargs))  # counted as adapted: over
