@@ -72,13 +72,6 @@ def _kept_cells(
 def _tokens_for(spec: ModelSpec, request: EstimateRequest, seq: int) -> float | None:
     """The run's tokens at this maximum sequence length (a dataset loses samples at shorter
     lengths; explicit or Chinchilla budgets do not depend on it)."""
-    if (
-        request.tokens is None
-        and request.target_tokens is None
-        and request.dataset_lengths is None
-        and 0 < request.epochs <= 1e6
-    ):
-        return None  # no budget given (`resolve_tokens`' answer, without its checks' lists)
     return resolve_tokens(
         spec,
         tokens=request.tokens,
@@ -296,7 +289,7 @@ def _assumptions(profile: Profile) -> dict[str, dict[str, dict[str, Any]]]:
     """`profile.as_dict()` (a fresh document part): one compiled dict display of the profile's
     sorted entries (`estimator.dict_display`), built once per profile, filled with the
     entries' values and sources."""
-    make, values = _ASSUMPTIONS.of(profile, _assumptions_display)
+    make, values = _ASSUMPTIONS.call((profile,), None, _assumptions_display, profile)
     return make(values)
 
 

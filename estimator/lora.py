@@ -43,11 +43,16 @@ def split_targets(text: str) -> list[str]:
     return [t.strip() for t in text.replace("\n", ",").split(",") if t.strip()]
 
 
+# peft's `all-linear` wildcard (peft 0.21.2 utils/constants.py:404, compared lowercased at
+# tuners/tuners_utils.py:2441), and the underscore spelling trainfit takes for it too
+PEFT_ALL_LINEAR = ("all-linear", "all_linear")
+
+
 def peft_target_list(target_modules: object) -> list[str] | None:
     """peft's `target_modules` (an adapter_config.json, a LoraConfig) as trainfit targets: a
     list names modules; a string other than `all-linear` is a regex (`re:`)."""
     if isinstance(target_modules, str):
-        special = target_modules in ("all-linear", "all_linear")
+        special = target_modules in PEFT_ALL_LINEAR
         return [target_modules if special else f"{REGEX}{target_modules}"]
     if isinstance(target_modules, list):
         return [str(t) for t in target_modules]

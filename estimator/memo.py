@@ -17,7 +17,6 @@ from contextlib import suppress
 from typing import Any, Generic, TypeVar, TypeVarTuple
 
 T = TypeVar("T")
-A = TypeVar("A")
 Args = TypeVarTuple("Args")
 
 
@@ -66,7 +65,16 @@ class Memo(Generic[T]):
         self.size = size
         self._entries: OrderedDict[Hashable, tuple[tuple[object, ...], T]] = OrderedDict()
 
-    def get(self, anchors: tuple[object, ...], key: Hashable, build: Callable[[], T]) -> T:
+    def call(
+        self,
+        anchors: tuple[object, ...],
+        key: Hashable,
+        build: Callable[[*Args], T],
+        *args: *Args,
+    ) -> T:
+        """The value for (anchors, key), `build(*args)` on a miss: the builder's arguments are
+        passed, not captured in a closure made per lookup (issue 17: a partial or a lambda was a
+        tenth of a lookup's cost)."""
         full = (tuple(map(id, anchors)), key)
         try:
             hit = self._entries.get(full)
@@ -75,46 +83,18 @@ class Memo(Generic[T]):
             hit = self._entries.get(full)
         if hit is not None:
             return hit[1]
-        value = build()  # bad input raises here and is not memoised
-        self._put(full, anchors, value)
-        return value
-
-    def call(
-        self,
-        anchors: tuple[object, ...],
-        key: Hashable,
-        build: Callable[[*Args], T],
-        *args: *Args,
-    ) -> T:
-        """`get(anchors, key, lambda: build(*args))` without the caller's closure (issue 17:
-        making one per lookup, a partial or a lambda, was a tenth of a lookup's cost)."""
-        full = (tuple(map(id, anchors)), key)
-        try:
-            hit = self._entries.get(full)
-        except TypeError:  # a list or dict in the key
-            return self.get(anchors, key, lambda: build(*args))
-        if hit is not None:
-            return hit[1]
-        return self.get(anchors, key, lambda: build(*args))
-
-    def of(self, anchor: A, build: Callable[[A], T]) -> T:
-        """`get((anchor,), None, lambda: build(anchor))`, for a value of one anchor alone:
-        keyed by the anchor's id (held by the entry, so not reused while it lives), without
-        the key tuple or the caller's closure (issue 17: a few such lookups per estimate)."""
-        hit = self._entries.get(id(anchor))
-        if hit is not None:
-            return hit[1]
-        value = build(anchor)
-        self._put(id(anchor), (anchor,), value)
-        return value
-
-    def _put(self, full: Hashable, anchors: tuple[object, ...], value: T) -> None:
+        value = build(*args)  # bad input raises here and is not memoised
         self._entries[full] = (anchors, value)
         while len(self._entries) > self.size:
             try:
                 self._entries.popitem(last=False)
             except KeyError:  # another thread emptied it
                 break
+        return value
+
+    def get(self, anchors: tuple[object, ...], key: Hashable, build: Callable[[], T]) -> T:
+        """`call` of a builder that takes no arguments."""
+        return self.call(anchors, key, build)
 
     def clear(self) -> None:
         self._entries.clear()

@@ -121,13 +121,12 @@ class _Columns:
     def _one(self, mem: MemoryBreakdown) -> None:
         """The same figures for one row of scalars (numpy's 0-d arrays included); the peak
         phase found as the phases are rounded (`_peak_phase`'s rule)."""
+        self.peak = [float(mem.peak)]
+        self.peak_bytes = [_int(mem.peak)]
+        self.allocated = [_int(mem.allocated)]
+        self.reserved = [_int(mem.reserved)]
+        self.host = [_int(mem.host)]
         ceil = math.ceil  # `_int` of a Python float, the usual value (estimator/lazy_numpy.py)
-        peak, allocated, reserved, host = mem.peak, mem.allocated, mem.reserved, mem.host
-        self.peak = [float(peak)]
-        self.peak_bytes = [ceil(peak) if type(peak) is float else _int(peak)]
-        self.allocated = [ceil(allocated) if type(allocated) is float else _int(allocated)]
-        self.reserved = [ceil(reserved) if type(reserved) is float else _int(reserved)]
-        self.host = [ceil(host) if type(host) is float else _int(host)]
         comps = mem.components
         rounded = [
             v if v is None else ceil(v) if type(v) is float else _int(v)
@@ -276,11 +275,7 @@ def estimate_rows(
             )
         per_option[opt.option] = by_devices[(n, target)]
     size = len(seq_lens)
-    columns = (
-        {id(mem): _Columns(mem, size)}  # every option on the row's breakdown (the usual case)
-        if len(by_devices) == 1
-        else {id(m): _Columns(m, size) for m in by_devices.values()}
-    )
+    columns = {id(m): _Columns(m, size) for m in by_devices.values()}
     base = columns[id(mem)]
     # each option's fit entry per row, made option by option from its `_Columns`; an option on
     # another card count than the row's (or on a card small enough to change Unsloth's loss)

@@ -326,19 +326,20 @@ def resolve_tokens(
     """The run's tokens from exactly one of: `tokens` (--tokens), `target_tokens="chinchilla"`
     (20 per parameter, Hoffmann et al. 2022), or a dataset's sample lengths (--dataset) kept at
     `max_seq` (longer samples dropped or truncated) times `epochs`. None when none is given."""
-    given = [
-        n
-        for n, v in (
-            ("tokens", tokens),
-            ("target_tokens", target_tokens),
-            ("dataset", dataset_lengths),
-        )
-        if v is not None
-    ]
-    if len(given) > 1:
-        raise EstimatorInputError(
-            given[1], f"give one of tokens, target_tokens, dataset; got {given}"
-        )
+    if tokens is not None or target_tokens is not None or dataset_lengths is not None:
+        given = [
+            n
+            for n, v in (
+                ("tokens", tokens),
+                ("target_tokens", target_tokens),
+                ("dataset", dataset_lengths),
+            )
+            if v is not None
+        ]
+        if len(given) > 1:
+            raise EstimatorInputError(
+                given[1], f"give one of tokens, target_tokens, dataset; got {given}"
+            )
     if not 0 < epochs <= 1e6:
         raise EstimatorInputError("epochs", f"{epochs} is not in (0, 1e6]")
     if tokens is not None:

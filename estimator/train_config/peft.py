@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from estimator.errors import EstimatorInputError
-from estimator.lora import REGEX, peft_target_list
+from estimator.lora import PEFT_ALL_LINEAR, REGEX, peft_target_list
 from estimator.train_config.result import TrainConfigMapping
 from estimator.train_config.vocab import trains_embeddings, with_revision
 
@@ -117,8 +117,7 @@ def _without_excluded(targets: list[str], exclude: object) -> list[str] | None:
         and bool(exclude)
         and all(isinstance(e, str) and e and "." not in e for e in exclude)
     )
-    special = ("all-linear", "all_linear")
-    if not plain or any("." in t or t.startswith(REGEX) or t in special for t in targets):
+    if not plain or any("." in t or t.startswith(REGEX) or t in PEFT_ALL_LINEAR for t in targets):
         return None
     assert isinstance(exclude, list)
     kept = [t for t in targets if t not in exclude]

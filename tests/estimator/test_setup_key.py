@@ -71,5 +71,5 @@ def test_memo_call_builds_once_from_its_arguments() -> None:
     assert m.call((anchor,), ["unhashable"], build, 3, "c") == (3, "c")  # frozen key
     assert m.call((anchor,), ["unhashable"], build, 4, "d") == (3, "c")
     assert built == [(1, "a"), (3, "c")]
-    assert m.of(anchor, lambda a: (5, "e")) == (5, "e")
-    assert m.of(anchor, lambda a: (6, "f")) == (5, "e")
+    assert m.get((anchor,), None, lambda: (5, "e")) == (5, "e")
+    assert m.get((anchor,), None, lambda: (6, "f")) == (5, "e")
