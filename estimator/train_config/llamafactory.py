@@ -14,7 +14,8 @@ Option names and defaults read from LLaMA-Factory ff6d4d12 (2026-08-18),
   `pure_bf16` (456, bf16 without AMP), `stage` (460), `finetuning_type` (464, default lora).
 - `data_args.py`: `cutoff_len` (46, default 2048), `packing` (108), `neat_packing` (112).
 The rest are HF `Seq2SeqTrainingArguments` keys (`per_device_train_batch_size`, `optim`, `bf16`,
-`deepspeed`, ...), read as for a TRL/HF config.
+`deepspeed`, ...), read as for a TRL/HF config. A v1 config (`model:` instead of
+`model_name_or_path:`, `peft_config:`, `micro_batch_size:`) is read by `llamafactory_v1.py`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from estimator.train_config.hf_args import map_trainer_args
+from estimator.train_config.llamafactory_v1 import V1_KEYS, read_llamafactory_v1
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.vocab import (
     lora_targets,
@@ -50,6 +52,8 @@ LF_KEYS = (
 
 
 def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
+    if "model_name_or_path" not in data and any(k in data for k in ("model", *V1_KEYS)):
+        return read_llamafactory_v1(data, base_dir)
     m = TrainConfigMapping("llamafactory")
     name = m.get(data, "model_name_or_path")
     if name:

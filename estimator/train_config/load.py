@@ -7,11 +7,14 @@ Detection (first match wins; `fmt` given explicitly skips it):
 4. DeepSpeed: `zero_optimization` or `train_micro_batch_size_per_gpu` at the top;
 5. axolotl: `base_model` at the top;
 6. LLaMA-Factory: `model_name_or_path` with a key only LLaMA-Factory uses (`stage`,
-   `finetuning_type`, `cutoff_len`, `lora_rank`, ...: `llamafactory.LF_KEYS`);
+   `finetuning_type`, `cutoff_len`, `lora_rank`, ...: `llamafactory.LF_KEYS`), or its v1 format:
+   `model` as a name with a v1-only key (`peft_config`, `micro_batch_size`, ...:
+   `llamafactory_v1.V1_KEYS`);
 7. TRL `SFTConfig` / HF `TrainingArguments`: any of their keys (`per_device_train_batch_size`,
    `gradient_accumulation_steps`, `optim`, `output_dir`, `max_length`, ...).
 
-A `deepspeed:` key holding a file path (axolotl, HF, LLaMA-Factory) is followed, relative to the
+A `deepspeed:` key holding a file path (axolotl, HF, LLaMA-Factory; LLaMA-Factory v1:
+`dist_config.config_file`) is followed, relative to the
 config's folder first (only for a config read from a file: the text of a config sent to the
 service names no file that is read, and no local model path); further files (a DeepSpeed JSON,
 an accelerate config) may be given after the first and are merged over it.
@@ -28,6 +31,7 @@ from estimator.errors import EstimatorInputError
 from estimator.train_config.axolotl import read_axolotl
 from estimator.train_config.hf_args import read_hf
 from estimator.train_config.llamafactory import LF_KEYS, read_llamafactory
+from estimator.train_config.llamafactory_v1 import is_v1
 from estimator.train_config.peft import read_peft
 from estimator.train_config.result import TrainConfigMapping
 from estimator.train_config.sharding import read_accelerate, read_deepspeed
@@ -105,6 +109,8 @@ def detect_format(data: dict[str, Any]) -> str | None:
         return "axolotl"
     if "model_name_or_path" in data and any(k in data for k in LF_KEYS):
         return "llamafactory"
+    if is_v1(data):
+        return "llamafactory"
     if any(k in data for k in HF_KEYS):
         return "trl"
     return None
@@ -128,11 +134,16 @@ def map_config(
         raise EstimatorInputError(FIELD, f"format {fmt!r} is not one of {', '.join(FORMATS)}")
     mapping = READERS[kind](data, base_dir)
     mapping.sources.append(name)
-    ds = data.get("deepspeed")
+    ds, ds_key = data.get("deepspeed"), "deepspeed"
+    dist = data.get("dist_config")
+    if kind == "llamafactory" and isinstance(dist, dict) and dist.get("name") == "deepspeed":
+        ds, ds_key = dist.get("config_file"), "dist_config.config_file"  # LLaMA-Factory v1
+        if not ds:
+            mapping.ignore(ds_key, "no DeepSpeed JSON named: its ZeRO settings are unread")
     if kind != "deepspeed" and isinstance(ds, dict):
         mapping.merge(_named(read_deepspeed(ds), f"{name}:deepspeed"))
     elif kind != "deepspeed" and isinstance(ds, str) and ds:
-        _follow_deepspeed(mapping, ds, base_dir)
+        _follow_deepspeed(mapping, ds, base_dir, ds_key)
     return mapping
 
 
@@ -141,12 +152,14 @@ def _named(m: TrainConfigMapping, name: str) -> TrainConfigMapping:
     return m
 
 
-def _follow_deepspeed(mapping: TrainConfigMapping, ref: str, base_dir: Path | None) -> None:
+def _follow_deepspeed(
+    mapping: TrainConfigMapping, ref: str, base_dir: Path | None, key: str = "deepspeed"
+) -> None:
     """A `deepspeed:` file path, beside the config first. Without `base_dir` (a config's text
     sent to the service) no file is read: the service must not open paths a request names."""
     if base_dir is None:
         mapping.ignore(
-            "deepspeed",
+            key,
             f"file {ref!r} is not read from a config sent as text: give the DeepSpeed settings "
             "inline (`deepspeed:` as a mapping)",
         )
@@ -158,7 +171,7 @@ def _follow_deepspeed(mapping: TrainConfigMapping, ref: str, base_dir: Path | No
         if path.is_file():
             mapping.merge(read_file(path, "deepspeed"))
             return
-    mapping.ignore("deepspeed", f"file {ref!r} not found beside the config; ZeRO settings unread")
+    mapping.ignore(key, f"file {ref!r} not found beside the config; ZeRO settings unread")
 
 
 def read_file(path: str | Path, fmt: str | None = None) -> TrainConfigMapping:

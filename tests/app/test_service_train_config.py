@@ -120,3 +120,23 @@ def test_a_peft_adapter_config_fills_the_request(sqlite_client: TestClient) -> N
     other = {"text": json.dumps({**adapter, "peft_type": "ADALORA"})}
     res = sqlite_client.post("/v1/estimate", json={"gpus": ["h200"], "train_config": other})
     assert res.status_code == 422 and "train_config.peft_type" in res.text
+
+
+def test_a_llamafactory_v1_config_is_read_as_its_loop_runs(sqlite_client: TestClient) -> None:
+    text = (
+        "model: meta-llama/Llama-3.1-8B\npeft_config:\n  name: lora\n  r: 16\n"
+        "micro_batch_size: 2\ncutoff_len: 4096\n"
+    )
+    for fmt in ("llamafactory", None):  # given, or detected from `model:` + v1 keys
+        config = {"text": text, **({"format": fmt} if fmt else {})}
+        res = sqlite_client.post("/v1/estimate", json={"gpus": ["h200"], "train_config": config})
+        assert res.status_code == 200, res.text
+        doc = res.json()
+        assert doc["train_config"]["format"] == "llamafactory-v1"
+        setup = doc["setup"]
+        assert (setup["method"], setup["lora_rank"], setup["lora_dropout"]) == ("lora", 16, 0.05)
+        assert (setup["batch"], setup["autocast"]) == (2, False)
+        assert [row["seq_len"] for row in doc["rows"]] == [4096]
+    bad = {"text": text.replace("r: 16", "r: sixteen")}
+    res = sqlite_client.post("/v1/estimate", json={"gpus": ["h200"], "train_config": bad})
+    assert res.status_code == 422 and "train_config.peft_config.r" in res.text
