@@ -147,6 +147,7 @@ SETUP_FIELDS: dict[str, Field] = {  # estimator.setup.TrainingSetup, in its orde
     "kbit_prepare": Field("bool", None, optional=True),
     "compile": Field("bool", None, optional=True),
     "liger_kernels": Field("bool", None, optional=True),
+    "quantize_experts": Field("bool", None, optional=True),
     "sharding": _lit(choices.Sharding, "none"),
     "num_gpus": Field("int", 1, low=1, high=MAX_GPUS),
     "attention": _lit(choices.Attention, "sdpa"),

@@ -73,6 +73,9 @@ class TrainingSetup(BaseModel):
     # Liger's RMSNorm, SwiGLU and RoPE kernels (transformers' use_liger_kernel, axolotl's
     # liger_rms_norm + liger_glu_activation): estimator/memory/liger.py
     liger_kernels: bool | None = None
+    # a quantized base also stores the fused 3-D expert banks in 4 bits (axolotl's
+    # quantize_moe_experts); unset, the stack decides (transformers 5 + bnb: nn.Linear only)
+    quantize_experts: bool | None = None
     # legacy: fsdp | zero1..3 are aliases of `parallel` (estimator/parallel/of_setup.py);
     # device_map splits the layers over the cards
     sharding: Sharding = "none"

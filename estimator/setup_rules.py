@@ -65,6 +65,7 @@ def resolve_from_stack(s: Any, fields_set: set[str]) -> None:
     """Unset overrides take the stack's values (`fields_set`: the fields the input gave); then
     the combinations are checked."""
     stack = load_stack(s.stack)
+    asked_experts = "quantize_experts" in fields_set  # setting a field adds it to the set
     for name in OVERRIDES:
         unset = name not in fields_set
         if getattr(s, name) is None or (name in ("checkpointing", "loss") and unset):
@@ -75,6 +76,25 @@ def resolve_from_stack(s: Any, fields_set: set[str]) -> None:
     if s.base is None:
         s.base = "nf4" if s.method == "qlora" else "bf16"
     check_combinations(s)
+    if asked_experts and s.quantize_experts and not stack.get("quantize_experts"):
+        check_quantized_experts(s, stack)  # a dumped setup echoes the stack's own value
+
+
+def check_quantized_experts(s: Any, stack: Any) -> None:
+    """`quantize_experts` asked for: an NF4 base on a stack whose expert banks bitsandbytes'
+    parametrization dequantizes (the stack's `experts_dequant`); the message names the field."""
+    if s.base != "nf4":
+        raise ValueError(
+            f"quantize_experts: only a 4-bit base (qlora) stores its expert banks in NF4; base "
+            f"{s.base} keeps them in the load dtype (8-bit banks dequantize to fp32 and run the "
+            "experts in fp32: bitsandbytes functional.py:1641-1652, transformers integrations/"
+            "moe.py:379-381; not modelled)"
+        )
+    if stack.get_optional("experts_dequant", None) is None:
+        raise ValueError(
+            f"quantize_experts: stack {s.stack} has no 4-bit expert banks (axolotl's "
+            "quantize_moe_experts runs transformers' models: use --stack hf or deepspeed)"
+        )
 
 
 def check_combinations(s: Any) -> None:

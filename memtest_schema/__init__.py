@@ -94,6 +94,7 @@ STACK_SETUP_FIELDS: dict[str, tuple[str, ...] | None] = {
     "base": ("bf16", "int8", "nf4"),  # storage of the frozen base weights
     "compile": None,  # bool: torch.compile of the decoder layers
     "liger_kernels": None,  # bool: Liger's RMSNorm / SwiGLU / RoPE (use_liger_kernel)
+    "quantize_experts": None,  # bool: MoE expert banks in NF4 too (quantize_moe_experts)
     # multi-GPU layout (issue 12, estimator/parallel/): absent for a single-device run
     "parallel": None,  # str or null: `fsdp=8,tp=8`, `zero3`, `dp`, ...
     "fsdp_wrap": None,  # str: FSDP unit, `layer` or `block-of-N` (+embeddings, +lm_head)
@@ -387,6 +388,7 @@ def _check_stack_setup(setup: dict[str, Any], path: str) -> None:
             "train_embeddings",
             "compile",
             "liger_kernels",
+            "quantize_experts",
             "reshard_after_forward",
         ):
             _bool(item, field)

@@ -82,6 +82,9 @@ class Context:
     liger: bool = False  # Liger's RMSNorm / SwiGLU / RoPE kernels (memory/liger.py)
     xformers: bool = False  # Unsloth's xformers backend: k, v expanded to the query heads
     held_output: int = 0  # bytes per element of the recomputed layer output its backward holds
+    # NF4 expert banks that bitsandbytes' parametrization dequantizes per forward (`quantize_
+    # experts` on a stack with `experts_dequant`): each MoE layer saves its dequantized banks
+    dequantized_banks: bool = False
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -135,6 +138,9 @@ class Context:
             liger.liger_applies(spec, setup.liger_kernels),
             setup.attention == "xformers",
             _held_output(setup, FP32 if amp_full(setup) else stream),
+            bool(setup.quantize_experts)
+            and setup.base == "nf4"
+            and stack.get_optional("experts_dequant", None) == "bnb_parametrize",
         )
 
 
@@ -662,6 +668,8 @@ def layer_activations(
         other = grad + moe_combine_transient(ctx, spec)
     elif mlp_type == MLP_MOE:
         transient = max(transient, grad + moe_combine_transient(ctx, spec))
+    if moe and ctx.dequantized_banks and not ctx.expert_lora:
+        per_layer += _dequantized_banks(spec)  # peft's merged banks replace them
     per_layer += ctx.weight_casts
     return LayerActivations(
         saved, per_seq, transient, per_layer, transient_layer, input_reused(ctx, spec), other
@@ -837,6 +845,21 @@ def _merged_expert_weights(ctx: Context, spec: ModelSpec) -> tuple[float, float]
     bank = spec.moe.num_experts * spec.hidden * spec.moe.expert_intermediate
     gate_up, down = 2 * bank, bank
     return ctx.compute_bytes * (gate_up + down), ctx.compute_bytes * gate_up
+
+
+def _dequantized_banks(spec: ModelSpec) -> float:
+    """Bytes of one MoE layer's expert banks as bitsandbytes' parametrization dequantizes them
+    (bitsandbytes 0.50.2 nn/parametrize.py:28-39: `F.dequantize_4bit` to the dtype the bank
+    was quantized from: bf16 as loaded; peft's kbit preparation casts no uint8 storage, so an
+    fp32 residual stream leaves it bf16). transformers' grouped_mm experts pass the
+    whole bank to the matmul (5.25.0 integrations/moe.py:479, 507), whose backward needs it for
+    the input's gradient, so autograd keeps it until the layer's backward: every MoE layer's
+    banks at the end of a forward without checkpointing, the recomputed layer's under it (the
+    stack's `experts_dequant`). The banks of every expert Linear of one layer, without bias."""
+    banks = sum(
+        lin.experts * lin.in_features * lin.out_features for lin in spec.linears if lin.experts > 1
+    )
+    return float(BF16 * banks)
 
 
 def _gpt2_layer(ctx: Context, spec: ModelSpec) -> LayerActivations:

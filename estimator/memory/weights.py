@@ -134,10 +134,11 @@ def amp_full(setup: TrainingSetup) -> bool:
 
 
 def quantized_params(spec: ModelSpec, setup: TrainingSetup) -> tuple[int, float]:
-    """(parameters, bytes) of the Linear weights the quantizer replaces. Stacks with
-    `quantize_experts` false (transformers 5 + bnb replace nn.Linear only) leave the fused 3-D
-    expert banks in the load dtype. LLM.int8: 1 byte + an fp32 scale per output row."""
-    quantize_experts = bool(load_stack(setup.stack).get("quantize_experts"))
+    """(parameters, bytes) of the Linear weights the quantizer replaces. With `quantize_experts`
+    false (the hf stack's default: transformers 5 + bnb replace nn.Linear only) the fused 3-D
+    expert banks stay in the load dtype; true (axolotl's quantize_moe_experts) they are NF4 as
+    well. LLM.int8: 1 byte + an fp32 scale per output row."""
+    quantize_experts = bool(setup.quantize_experts)
     chosen = [
         lin
         for lin in spec.linears

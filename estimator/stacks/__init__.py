@@ -43,6 +43,7 @@ OVERRIDES = (
     "kbit_prepare",
     "compile",
     "liger_kernels",
+    "quantize_experts",
 )
 
 # TrainingSetup fields a stack file may give a default for; without one the field's own default
@@ -51,7 +52,6 @@ OPTIONAL_OVERRIDES = ("fsdp_wrap", "adapter_dtype")
 
 # Behaviour of the stack that is not a setup option.
 FACTS = (
-    "quantize_experts",
     "embeddings_32bit_under_8bit_adam",
     "fused_kernels",
     "loss_chunk_scope",
@@ -78,6 +78,7 @@ OPTIONAL_FACTS = (
     "sdpa_repeats_kv",
     "offload_holds_output",
     "loss_target_free_fraction",
+    "experts_dequant",
 )
 
 

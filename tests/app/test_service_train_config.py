@@ -140,3 +140,25 @@ def test_a_llamafactory_v1_config_is_read_as_its_loop_runs(sqlite_client: TestCl
     bad = {"text": text.replace("r: 16", "r: sixteen")}
     res = sqlite_client.post("/v1/estimate", json={"gpus": ["h200"], "train_config": bad})
     assert res.status_code == 422 and "train_config.peft_config.r" in res.text
+
+
+def test_quantized_expert_banks_over_rest(sqlite_client: TestClient) -> None:
+    """`setup.quantize_experts` and axolotl's `quantize_moe_experts` (estimator side:
+    tests/estimator/test_quantize_experts.py); a base that cannot store NF4 banks is a 422."""
+    body: dict[str, object] = {
+        "model": {"preset": "qwen3-30b-a3b"},
+        "setup": {"method": "lora", "quantize_experts": True},
+        "gpus": ["h200"],
+    }
+    res = sqlite_client.post("/v1/estimate", json=body)
+    assert res.status_code == 422 and "quantize_experts" in res.text
+    text = "base_model: Qwen/Qwen3-30B-A3B\nadapter: qlora\nload_in_4bit: true\n"
+    for config, expected in ((text, False), (text + "quantize_moe_experts: true\n", True)):
+        body = {
+            "model": {"preset": "qwen3-30b-a3b"},
+            "gpus": ["h200"],
+            "train_config": {"text": config},
+        }
+        res = sqlite_client.post("/v1/estimate", json=body)
+        assert res.status_code == 200, res.text
+        assert res.json()["setup"]["quantize_experts"] is expected

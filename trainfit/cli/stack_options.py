@@ -40,6 +40,12 @@ def add_stack_options(g: Any) -> None:
         default=None,
         help="Liger's RMSNorm, SwiGLU and RoPE kernels (transformers' use_liger_kernel)",
     )
+    g.add_argument(
+        "--quantize-experts",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="QLoRA: the MoE expert banks in NF4 too (axolotl's quantize_moe_experts)",
+    )
 
 
 def stack_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -58,5 +64,6 @@ def stack_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "compile",
         "loss_chunk",
         "liger_kernels",
+        "quantize_experts",
     )
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}

@@ -1,0 +1,122 @@
+"""`quantize_experts` (axolotl's `quantize_moe_experts`): a QLoRA base whose fused 3-D expert
+banks bitsandbytes stores in NF4 too (its parametrization), dequantized by every MoE layer's
+forward and kept for its backward. Before, trainfit had no such option: axolotl configs with it
+were estimated with bf16 banks (Qwen3-30B-A3B: 55.6 GiB of weights instead of ~17), the key
+only a warning."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from estimator.architectures import spec_from_config
+from estimator.dtypes import nf4_bytes_per_param
+from estimator.memory import memory_breakdown
+from estimator.presets import preset_config
+from estimator.profile import load_profile
+from estimator.setup import TrainingSetup
+from estimator.train_config import read_train_config_text
+from trainfit.cli import main
+
+PROFILE = load_profile("default")
+CONFIG = preset_config("qwen3-30b-a3b")
+SPEC = spec_from_config(CONFIG)
+ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
+SEQ = 4096
+
+
+def _bank_elements() -> int:
+    """One MoE layer's expert banks from config.json: gate_up (2 x moe_intermediate x hidden)
+    and down (hidden x moe_intermediate), for every expert."""
+    return int(CONFIG["num_experts"] * 3 * CONFIG["moe_intermediate_size"] * CONFIG["hidden_size"])
+
+
+def _memory(checkpointing: str, quantize: bool, targets: list[str] | None = None) -> Any:
+    setup = TrainingSetup(
+        method="qlora",
+        lora_targets=targets or ATTENTION,
+        checkpointing=checkpointing,
+        quantize_experts=quantize,
+    )
+    return memory_breakdown(SPEC, setup, float(SEQ), 1, PROFILE)
+
+
+def test_the_banks_are_counted_in_nf4() -> None:
+    bf16, nf4 = _memory("gpu", False), _memory("gpu", True)
+    elements = _bank_elements() * CONFIG["num_hidden_layers"]
+    double = TrainingSetup(method="qlora").double_quant  # the hf stack's: False
+    saved = elements * (2 - nf4_bytes_per_param(bool(double)))
+    assert bf16.components["weights"] - nf4.components["weights"] == pytest.approx(saved, rel=1e-9)
+    assert nf4.components["weights"] < 18 * 2**30 < 55 * 2**30 < bf16.components["weights"]
+
+
+def test_the_recomputed_layer_keeps_its_dequantized_banks() -> None:
+    bank = 2 * _bank_elements()  # dequantized to bf16, the dtype they were quantized from
+    bf16, nf4 = _memory("gpu", False), _memory("gpu", True)
+    extra = nf4.components["recompute_peak"] - bf16.components["recompute_peak"]
+    assert extra == pytest.approx(bank, rel=1e-9)
+    assert nf4.peak < bf16.peak  # the NF4 banks save far more than one layer's copy
+
+
+def test_without_checkpointing_every_layer_keeps_them() -> None:
+    bank = 2 * _bank_elements()
+    bf16, nf4 = _memory("none", False), _memory("none", True)
+    extra = nf4.components["checkpoints"] - bf16.components["checkpoints"]
+    assert extra == pytest.approx(bank * CONFIG["num_hidden_layers"], rel=1e-9)
+    # saved bf16 copies of every bank and the NF4 banks: more than the bf16 banks alone
+    assert nf4.peak > bf16.peak
+
+
+def test_adapted_banks_are_not_counted_twice() -> None:
+    """Under all-linear peft wraps the banks (ParamWrapper): its merged bank is what the layer
+    saves (already counted); the dequantized one is an input of that sum, not kept."""
+    bf16 = _memory("gpu", False, ["all-linear"])
+    nf4 = _memory("gpu", True, ["all-linear"])
+    assert nf4.components["recompute_peak"] == bf16.components["recompute_peak"]
+
+
+def test_the_default_is_the_stack_s() -> None:
+    assert TrainingSetup(method="qlora").quantize_experts is False  # transformers 5 + bnb
+    assert TrainingSetup(method="qlora", stack="probe").quantize_experts is True  # its legacy
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        {"method": "lora"},
+        {"method": "lora", "base": "int8"},
+        {"method": "qlora", "stack": "torchtune"},
+    ],
+)
+def test_what_cannot_quantize_banks_is_refused_naming_the_field(
+    setup: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["estimate", "--model", "qwen3-30b-a3b", "--gpu", "h200", "--quantize-experts"]
+    for key, value in setup.items():
+        args += [f"--{key.replace('_', '-')}", value]
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "quantize_experts" in err and "Traceback" not in err
+
+
+def test_axolotl_s_quantize_moe_experts() -> None:
+    base = "base_model: Qwen/Qwen3-30B-A3B\nadapter: qlora\nquantize_moe_experts: true\n"
+    four = read_train_config_text(base + "load_in_4bit: true\n")
+    assert four.setup["quantize_experts"] is True
+    assert four.origin["quantize_experts"] == "quantize_moe_experts"
+    assert not [w for w in four.warnings if w.startswith("quantize_moe_experts")]
+    eight = read_train_config_text(base.replace("qlora", "lora") + "load_in_8bit: true\n")
+    assert "quantize_experts" not in eight.setup
+    assert "quantize_moe_experts" in {i.key for i in eight.ignored}
+
+
+@pytest.mark.parametrize("stack", ["probe", "hf"])
+def test_a_dumped_setup_validates_again(stack: str) -> None:
+    """Memtests and quotes store the resolved setup: its echo of the stack's value is valid."""
+    for method in ("lora", "qlora", "full"):
+        setup = TrainingSetup(stack=stack, method=method)
+        assert TrainingSetup.model_validate(setup.model_dump()) == setup
+    asked = TrainingSetup(method="qlora", quantize_experts=True)
+    assert TrainingSetup.model_validate(asked.model_dump()) == asked
