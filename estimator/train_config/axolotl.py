@@ -95,6 +95,10 @@ def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapp
         m.set("compile", bool(compiled), "torch_compile")
     for key in ("datasets", "plugins", "trust_remote_code", "eval_sample_packing"):
         m.get(data, key)
+    # the loss watchdog stops a run whose loss stays over a threshold (utils/callbacks/
+    # __init__.py:63-78, a callback reading the logged loss): no memory
+    for key in ("loss_watchdog_threshold", "loss_watchdog_patience"):
+        m.get(data, key)
     m.warn_unread(data)
     return m
 

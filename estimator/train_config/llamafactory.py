@@ -69,6 +69,7 @@ def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfi
         m.set_run("packing_strategy", "greedy_knapsack", "packing")
     for key in ("stage", "template", "dataset", "dataset_dir", "deepspeed", "train_on_prompt"):
         m.get(data, key)
+    m.get(data, "plot_loss")  # a loss-curve image after training (finetuning_args.py:570)
     m.warn_unread(data)
     return m
 

@@ -452,3 +452,17 @@ def test_torchtune_losses_map_to_the_released_chunked_loss(component: str, warne
     assert bool(warnings) == warned
     if warned:
         assert "no release" in warnings[0] and "CEWithChunkedOutputLoss" in warnings[0]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "base_model: x/y\nloss_watchdog_threshold: 5.0\nloss_watchdog_patience: 3\n",
+        "model_name_or_path: x/y\nstage: sft\nplot_loss: true\n",
+    ],
+)
+def test_keys_that_only_watch_the_loss_are_not_warned_about(text: str) -> None:
+    """axolotl's loss watchdog and LLaMA-Factory's loss plot match the memory words (`loss`)
+    but change no memory: read, without a warning."""
+    mapping = read_train_config_text(text)
+    assert not [w for w in mapping.warnings if "loss" in w.split(":")[0]]
