@@ -81,8 +81,9 @@ LIGER_MODEL_TYPES = (
 )
 SHIFTED_LOSS = (
     "LLaMA-Factory v1's loss (core/base_trainer.py:240-243) also keeps a contiguous fp32 copy of "
-    "the shifted logits beside their fp32 upcast: about tokens x vocab x 4 bytes more at the loss "
-    "than the transformers loss trainfit counts (`full`)"
+    "the shifted logits beside their fp32 upcast and the model's bf16 logits: 14 bytes per logit "
+    "at the loss's forward where the transformers loss trainfit counts (`full`) has 10 and its "
+    "backward 12, so the loss moment is up to tokens x vocab x 2 bytes over what is estimated"
 )
 
 
