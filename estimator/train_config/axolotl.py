@@ -35,6 +35,7 @@ from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
 from estimator.train_config.vocab import (
     lora_targets,
     map_attention,
+    set_trainer_loss,
     trains_embeddings,
     with_revision,
 )
@@ -53,6 +54,14 @@ KERNEL_FLAGS = (
     "unsloth_cross_entropy_loss",
     "tiled_mlp",
 )
+CCE_PLUGIN = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
+
+
+def _plugins(data: dict[str, Any]) -> list[str]:
+    plugins = data.get("plugins")
+    return [str(p) for p in plugins] if isinstance(plugins, list) else []
+
+
 ATTENTION_FLAGS = (
     ("flash_attention", "flash"),
     ("sdp_attention", "sdpa"),
@@ -89,6 +98,7 @@ def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapp
     if isinstance(fsdp, dict) and fsdp:
         map_fsdp_dict(m, fsdp, "fsdp_config.")
     m.get(data, "fsdp_version")
+    _nd_parallel(m, data, bool(words or fsdp))
     m.get(data, "deepspeed")
     compiled = m.get(data, "torch_compile")
     if compiled is not None:
@@ -168,6 +178,41 @@ def _adapter(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     m.get(data, "lora_model_dir")
 
 
+def _size(m: TrainConfigMapping, data: dict[str, Any], key: str) -> int:
+    value = m.get(data, key)
+    return 1 if value is None else whole_number(value, key)
+
+
+def _nd_parallel(m: TrainConfigMapping, data: dict[str, Any], fsdp: bool) -> None:
+    """axolotl's N-D parallelism (utils/distributed.py:299-377 `_get_parallel_config_kwargs`,
+    accelerate's ParallelismConfig): `tensor_parallel_size` (transformers' tp_plan, loaders/
+    model.py:848), `context_parallel_size` (ring attention over the sequence; older name
+    `sequence_parallel_degree`), `dp_replicate_size` and `dp_shard_size` (FSDP; unset, the
+    shard group takes the GPUs left) as a `parallel` layout; a given size fixes the GPU count
+    only with both data sizes given (else the layout's fsdp takes what the GPUs leave)."""
+    tp = _size(m, data, "tensor_parallel_size")
+    cp = _size(m, data, "context_parallel_size")
+    if cp == 1:
+        cp = _size(m, data, "sequence_parallel_degree")
+    replicate = _size(m, data, "dp_replicate_size")
+    shard = m.get(data, "dp_shard_size")
+    ep = _size(m, data, "expert_parallel_size")
+    if ep > 1:  # its ranks come out of the world size (distributed.py:333-340), not from dp
+        m.ignore("expert_parallel_size", "axolotl's expert ranks outside the data-parallel ones")
+    if tp == cp == replicate == 1 and shard is None:
+        return
+    items = [f"tp={tp}"] * (tp > 1) + [f"cp={cp}"] * (cp > 1)
+    if fsdp:
+        items.append("fsdp" if shard is None else f"fsdp={whole_number(shard, 'dp_shard_size')}")
+        items += [f"dp={replicate}"] * (replicate > 1)
+    else:
+        items.append("dp" if replicate == 1 else f"dp={replicate}")
+        if shard is not None:
+            m.ignore("dp_shard_size", "needs an fsdp_config (axolotl refuses it without one)")
+    keys = ("tensor_parallel_size", "context_parallel_size", "dp_replicate_size", "dp_shard_size")
+    m.set("parallel", ",".join(items), " + ".join(k for k in keys if k in data))
+
+
 def _precision(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     bf16, fp16 = m.get(data, "bf16"), m.get(data, "fp16")
     if bf16 or fp16:  # "auto" counts: bf16 where the card supports it
@@ -207,8 +252,11 @@ def _attention(m: TrainConfigMapping, data: dict[str, Any]) -> None:
 def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     if m.get(data, "liger_fused_linear_cross_entropy"):
         m.set("loss", "liger", "liger_fused_linear_cross_entropy")
-    if m.get(data, "cut_cross_entropy"):
-        m.set("loss", "cce", "cut_cross_entropy")
+    cce = m.get(data, "cut_cross_entropy")
+    if cce or (cce is None and CCE_PLUGIN in _plugins(data)):
+        # integrations/cut_cross_entropy/args.py:33 (cut_cross_entropy defaults to True once
+        # the plugin is listed) and __init__.py:87-89 (its pre_model_load patches the model)
+        m.set("loss", "cce", "cut_cross_entropy" if cce else "plugins (CutCrossEntropyPlugin)")
     if m.get(data, "chunked_cross_entropy"):
         m.set("loss", "chunked", "chunked_cross_entropy")
         chunks = m.get(data, "chunked_cross_entropy_num_chunks")
@@ -229,6 +277,11 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         key = "liger_rms_norm" if norm else glu_keys[0]
         m.ignore(key, "modelled only with both liger_rms_norm and liger_glu_activation")
     m.get(data, "liger_rope")
+    rl = m.get(data, "rl")
+    if rl:
+        m.ignore("rl", f"{rl!r} training (TRL's preference/RL trainers) is not modelled: as SFT")
+    else:  # core/trainers/base.py:72-82, 445-450: AxolotlTrainer(Trainer), the Trainer's loss
+        set_trainer_loss(m, "axolotl's AxolotlTrainer (transformers Trainer)")
     for key in ("liger_cross_entropy", "liger_layer_norm"):
         if m.get(data, key):
             m.ignore(key, "Liger's fused kernel: its activation savings are not modelled")

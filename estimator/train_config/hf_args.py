@@ -28,6 +28,7 @@ from estimator.train_config.vocab import (
     HF_OPTIMIZERS,
     lora_targets,
     map_attention,
+    set_trainer_loss,
     trains_embeddings,
     with_revision,
 )
@@ -243,6 +244,8 @@ def read_hf(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
     map_trainer_args(m, data, sft)
     if sft:
         map_sft(m, data)
+    else:
+        set_trainer_loss(m, "transformers Trainer")
     m.get(data, "deepspeed")
     m.warn_unread(data)
     return m

@@ -29,6 +29,7 @@ from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.vocab import (
     lora_targets,
     map_attention,
+    set_trainer_loss,
     trains_embeddings,
     with_revision,
 )
@@ -61,6 +62,13 @@ def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfi
     map_trainer_args(m, data, sft=False)
     _finetuning(m, data)
     _model_args(m, data)
+    # train/sft/trainer.py:47, 151-162 (CustomSeq2SeqTrainer(Seq2SeqTrainer).compute_loss calls
+    # the Trainer's unless use_asft_loss); train/pt/trainer.py:33, 92-93 the same
+    stage = data.get("stage")
+    if stage in (None, "sft", "pt"):
+        set_trainer_loss(m, "LLaMA-Factory's CustomSeq2SeqTrainer / CustomTrainer")
+    else:  # dpo, kto, ppo, rm: TRL's trainers or a value head, other losses
+        m.ignore("stage", f"stage {stage!r} is not modelled: estimated as SFT")
     length = m.get(data, "cutoff_len")
     m.seq_lens = [whole_number(length, "cutoff_len") if length is not None else 2048]
     m.origin["seq_lens"] = "cutoff_len" if length is not None else "cutoff_len (default 2048)"

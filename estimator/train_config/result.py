@@ -105,6 +105,8 @@ class TrainConfigMapping:
         for name, value in other.setup.items():
             if name == "checkpointing" and value == "gpu" and self.setup.get(name) == "offload":
                 continue  # FSDP's activation checkpointing with the trainer's offload: offloaded
+            if name == "parallel":
+                value = _with_model_parallel(self.setup.get(name), value)
             self.set(name, value, f"{other.format}:{other.origin.get(name, name)}")
         for name, value in other.run.items():
             self.set_run(name, value, f"{other.format}:{other.origin.get('run.' + name, name)}")
@@ -146,6 +148,20 @@ class TrainConfigMapping:
             "ignored": [i.as_dict() for i in self.ignored],
             "warnings": list(self.warnings),
         }
+
+
+MODEL_PARALLEL = ("tp", "cp", "pp", "ep", "sp")
+
+
+def _with_model_parallel(mine: object, data_layout: object) -> object:
+    """A companion file's data-parallel layout (a DeepSpeed JSON's `zero3`) over the trainer
+    config's model-parallel items (axolotl's `tp=2,cp=2,fsdp`): `tp=2,cp=2,zero3`."""
+    if not isinstance(mine, str) or not isinstance(data_layout, str):
+        return data_layout
+    if any(item.split("=")[0] in MODEL_PARALLEL for item in data_layout.split(",")):
+        return data_layout  # the companion states its own model parallelism
+    kept = [item for item in mine.split(",") if item.split("=")[0] in MODEL_PARALLEL]
+    return ",".join([*kept, data_layout]) if kept else data_layout
 
 
 def split_supported(

@@ -67,6 +67,18 @@ ATTENTION: dict[str, str] = {
 }
 
 
+def set_trainer_loss(m: TrainConfigMapping, trainer: str) -> None:
+    """`loss: full` for a config run by transformers' Trainer (`trainer` names it or its
+    subclass), unless a key of the config chose another loss (Liger, Cut Cross-Entropy,
+    chunked). Not TRL's SFTTrainer, whose default is its chunked_nll (the hf stack's): the
+    Trainer's compute_loss calls the model with the labels and takes its loss (transformers
+    5.25.0 trainer.py:2209, 2242), the model's ForCausalLMLoss over every logit
+    (loss/loss_utils.py:178)."""
+    if "loss" not in m.setup:
+        origin = f"({trainer}: the model's own loss, transformers 5.25.0 trainer.py:2209, 2242)"
+        m.set("loss", "full", origin)
+
+
 def map_attention(m: TrainConfigMapping, value: object, key: str) -> None:
     """An attention implementation name (None: unset) as trainfit's `attention`, or ignored."""
     if value is None:

@@ -1,0 +1,73 @@
+"""Which loss a training config runs. transformers' Trainer computes the model's own loss over
+every logit (`full`); only TRL's SFTTrainer defaults to its chunked_nll (the hf stack's default).
+axolotl's AxolotlTrainer, LLaMA-Factory's trainers and a plain TrainingArguments config run the
+Trainer's, and before this the readers left them the SFTTrainer's 256-token chunks: Llama-3.1-8B
+at 8k tokens lost ~6 GiB of logits, an underestimate. axolotl's Cut Cross-Entropy plugin is on
+once listed (its `cut_cross_entropy` defaults to True)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from estimator.train_config import read_train_config_text
+from trainfit.cli import main
+
+AXOLOTL = "base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nsequence_len: 8192\n"
+CCE = "plugins:\n  - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "loss"),
+    [
+        (AXOLOTL, "full"),
+        (AXOLOTL + CCE, "cce"),  # listed: on by default
+        (AXOLOTL + CCE + "cut_cross_entropy: false\n", "full"),
+        (AXOLOTL + "cut_cross_entropy: true\n", "cce"),
+        (AXOLOTL + "liger_fused_linear_cross_entropy: true\n", "liger"),
+        (AXOLOTL + "chunked_cross_entropy: true\n", "chunked"),
+        ("model_name_or_path: x/y\nstage: sft\ncutoff_len: 4096\n", "full"),
+        ("model_name_or_path: x/y\nstage: pt\ncutoff_len: 4096\n", "full"),
+        ("model_name_or_path: x/y\nstage: sft\nenable_liger_kernel: true\n", "liger"),
+        ("model_name_or_path: x/y\nper_device_train_batch_size: 1\nbf16: true\n", "full"),
+        ("model_name_or_path: x/y\nmax_length: 4096\nper_device_train_batch_size: 1\n", "chunked"),
+    ],
+)
+def test_the_trainer_s_loss(text: str, loss: str) -> None:
+    mapping = read_train_config_text(text)
+    assert mapping.setup["loss"] == loss
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        (AXOLOTL + "rl: dpo\n", "rl"),
+        ("model_name_or_path: x/y\nstage: dpo\ncutoff_len: 4096\n", "stage"),
+    ],
+)
+def test_preference_training_is_reported_not_guessed(text: str, key: str) -> None:
+    mapping = read_train_config_text(text)
+    assert key in {i.key for i in mapping.ignored}
+    assert "loss" not in mapping.setup
+
+
+def _peak(capsys: pytest.CaptureFixture[str], *args: str) -> Any:
+    capsys.readouterr()
+    assert main(["estimate", "--gpu", "h100-80gb", "--format", "json", *args]) == 0
+    return json.loads(capsys.readouterr().out)["rows"][0]["peak_bytes"]
+
+
+def test_an_axolotl_run_is_priced_with_the_trainer_s_logits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "axolotl.yml"
+    path.write_text(AXOLOTL)
+    read = _peak(capsys, "--train-config", str(path))
+    stated = ("--model", "llama-3.1-8b", "--method", "lora", "--seq", "8192")
+    assert read == _peak(capsys, *stated, "--loss", "full", "--lora-dropout", "0")
+    chunked = _peak(capsys, *stated, "--loss", "chunked", "--lora-dropout", "0")
+    logits = 8192 * 128256 * 4  # at least the fp32 upcast of every logit
+    assert read - chunked > logits
