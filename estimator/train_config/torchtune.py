@@ -82,6 +82,13 @@ DTYPES = {"bf16": "bf16", "fp32": "fp32", "bfloat16": "bf16", "float32": "fp32"}
 def read_torchtune(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
     m = TrainConfigMapping("torchtune")
     m.set("stack", "torchtune", "(torchtune recipe)")
+    if "optimizer" not in data and "loss" not in data:
+        # every training config of recipes/configs has an optimizer; the eleuther_eval,
+        # generate and quantize recipes' configs (e.g. llama3_1/evaluation.yaml) have neither
+        m.warnings.append(
+            "optimizer, loss: neither is set, as in torchtune's evaluation, generation and "
+            "quantization configs; this estimate is of a training step with the recipe defaults"
+        )
     model = m.get(data, "model") or {}
     _model(m, model if isinstance(model, dict) else {}, data, base_dir)
     tokenizer = m.get(data, "tokenizer") or {}

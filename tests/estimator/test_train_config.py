@@ -467,3 +467,13 @@ def test_keys_that_only_watch_the_loss_are_not_warned_about(text: str) -> None:
     but change no memory: read, without a warning."""
     mapping = read_train_config_text(text)
     assert not [w for w in mapping.warnings if "loss" in w.split(":")[0]]
+
+
+def test_a_torchtune_config_that_trains_nothing_is_said_to_be_one() -> None:
+    """torchtune's evaluation / generation configs (no optimizer, no loss) are priced as a
+    training step only with a warning saying so; a training recipe gets no such warning."""
+    model = "model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\n"
+    evaluation = read_train_config_text(model + "batch_size: 8\ntasks: [truthfulqa_mc2]\n")
+    assert any(w.startswith("optimizer, loss:") for w in evaluation.warnings)
+    recipe = read_train_config_text(model + "optimizer:\n  _component_: torch.optim.AdamW\n")
+    assert not any(w.startswith("optimizer, loss:") for w in recipe.warnings)
