@@ -4,7 +4,9 @@ peft (`tuners/lora/model.py`, `utils/other.py`): a target name matches a module 
 with it; `all-linear` means every `nn.Linear` except the output layer (lm_head). Each adapted
 Linear gains `lora_A` (r x in) and `lora_B` (out x r): r * (in + out) parameters, no bias.
 Expert banks (transformers v5 fuses experts into 3-D parameters, not nn.Linear) are adapted
-only under `all-linear`, as peft 0.21 does through its weight-conversion tables.
+under `all-linear`, as peft 0.21 does through its weight-conversion tables, or when named as
+peft's `target_parameters` (`experts.gate_up_proj`, `experts.down_proj`, or `experts` for
+both: `BANK_TARGETS`), which wraps each named parameter in a ParamWrapper of rank r.
 """
 
 from __future__ import annotations
@@ -168,7 +170,21 @@ def lora_targets(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
             return [lin for lin in candidates if lin.name not in MLP_NAMES]
         return [lin for lin in candidates if lin.nn_linear]
     chosen: list[Linear] = []
+    if bank_kinds(setup) and not _has_expert_banks(spec):
+        raise EstimatorInputError(
+            "setup.lora_targets",
+            f"{spec.model_type} has no fused expert banks for the target parameters "
+            f"({', '.join(t for t in setup.lora_targets if t in BANK_TARGETS)})",
+        )
+    if bank_kinds(setup) and setup.lora_dropout:
+        raise EstimatorInputError(
+            "setup.lora_dropout",
+            "peft's ParamWrapper, which adapts the expert banks named as target parameters, "
+            "refuses lora_dropout != 0 (peft 0.21.2 tuners/lora/layer.py:2363-2366): use 0",
+        )
     for target in setup.lora_targets:
+        if target in BANK_TARGETS:
+            continue  # a fused expert parameter, not a Linear (`expert_banks`)
         if target.startswith(REGEX):
             nn_linear = [lin for lin in candidates if lin.nn_linear]
             found = _REGEX_HITS.get(
@@ -188,26 +204,52 @@ def lora_targets(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
 
 
 MLP_NAMES = ("gate_proj", "up_proj", "down_proj")
+# peft's `target_parameters` on transformers v5's fused expert parameters (peft 0.21.2
+# tuners/lora/config.py:607-620, tuners_utils.py:1155 `_inject_parameters`: a parameter whose
+# name ends with the target is wrapped), as axolotl's `lora_target_parameters` spells them:
+# the bank kinds each token adapts
+BANK_TARGETS = {
+    "experts": ("gate_up", "down"),
+    "experts.gate_up_proj": ("gate_up",),
+    "experts.down_proj": ("down",),
+    "mlp.experts.gate_up_proj": ("gate_up",),
+    "mlp.experts.down_proj": ("down",),
+}
+_BANK_OF = {"gate_proj": "gate_up", "up_proj": "gate_up", "down_proj": "down"}
+
+
+def bank_kinds(setup: TrainingSetup) -> set[str]:
+    """The fused expert parameters named as `target_parameters` (`BANK_TARGETS`)."""
+    return {kind for t in setup.lora_targets for kind in BANK_TARGETS.get(t, ())}
 
 
 def expert_banks(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
-    """Expert banks adapted (only under `all-linear`, see lora_targets)."""
-    if "all-linear" not in setup.lora_targets or not spec.peft_fused_experts:
-        return []
-    return [lin for lin in spec.linears if lin.experts > 1]
+    """Expert banks adapted: every bank under `all-linear` (see lora_targets), the named ones
+    under `target_parameters` tokens (their Linear kinds: gate_up is gate_proj + up_proj)."""
+    if "all-linear" in setup.lora_targets:
+        if not spec.peft_fused_experts:
+            return []
+        return [lin for lin in spec.linears if lin.experts > 1]
+    kinds = bank_kinds(setup)
+    return [lin for lin in spec.linears if lin.experts > 1 and _BANK_OF.get(lin.name) in kinds]
 
 
 def expert_lora_params(spec: ModelSpec, setup: TrainingSetup) -> int:
     """peft's ParamWrapper on a fused 3-D expert parameter (E, out, in): lora_A (r*E, in) and
-    lora_B (out, r*E); transformers' gate_up_proj is one parameter of out = 2 x intermediate
-    with the rank doubled (peft's rank_pattern for gate_up_proj). Per sparse layer:
-    gate_up 2rE(h + 2m), down rE(m + h). Checked against peft in tests/estimator/test_lora.py."""
+    lora_B (out, r*E); transformers' gate_up_proj is one parameter of out = 2 x intermediate.
+    Under `all-linear` its rank is doubled (peft's rank_pattern for gate_up_proj); named as a
+    target parameter it has rank r. Per sparse layer: gate_up 2rE(h + 2m) (all-linear) or
+    rE(h + 2m), down rE(m + h). Checked against peft in tests/estimator/test_lora.py."""
     r = setup.lora_rank
+    doubled = "all-linear" in setup.lora_targets
+    banks = expert_banks(spec, setup)
+    gated = any(lin.name == "gate_proj" for lin in banks)
     total = 0
-    for lin in expert_banks(spec, setup):
+    for lin in banks:
         e = lin.experts
-        if lin.name in ("gate_proj", "up_proj"):  # half of the fused gate_up_proj each
-            total += lin.count * r * e * (lin.in_features + 2 * lin.out_features)
+        if gated and lin.name in ("gate_proj", "up_proj"):  # the fused gate_up_proj
+            if doubled or lin.name == "gate_proj":  # rank r: gate_up counted once, by gate
+                total += lin.count * r * e * (lin.in_features + 2 * lin.out_features)
         else:
             total += lin.count * r * e * (lin.in_features + lin.out_features)
     return total

@@ -115,10 +115,17 @@ def small_tensor_params(spec: ModelSpec, setup: TrainingSetup) -> int:
         for t in lora_targets(spec, setup):
             sizes += [(r * t.in_features, r * t.in_features * t.count)]
             sizes += [(r * t.out_features, r * t.out_features * t.count)]
-        for lin in expert_banks(spec, setup):
-            fused = 2 if lin.name in ("gate_proj", "up_proj") else 1  # half of gate_up each
+        banks = expert_banks(spec, setup)
+        gated = any(lin.name == "gate_proj" for lin in banks)
+        doubled = "all-linear" in setup.lora_targets  # gate_up's rank doubled (lora.py)
+        for lin in banks:
             a, b = r * lin.experts * lin.in_features, r * lin.experts * lin.out_features
-            sizes += [(fused * a, a * lin.count), (fused * fused * b, fused * b * lin.count)]
+            if not (gated and lin.name in ("gate_proj", "up_proj")):
+                sizes += [(a, a * lin.count), (b, b * lin.count)]
+            elif doubled:  # half of gate_up's A (2r*E x in) and B (2 out x 2r*E) each
+                sizes += [(2 * a, a * lin.count), (4 * b, 2 * b * lin.count)]
+            elif lin.name == "gate_proj":  # target parameter: A (r*E x in), B (2 out x r*E)
+                sizes += [(a, a * lin.count), (2 * b, 2 * b * lin.count)]
         return sum(n for size, n in sizes if size < MIN_8BIT_SIZE)
     for lin in spec.linears:
         weight = lin.experts * lin.in_features * lin.out_features

@@ -33,6 +33,7 @@ from estimator.train_config.hf_args import map_optim
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
 from estimator.train_config.vocab import (
+    add_bank_targets,
     lora_targets,
     map_attention,
     set_trainer_loss,
@@ -149,6 +150,8 @@ def _adapter(m: TrainConfigMapping, data: dict[str, Any]) -> None:
             "lora_target_modules",
         )
     m.get(data, "lora_target_modules")
+    # peft's target_parameters (loaders/adapter.py:172, 191), LoRA on the fused expert banks
+    add_bank_targets(m, m.get(data, "lora_target_parameters"), "lora_target_parameters")
     m.set(
         "train_embeddings",
         trains_embeddings(m.get(data, "lora_modules_to_save")),

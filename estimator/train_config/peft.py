@@ -6,7 +6,8 @@ regular expression over whole module names), `exclude_modules` (648), `lora_alph
 652), `lora_dropout` (default 0.0, 653), `bias` (658: none | all | lora_only), `use_rslora`
 (661), `modules_to_save` (672), `layers_to_transform` / `layers_pattern` (722-729),
 `rank_pattern` / `alpha_pattern` (737-746), `trainable_token_indices` (781), `use_dora` (832),
-`layer_replication` (909), `lora_bias` (931), `target_parameters` (941); and from
+`layer_replication` (909), `lora_bias` (931); `target_parameters` (941) naming MoE expert banks
+is read (estimator.lora BANK_TARGETS), other parameters reported; and from
 `src/peft/config.py`: `peft_type` (89), `task_type` (88), `base_model_name_or_path`,
 `revision`, `inference_mode`. How peft applies `exclude_modules` and `layers_to_transform`:
 `tuners/tuners_utils.py` `check_target_module_exists` (2337-2407).
@@ -24,7 +25,7 @@ from typing import Any
 from estimator.errors import EstimatorInputError
 from estimator.lora import PEFT_ALL_LINEAR, REGEX, peft_target_list
 from estimator.train_config.result import TrainConfigMapping
-from estimator.train_config.vocab import trains_embeddings, with_revision
+from estimator.train_config.vocab import add_bank_targets, trains_embeddings, with_revision
 
 # peft's LoraConfig defaults where a saved config leaves a field out
 PEFT_DEFAULTS = {"r": 8, "lora_alpha": 8, "lora_dropout": 0.0}
@@ -54,7 +55,6 @@ NOT_MODELLED = {
     "rank_pattern": "per-module ranks are not modelled: every adapter is counted at `r`",
     "use_dora": "DoRA's magnitude vectors and activations are not modelled",
     "trainable_token_indices": "the trained embedding rows are not modelled",
-    "target_parameters": "adapters on parameters (MoE expert banks) are not modelled",
     "layer_replication": "replicated layers are not modelled",
     "lora_bias": "lora_B's bias is not modelled",
     "use_qalora": "QALoRA is not modelled",
@@ -92,6 +92,7 @@ def read_peft(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping
             targets if kept is None else kept,
             "target_modules" if kept is None else "target_modules, exclude_modules",
         )
+    add_bank_targets(m, m.get(data, "target_parameters"), "target_parameters")
     m.set("train_embeddings", trains_embeddings(m.get(data, "modules_to_save")), "modules_to_save")
     bias = m.get(data, "bias")
     if bias not in (None, "none"):

@@ -117,6 +117,35 @@ def lora_targets(value: object, string_is_regex: bool = False) -> list[str] | No
     return items
 
 
+def bank_targets(values: object) -> tuple[list[str], list[str]]:
+    """peft's `target_parameters` (axolotl's `lora_target_parameters`) as trainfit's expert-bank
+    targets (estimator.lora.BANK_TARGETS): (tokens, entries that name no expert bank)."""
+    items = [str(v) for v in values] if isinstance(values, list) else []
+    kinds, other = set(), []
+    for item in items:
+        if "experts" in item and item.endswith("gate_up_proj"):
+            kinds.add("gate_up")
+        elif "experts" in item and item.endswith("down_proj"):
+            kinds.add("down")
+        else:
+            other.append(item)
+    if kinds == {"gate_up", "down"}:
+        return ["experts"], other
+    return [f"experts.{kind}_proj" for kind in sorted(kinds)], other
+
+
+def add_bank_targets(m: TrainConfigMapping, values: object, key: str) -> None:
+    """peft's `target_parameters` naming fused expert banks (ParamWrapper, estimator.lora
+    BANK_TARGETS) join the targets; another parameter is reported as not modelled."""
+    tokens, other = bank_targets(values)
+    if tokens:
+        base = [t for t in m.setup.get("lora_targets") or [] if t]
+        origin = m.origin.get("lora_targets")
+        m.set("lora_targets", base + tokens, f"{origin} + {key}" if origin else key)
+    if other:
+        m.ignore(key, f"adapters on {', '.join(other[:3])}: only MoE expert banks are modelled")
+
+
 def trains_embeddings(modules: object) -> bool | None:
     """peft `modules_to_save` (axolotl `lora_modules_to_save`, LLaMA-Factory `additional_target`):
     True when it names the input embedding or the output head."""
