@@ -121,6 +121,13 @@ def _model(m: TrainConfigMapping, data: dict[str, Any], base_dir: Path | None) -
     if name:
         m.model = with_revision(str(name), revision, base_dir)
         m.origin["model"] = "base_model_config" if data.get("base_model_config") else "base_model"
+    # loaders/model.py:661-676: a load-time quantization_config; Mxfp4Config with dequantize
+    # loads gpt-oss's MXFP4 banks in bf16, the dtype trainfit counts them in
+    quant = m.get(data, "model_quantization_config")
+    kwargs = m.get(data, "model_quantization_config_kwargs")
+    dequantize = isinstance(kwargs, dict) and kwargs.get("dequantize") is True
+    if quant and not (quant == "Mxfp4Config" and dequantize):
+        m.ignore("model_quantization_config", f"{quant} weights are not modelled (as bf16)")
 
 
 def _adapter(m: TrainConfigMapping, data: dict[str, Any]) -> None:

@@ -477,3 +477,19 @@ def test_a_torchtune_config_that_trains_nothing_is_said_to_be_one() -> None:
     assert any(w.startswith("optimizer, loss:") for w in evaluation.warnings)
     recipe = read_train_config_text(model + "optimizer:\n  _component_: torch.optim.AdamW\n")
     assert not any(w.startswith("optimizer, loss:") for w in recipe.warnings)
+
+
+@pytest.mark.parametrize(
+    ("quant", "ignored"),
+    [
+        ("Mxfp4Config\nmodel_quantization_config_kwargs:\n  dequantize: true\n", False),
+        ("Mxfp4Config\n", True),
+        ("FineGrainedFP8Config\n", True),
+    ],
+)
+def test_axolotl_s_load_time_quantization(quant: str, ignored: bool) -> None:
+    """gpt-oss dequantized on load (axolotl's examples) is the bf16 trainfit counts; a model
+    kept in MXFP4 or FP8 is reported, not priced silently as bf16."""
+    mapping = read_train_config_text("base_model: x/y\nmodel_quantization_config: " + quant)
+    assert ("model_quantization_config" in {i.key for i in mapping.ignored}) is ignored
+    assert not [w for w in mapping.warnings if w.startswith("model_quantization")]
