@@ -52,6 +52,20 @@ LF_KEYS = (
 )
 
 
+# the Megatron-Core options of LLaMA-Factory's megatron examples (examples/megatron*/*.yaml)
+MEGATRON_KEYS = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "expert_model_parallel_size",
+    "context_parallel_size",
+    "use_distributed_optimizer",
+)
+
+
+def _megatron_on(value: object) -> bool:
+    return value is True or (type(value) is int and value > 1)
+
+
 def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
     if "model_name_or_path" not in data and any(k in data for k in ("model", *V1_KEYS)):
         return read_llamafactory_v1(data, base_dir)
@@ -76,6 +90,18 @@ def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfi
         m.set_run("packing", True, "neat_packing" if data.get("neat_packing") else "packing")
         m.set_run("packing_strategy", "greedy_knapsack", "packing")
     for key in ("stage", "template", "dataset", "dataset_dir", "deepspeed", "train_on_prompt"):
+        m.get(data, key)
+    # model_args.py:177, model/loader.py:224-231: v1's `auto` kernels, NPU-only (v1
+    # kernels/interface.py:31-32, 63-67): nothing on a CUDA card
+    m.get(data, "use_v1_kernels")
+    megatron = [k for k in MEGATRON_KEYS if _megatron_on(data.get(k))]
+    if megatron:  # examples/megatron*: LLaMA-Factory's Megatron-Core path, not the HF Trainer
+        m.ignore(
+            megatron[0],
+            "Megatron-Core's parallelism and distributed optimizer are not read: give "
+            "--parallel (e.g. tp=4,pp=2,zero1)",
+        )
+    for key in MEGATRON_KEYS:
         m.get(data, key)
     m.get(data, "plot_loss")  # a loss-curve image after training (finetuning_args.py:570)
     m.warn_unread(data)

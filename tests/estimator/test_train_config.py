@@ -493,3 +493,24 @@ def test_axolotl_s_load_time_quantization(quant: str, ignored: bool) -> None:
     mapping = read_train_config_text("base_model: x/y\nmodel_quantization_config: " + quant)
     assert ("model_quantization_config" in {i.key for i in mapping.ignored}) is ignored
     assert not [w for w in mapping.warnings if w.startswith("model_quantization")]
+
+
+@pytest.mark.parametrize(
+    ("extra", "ignored"),
+    [
+        ("tensor_model_parallel_size: 4\n", "tensor_model_parallel_size"),
+        (
+            "tensor_model_parallel_size: 1\nuse_distributed_optimizer: true\n",
+            "use_distributed_optimizer",
+        ),
+        ("tensor_model_parallel_size: 1\npipeline_model_parallel_size: 1\n", None),
+        ("use_v1_kernels: true\n", None),
+    ],
+)
+def test_llamafactory_s_megatron_and_v1_kernel_keys(extra: str, ignored: str | None) -> None:
+    """LLaMA-Factory's Megatron-Core options are reported when they split anything; its
+    use_v1_kernels (NPU kernels only) changes nothing on CUDA: no warnings either way."""
+    mapping = read_train_config_text("model_name_or_path: x/y\nstage: sft\n" + extra)
+    keys = {i.key for i in mapping.ignored}
+    assert (ignored in keys) if ignored else not (keys & {"tensor_model_parallel_size"})
+    assert not [w for w in mapping.warnings if "size" in w or "kernels" in w]
