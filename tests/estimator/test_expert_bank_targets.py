@@ -19,6 +19,7 @@ from estimator.memory.states import MIN_8BIT_SIZE, small_tensor_params
 from estimator.setup import TrainingSetup
 from estimator.train_config import read_train_config_text
 from tests.estimator.test_architectures import TINY
+from tests.estimator.test_lora import peft_model
 
 ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 PEFT_TOKENS = [
@@ -29,14 +30,7 @@ PEFT_TOKENS = [
 
 
 def _peft_model(model_type: str, parameters: list[str], rank: int) -> Any:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    peft = pytest.importorskip("peft")
-    config = transformers.CONFIG_MAPPING[model_type](**TINY[model_type])
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(config)
-        lora = peft.LoraConfig(r=rank, target_modules=ATTENTION, target_parameters=parameters)
-        return peft.get_peft_model(model, lora)
+    return peft_model(model_type, rank, target_modules=ATTENTION, target_parameters=parameters)
 
 
 def _spec(model_type: str) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,14 +24,19 @@ def test_seed_model_r16_trainables_match_peft_count() -> None:
     assert lora_params(spec, setup) == 108_789_760
 
 
-def _peft_trainable(model_type: str, targets: list[str] | str, rank: int) -> int:
+def peft_model(model_type: str, rank: int, **lora: Any) -> Any:
+    """peft's own LoRA model of the tiny `model_type` (meta device), LoraConfig(r=rank, **lora)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     peft = pytest.importorskip("peft")
     config = transformers.CONFIG_MAPPING[model_type](**TINY[model_type])
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
-        wrapped = peft.get_peft_model(model, peft.LoraConfig(r=rank, target_modules=targets))
+        return peft.get_peft_model(model, peft.LoraConfig(r=rank, **lora))
+
+
+def _peft_trainable(model_type: str, targets: list[str] | str, rank: int) -> int:
+    wrapped = peft_model(model_type, rank, target_modules=targets)
     return sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
 
 
