@@ -29,6 +29,11 @@ HF_OPTIMIZERS: dict[str, dict[str, Any]] = {
     "adamw_bnb_8bit": {"optimizer": "adamw-8bit", "paged": False},
     "adamw_8bit": {"optimizer": "adamw-8bit", "paged": False},  # alias of adamw_bnb_8bit
     "paged_adamw_8bit": {"optimizer": "adamw-8bit", "paged": True},
+    # torchao's AdamW8bit, block_size 256 (transformers 5.25.0 training_args.py:125,
+    # trainer_optimizer.py:459-476): the state bytes of bitsandbytes' blockwise states (see
+    # COMPONENT_OPTIMIZERS); the Trainer's 32-bit embedding override is bitsandbytes' only, so
+    # a full fine-tuning's embedding states are counted 32-bit here (an overestimate)
+    "adamw_torch_8bit": {"optimizer": "adamw-8bit", "paged": False},
     "paged_adamw_32bit": {"optimizer": "adamw", "paged": True},
     "adafactor": {"optimizer": "adafactor"},
     "sgd": {"optimizer": "sgd"},

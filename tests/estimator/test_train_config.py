@@ -514,3 +514,11 @@ def test_llamafactory_s_megatron_and_v1_kernel_keys(extra: str, ignored: str | N
     keys = {i.key for i in mapping.ignored}
     assert (ignored in keys) if ignored else not (keys & {"tensor_model_parallel_size"})
     assert not [w for w in mapping.warnings if "size" in w or "kernels" in w]
+
+
+def test_transformers_torchao_8bit_adamw_is_the_8bit_optimizer() -> None:
+    """`optim: adamw_torch_8bit` (24 of axolotl's example configs) is torchao's AdamW8bit:
+    8-bit states as bitsandbytes' blockwise ones, not an unmodelled optimizer."""
+    mapping = read_train_config_text("base_model: x/y\noptimizer: adamw_torch_8bit\n")
+    assert (mapping.setup["optimizer"], mapping.setup["paged"]) == ("adamw-8bit", False)
+    assert "optimizer" not in {i.key for i in mapping.ignored}
