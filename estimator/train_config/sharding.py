@@ -117,6 +117,13 @@ def map_fsdp_dict(m: TrainConfigMapping, data: dict[str, Any], prefix: str) -> N
         get(name)
     for name in ("cpu_ram_efficient_loading", "sync_module_states", "use_orig_params"):
         get(name)
+    # FSDP1's rate limiter: at most two layers' all-gathers in flight (torch 2.13
+    # distributed/fsdp/fully_sharded_data_parallel.py:351-360, default True at :411; accelerate
+    # 1.16.0 utils/dataclasses.py:1629), what the gathered-layer terms assume; off, more layers
+    # may be gathered at once
+    limit, key = get("limit_all_gathers")
+    if limit is False or str(limit).lower() == "false":
+        m.ignore(key, "unlimited all-gathers in flight are not modelled (more gathered layers)")
     m.warn_unread(data, prefix)
 
 

@@ -522,3 +522,13 @@ def test_transformers_torchao_8bit_adamw_is_the_8bit_optimizer() -> None:
     mapping = read_train_config_text("base_model: x/y\noptimizer: adamw_torch_8bit\n")
     assert (mapping.setup["optimizer"], mapping.setup["paged"]) == ("adamw-8bit", False)
     assert "optimizer" not in {i.key for i in mapping.ignored}
+
+
+def test_fsdp1_s_rate_limiter() -> None:
+    """`fsdp_limit_all_gathers: true` (FSDP1's default, 18 of axolotl's examples) is what the
+    gathered-layer terms assume: read; false is reported."""
+    text = "base_model: x/y\nfsdp_config:\n  fsdp_limit_all_gathers: {}\n"
+    on = read_train_config_text(text.format("true"))
+    assert not on.warnings and not on.ignored
+    off = read_train_config_text(text.format("false"))
+    assert "fsdp_config.fsdp_limit_all_gathers" in {i.key for i in off.ignored}
