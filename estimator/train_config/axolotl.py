@@ -292,7 +292,7 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         m.ignore("rl", f"{rl!r} training (TRL's preference/RL trainers) is not modelled: as SFT")
     else:  # core/trainers/base.py:72-82, 445-450: AxolotlTrainer(Trainer), the Trainer's loss
         set_trainer_loss(m, "axolotl's AxolotlTrainer (transformers Trainer)")
-    for key in ("liger_cross_entropy", "liger_layer_norm"):
+    for key in ("liger_cross_entropy", "liger_layer_norm", "liger_rms_norm_gated"):
         if m.get(data, key):
             m.ignore(key, "Liger's fused kernel: its activation savings are not modelled")
     for key in KERNEL_FLAGS:
