@@ -133,6 +133,19 @@ def read_torchtune(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMa
         "save_adapter_weights_only",
     ):
         m.get(data, key)
+    # recipes qat_*.py: Int8DynActInt4WeightQATQuantizer fake-quantizes weights and activations
+    # in every Linear's forward; knowledge_distillation_*.py loads a second, teacher model
+    if m.get(data, "quantizer"):
+        m.ignore("quantizer", "QAT's fake-quantized weight and activation copies are not modelled")
+    teacher = m.get(data, "teacher_model"), m.get(data, "teacher_checkpointer")
+    if any(teacher):
+        m.ignore(
+            "teacher_model",
+            "knowledge distillation: the teacher model's weights and logits are not counted "
+            "(an underestimate)",
+        )
+    m.get(data, "kd_loss")
+    m.get(data, "kd_ratio")
     m.warn_unread(data)
     return m
 

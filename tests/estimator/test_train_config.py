@@ -532,3 +532,24 @@ def test_fsdp1_s_rate_limiter() -> None:
     assert not on.warnings and not on.ignored
     off = read_train_config_text(text.format("false"))
     assert "fsdp_config.fsdp_limit_all_gathers" in {i.key for i in off.ignored}
+
+
+def test_torchtune_s_qat_and_distillation_are_reported() -> None:
+    """A QAT quantizer and a distillation teacher change memory in ways not modelled (the
+    teacher adds a whole model): listed under ignored, not left as unread-key warnings."""
+    model = "model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\n"
+    qat = (
+        "quantizer:\n"
+        "  _component_: torchtune.training.quantization.Int8DynActInt4WeightQATQuantizer\n"
+    )
+    kd = (
+        "teacher_model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\n"
+        "teacher_checkpointer:\n  checkpoint_dir: /tmp/teacher\nkd_loss:\n"
+        "  _component_: torchtune.modules.loss.ForwardKLWithChunkedOutputLoss\nkd_ratio: 0.5\n"
+    )
+    for extra, key in ((qat, "quantizer"), (kd, "teacher_model")):
+        mapping = read_train_config_text(
+            model + "optimizer:\n  _component_: torch.optim.AdamW\n" + extra
+        )
+        assert key in {i.key for i in mapping.ignored}
+        assert not [w for w in mapping.warnings if "not read" in w]
