@@ -170,13 +170,14 @@ def lora_targets(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
             return [lin for lin in candidates if lin.name not in MLP_NAMES]
         return [lin for lin in candidates if lin.nn_linear]
     chosen: list[Linear] = []
-    if bank_kinds(setup) and not _has_expert_banks(spec):
+    banks_named = bool(bank_kinds(setup))
+    if banks_named and not _has_expert_banks(spec):
         raise EstimatorInputError(
             "setup.lora_targets",
             f"{spec.model_type} has no fused expert banks for the target parameters "
             f"({', '.join(t for t in setup.lora_targets if t in BANK_TARGETS)})",
         )
-    if bank_kinds(setup) and setup.lora_dropout:
+    if banks_named and setup.lora_dropout:
         raise EstimatorInputError(
             "setup.lora_dropout",
             "peft's ParamWrapper, which adapts the expert banks named as target parameters, "
@@ -234,25 +235,31 @@ def expert_banks(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
     return [lin for lin in spec.linears if lin.experts > 1 and _BANK_OF.get(lin.name) in kinds]
 
 
-def expert_lora_params(spec: ModelSpec, setup: TrainingSetup) -> int:
-    """peft's ParamWrapper on a fused 3-D expert parameter (E, out, in): lora_A (r*E, in) and
-    lora_B (out, r*E); transformers' gate_up_proj is one parameter of out = 2 x intermediate.
-    Under `all-linear` its rank is doubled (peft's rank_pattern for gate_up_proj); named as a
-    target parameter it has rank r. Per sparse layer: gate_up 2rE(h + 2m) (all-linear) or
-    rE(h + 2m), down rE(m + h). Checked against peft in tests/estimator/test_lora.py."""
+def expert_adapter_tensors(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[int, int, int]]:
+    """(lora_A values, lora_B values, instances) of each expert parameter peft's ParamWrapper
+    adapts. A fused 3-D parameter (E, out, in) gets lora_A (r*E, in) and lora_B (out, r*E);
+    transformers' gate_up_proj is one parameter of out = 2 x intermediate (the gate_proj and
+    up_proj Linear kinds of the spec), counted once, by gate_proj. Under `all-linear` its rank
+    is doubled (peft's rank_pattern for gate_up_proj); named as a target parameter it has rank
+    r. Per sparse layer: gate_up 2rE(h + 2m) (all-linear) or rE(h + 2m), down rE(m + h).
+    Checked against peft in tests/estimator/test_lora.py and test_expert_bank_targets.py."""
     r = setup.lora_rank
-    doubled = "all-linear" in setup.lora_targets
     banks = expert_banks(spec, setup)
     gated = any(lin.name == "gate_proj" for lin in banks)
-    total = 0
+    gate_up_rank = 2 * r if "all-linear" in setup.lora_targets else r
+    tensors = []
     for lin in banks:
-        e = lin.experts
-        if gated and lin.name in ("gate_proj", "up_proj"):  # the fused gate_up_proj
-            if doubled or lin.name == "gate_proj":  # rank r: gate_up counted once, by gate
-                total += lin.count * r * e * (lin.in_features + 2 * lin.out_features)
-        else:
-            total += lin.count * r * e * (lin.in_features + lin.out_features)
-    return total
+        fused = gated and lin.name in ("gate_proj", "up_proj")
+        if fused and lin.name == "up_proj":
+            continue  # its half of gate_up_proj, counted with gate_proj
+        rank, out = (gate_up_rank, 2 * lin.out_features) if fused else (r, lin.out_features)
+        tensors.append((rank * lin.experts * lin.in_features, rank * lin.experts * out, lin.count))
+    return tensors
+
+
+def expert_lora_params(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """The adapter parameters on the expert banks (`expert_adapter_tensors`)."""
+    return sum((a + b) * count for a, b, count in expert_adapter_tensors(spec, setup))
 
 
 def lora_rank_check(spec: ModelSpec, setup: TrainingSetup, targets: list[Linear]) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from estimator.dtypes import BF16, FP32, INT8
 from estimator.errors import EstimatorInputError
-from estimator.lora import expert_banks, lora_params, lora_targets
+from estimator.lora import expert_adapter_tensors, lora_params, lora_targets
 from estimator.memory.weights import MIN_BLOCK, amp_full, kbit_fp32
 from estimator.spec import ModelSpec
 from estimator.stacks import load_stack
@@ -101,8 +101,8 @@ def optimizer_bytes(
 def small_tensor_params(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Trainable parameters in tensors of fewer than MIN_8BIT_SIZE values, which the 8-bit
     optimizers keep at 32 bits. Adapters: each lora_A (r x in) and lora_B (out x r) apart, the
-    expert banks' A (r*E x in) and B (out x r*E), gate_up's fused pair with the rank doubled
-    (see estimator.lora.expert_lora_params); peft's modules_to_save copies are never that small.
+    expert banks' A (r*E x in) and B (out x r*E) (estimator.lora.expert_adapter_tensors);
+    peft's modules_to_save copies are never that small.
     Full fine-tuning: every Linear weight (an expert bank is one tensor) and bias, the norms
     (each at most hidden wide: all of them when hidden < 4096, else the q/k norms of head_dim)
     and attention sinks (one per head per layer); the other groups (conv1d, dt, A) are counted
@@ -115,17 +115,8 @@ def small_tensor_params(spec: ModelSpec, setup: TrainingSetup) -> int:
         for t in lora_targets(spec, setup):
             sizes += [(r * t.in_features, r * t.in_features * t.count)]
             sizes += [(r * t.out_features, r * t.out_features * t.count)]
-        banks = expert_banks(spec, setup)
-        gated = any(lin.name == "gate_proj" for lin in banks)
-        doubled = "all-linear" in setup.lora_targets  # gate_up's rank doubled (lora.py)
-        for lin in banks:
-            a, b = r * lin.experts * lin.in_features, r * lin.experts * lin.out_features
-            if not (gated and lin.name in ("gate_proj", "up_proj")):
-                sizes += [(a, a * lin.count), (b, b * lin.count)]
-            elif doubled:  # half of gate_up's A (2r*E x in) and B (2 out x 2r*E) each
-                sizes += [(2 * a, a * lin.count), (4 * b, 2 * b * lin.count)]
-            elif lin.name == "gate_proj":  # target parameter: A (r*E x in), B (2 out x r*E)
-                sizes += [(a, a * lin.count), (2 * b, 2 * b * lin.count)]
+        for a, b, count in expert_adapter_tensors(spec, setup):
+            sizes += [(a, a * count), (b, b * count)]
         return sum(n for size, n in sizes if size < MIN_8BIT_SIZE)
     for lin in spec.linears:
         weight = lin.experts * lin.in_features * lin.out_features
