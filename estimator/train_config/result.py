@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from estimator.errors import EstimatorInputError
+from estimator.parallel.layout import MODEL_KINDS
 
 # Key names that usually change memory use; an unread key matching one of these is a warning.
 MEMORY_WORDS = re.compile(
@@ -150,7 +151,7 @@ class TrainConfigMapping:
         }
 
 
-MODEL_PARALLEL = ("tp", "cp", "pp", "ep", "sp")
+MODEL_PARALLEL = (*MODEL_KINDS, "sp")  # the `--parallel` items that are not data parallelism
 
 
 def _with_model_parallel(mine: object, data_layout: object) -> object:
