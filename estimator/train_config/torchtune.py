@@ -15,7 +15,8 @@ full_finetune_distributed.py:384); `fsdp_cpu_offload` (:145) and `fsdp_reshard_a
 torchtune trains in `dtype` directly (no autocast, no fp32 master weights).
 
 Builder -> model: the Hub repo that each builder's recipe configs download (the `tune download`
-line at the top of e.g. recipes/configs/llama3_2/1B_lora.yaml), or a trainfit preset of it.
+line at the top of e.g. recipes/configs/llama3_2/1B_lora.yaml) or its docstring names, or a
+trainfit preset of it (`BUILDER_MODELS`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ from estimator.train_config.sharding import set_layout, set_offload
 from estimator.train_config.vocab import COMPONENT_OPTIMIZERS, model_ref
 
 BUILDER = re.compile(r"^torchtune\.models\.[a-z0-9_]+\.(?P<kind>q?lora_)?(?P<name>[a-z0-9_]+)$")
+# Builder -> the Hub repo its docstring names ("from https://huggingface.co/...", torchtune
+# bd2a0fc7 torchtune/models/<family>/_model_builders.py), or a trainfit preset of that repo. Two
+# docstrings are wrong and the repo the recipe configs download is used: qwen3_14b_base names
+# Qwen/Qwen3-14B and qwen3_14b_instruct the non-existent Qwen/Qwen3-14B-Instruct
+# (recipes/configs/qwen3/14B_lora_single_device.yaml downloads Qwen/Qwen3-14B for the latter).
 BUILDER_MODELS = {
     "llama3_1_8b": "llama-3.1-8b",
     "llama3_1_70b": "llama-3.1-70b",
@@ -40,6 +46,8 @@ BUILDER_MODELS = {
     "llama3_2_1b": "meta-llama/Llama-3.2-1B-Instruct",
     "llama3_2_3b": "meta-llama/Llama-3.2-3B-Instruct",
     "llama3_3_70b": "meta-llama/Llama-3.3-70B-Instruct",
+    "llama4_scout_17b_16e": "llama-4-scout",
+    "llama4_maverick_17b_128e": "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
     "llama2_7b": "meta-llama/Llama-2-7b-hf",
     "llama2_13b": "meta-llama/Llama-2-13b-hf",
     "llama2_70b": "meta-llama/Llama-2-70b-hf",
@@ -52,8 +60,28 @@ BUILDER_MODELS = {
     "qwen2_0_5b": "Qwen/Qwen2-0.5B-Instruct",
     "qwen2_1_5b": "Qwen/Qwen2-1.5B-Instruct",
     "qwen2_7b": "Qwen/Qwen2-7B-Instruct",
+    "qwen2_5_0_5b": "Qwen/Qwen2.5-0.5B-Instruct",
+    "qwen2_5_1_5b_base": "Qwen/Qwen2.5-1.5B",
+    "qwen2_5_1_5b_instruct": "Qwen/Qwen2.5-1.5B-Instruct",
+    "qwen2_5_3b": "Qwen/Qwen2.5-3B-Instruct",
+    "qwen2_5_7b_base": "Qwen/Qwen2.5-7B",
     "qwen2_5_7b_instruct": "Qwen/Qwen2.5-7B-Instruct",
-    "qwen3_8b": "qwen3-8b",
+    "qwen2_5_14b_base": "Qwen/Qwen2.5-14B",
+    "qwen2_5_14b_instruct": "Qwen/Qwen2.5-14B-Instruct",
+    "qwen2_5_32b_base": "Qwen/Qwen2.5-32B",
+    "qwen2_5_32b_instruct": "Qwen/Qwen2.5-32B-Instruct",
+    "qwen2_5_72b_base": "Qwen/Qwen2.5-72B",
+    "qwen2_5_72b_instruct": "Qwen/Qwen2.5-72B-Instruct",
+    "qwen3_0_6b_base": "Qwen/Qwen3-0.6B-Base",
+    "qwen3_0_6b_instruct": "Qwen/Qwen3-0.6B",
+    "qwen3_1_7b_base": "Qwen/Qwen3-1.7B-Base",
+    "qwen3_1_7b_instruct": "Qwen/Qwen3-1.7B",
+    "qwen3_4b_base": "Qwen/Qwen3-4B-Base",
+    "qwen3_4b_instruct": "Qwen/Qwen3-4B",
+    "qwen3_8b_base": "Qwen/Qwen3-8B-Base",
+    "qwen3_8b_instruct": "qwen3-8b",
+    "qwen3_14b_base": "Qwen/Qwen3-14B-Base",
+    "qwen3_14b_instruct": "Qwen/Qwen3-14B",
     "qwen3_32b": "qwen3-32b",
     "phi3_mini": "microsoft/Phi-3-mini-4k-instruct",
     "phi4_14b": "microsoft/phi-4",
@@ -116,6 +144,8 @@ def read_torchtune(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMa
     if compiled is not None:
         m.set("compile", bool(compiled), "compile")
     _fsdp(m, data)
+    _model_parallel(m, data)
+    _validation(m, data)
     dataset = m.get(data, "dataset")
     if isinstance(dataset, dict) and dataset.get("packed"):
         m.set_run("packing", True, "dataset.packed")
@@ -275,6 +305,81 @@ def _fsdp(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     if offload:
         set_offload(m, "params", "fsdp_cpu_offload")  # CPUOffloadPolicy: params, grads, states
     _custom_sharded_layers(m, data)
+
+
+def _dim(m: TrainConfigMapping, data: dict[str, Any], key: str, default: int) -> int:
+    value = m.get(data, key)
+    if value is None or value == default:
+        return default
+    return whole_number(value, key)
+
+
+def _model_parallel(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    """The device mesh of the distributed recipes. 0.6.1 builds (dp, tp) from
+    `tensor_parallel_dim` and requires `tensor_parallel_plan` with it (v0.6.1
+    recipes/full_finetune_distributed.py:149-166, 545-561); main (bd2a0fc7 :156-179) adds
+    `context_parallel_dim` and the data dims `data_parallel_shard_dim` (-1: the GPUs left) and
+    `data_parallel_replicate_dim` (HSDP replicas), and its LoRA recipe refuses tensor
+    parallelism (lora_finetune_distributed.py:157-160). The plan's output layer is
+    `ColwiseParallel(output_layouts=Replicate())` (torchtune/models/llama3/_parallelism.py
+    `_get_base_llama_tp_training_plan`): every tp rank holds its batch's whole logits, where
+    trainfit's `tp` is torchtitan's vocab-split loss parallel, so tensor parallelism is
+    reported, not mapped: the estimate shards with FSDP over every GPU (same parameter share,
+    activations not split by tp: an overestimate). Context parallelism and the data dims
+    become the layout's `cp=N`, `fsdp[=N]` and `dp=N` items."""
+    plan = m.get(data, "tensor_parallel_plan")
+    tp = _dim(m, data, "tensor_parallel_dim", 1)
+    if tp > 1:
+        if m.setup.get("method") in ("lora", "qlora"):
+            raise EstimatorInputError(
+                "train_config.tensor_parallel_dim",
+                f"{tp}: torchtune's LoRA recipes do not support tensor parallelism "
+                "(lora_finetune_distributed.py asserts tensor_parallel_dim == 1)",
+            )
+        if plan is None:
+            raise EstimatorInputError(
+                "train_config.tensor_parallel_plan",
+                f"tensor_parallel_dim is {tp} and no plan is given (the recipe raises "
+                "'Tensor Parallel plan needs to be provided')",
+            )
+        m.ignore(
+            "tensor_parallel_dim",
+            f"tensor parallelism over {tp} GPUs (torchtune's plan replicates the logits on "
+            "every tp rank) is not modelled: estimated as FSDP over every GPU, which does not "
+            "split activations by tp (an overestimate)",
+        )
+    cp = _dim(m, data, "context_parallel_dim", 1)
+    shard = _dim(m, data, "data_parallel_shard_dim", -1)
+    replicate = _dim(m, data, "data_parallel_replicate_dim", 1)
+    if cp == 1 and shard == -1 and replicate == 1:
+        return
+    data_kind = "zero2" if m.setup.get("sharding") == "zero2" else "fsdp"
+    items = [f"cp={cp}"] * (cp > 1) + [data_kind if shard == -1 else f"{data_kind}={shard}"]
+    items += [f"dp={replicate}"] * (replicate > 1)
+    keys = ("context_parallel_dim", "data_parallel_shard_dim", "data_parallel_replicate_dim")
+    m.set("parallel", ",".join(items), " + ".join(k for k in keys if k in data))
+
+
+def _validation(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    """main's validation (not in 0.6.1): with `dataset_val` and `run_val_every_n_steps` set,
+    every N steps a `torch.no_grad()` forward over batches of `batch_size_val` rows (default
+    `batch_size`; full_finetune_distributed.py:451-461, 873-890). It saves no activations, so
+    at most `batch_size` rows its peak is below the training step's; a larger batch's logits
+    may not be, and are reported."""
+    size = m.get(data, "batch_size_val")
+    every = m.get(data, "run_val_every_n_steps")
+    if every is None or m.get(data, "dataset_val") is None:
+        return
+    if size is None or str(size).replace(" ", "") == "${batch_size}":
+        return
+    rows = whole_number(size, "batch_size_val")
+    batch = m.setup.get("batch", 1)
+    if isinstance(batch, int) and rows > batch:
+        m.ignore(
+            "batch_size_val",
+            f"validation runs batches of {rows} rows (batch_size {batch}): its no-grad "
+            "forward's logits, which may outgrow the training step, are not modelled",
+        )
 
 
 def _custom_sharded_layers(m: TrainConfigMapping, data: dict[str, Any]) -> None:
