@@ -29,6 +29,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from estimator.train_config.evaluation import report_eval_batch
 from estimator.train_config.hf_args import map_optim
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
@@ -54,6 +55,10 @@ KERNEL_FLAGS = (
     "unsloth_rope",
     "unsloth_cross_entropy_loss",
     "tiled_mlp",
+    # the Qwen 3 / Llama fused attention patches (loaders/patch_manager.py:540-580) and the
+    # older flash-attn MLP / RMSNorm patches (:995-1002)
+    "fused_attn_kernel",
+    "flash_attn_fuse_mlp",
 )
 CCE_PLUGIN = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 
@@ -79,9 +84,7 @@ def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapp
     if length is not None:
         m.seq_lens = [whole_number(length, "sequence_len")]
         m.origin["seq_lens"] = "sequence_len"
-    m.set("batch", m.get(data, "micro_batch_size"), "micro_batch_size")
-    m.set("grad_accum", m.get(data, "gradient_accumulation_steps"), "gradient_accumulation_steps")
-    m.get(data, "batch_size")
+    _batches(m, data)
     m.set_run("epochs", m.get(data, "num_epochs"), "num_epochs")
     map_optim(m, m.get(data, "optimizer"), "optimizer")
     _precision(m, data)
@@ -112,6 +115,31 @@ def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapp
         m.get(data, key)
     m.warn_unread(data)
     return m
+
+
+def _batches(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    """`micro_batch_size` (default 1, utils/schemas/training.py:77-82) and the accumulation
+    steps, which `normalize_config` derives as `batch_size // micro_batch_size` when only the
+    total is given (utils/config/__init__.py:199-207); `eval_batch_size` (default
+    `micro_batch_size`, :208-209) matters when there is an evaluation set (`val_set_size` > 0
+    or `test_datasets`, core/builders/base.py:514-523)."""
+    micro = m.get(data, "micro_batch_size")
+    m.set("batch", micro, "micro_batch_size")
+    rows = 1 if micro is None else whole_number(micro, "micro_batch_size")
+    accum = m.get(data, "gradient_accumulation_steps")
+    total = m.get(data, "batch_size")
+    if accum is None and total is not None:
+        derived = whole_number(total, "batch_size") // rows
+        m.set("grad_accum", max(derived, 1), "batch_size // micro_batch_size")
+    else:
+        m.set("grad_accum", accum, "gradient_accumulation_steps")
+    val = m.get(data, "val_set_size")
+    evaluates = bool(m.get(data, "test_datasets")) or (
+        isinstance(val, int | float) and not isinstance(val, bool) and val > 0
+    )
+    eval_rows = m.get(data, "eval_batch_size")
+    if evaluates and eval_rows is not None:
+        report_eval_batch(m, eval_rows, "eval_batch_size", rows)
 
 
 def _model(m: TrainConfigMapping, data: dict[str, Any], base_dir: Path | None) -> None:
@@ -298,3 +326,11 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     for key in KERNEL_FLAGS:
         if m.get(data, key):
             m.ignore(key, "axolotl's fused/tiled kernel: its activation savings are not modelled")
+    if m.get(data, "use_kernels"):  # from_pretrained(use_kernels=True), loaders/model.py:225-228
+        m.ignore("use_kernels", "transformers' Hub kernels (kernelize): memory not modelled")
+    if m.get(data, "resize_token_embeddings_to_32x"):  # loaders/model.py:370-379
+        m.ignore(
+            "resize_token_embeddings_to_32x",
+            "the embedding padded to a multiple of 32 rows when the tokenizer has more: at most "
+            "31 rows, not counted",
+        )

@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from estimator.train_config.evaluation import report_eval_batch
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
 from estimator.train_config.vocab import (
@@ -52,13 +53,16 @@ TRL_LORA_DEFAULTS = (
     ("lora_alpha", "lora_alpha", 32),
     ("lora_dropout", "lora_dropout", 0.05),
 )
+# TrainingArguments' per_device_train_batch_size / per_device_eval_batch_size default
+# (transformers 5.25.0 training_args.py:777, 1128); trl's SFTConfig does not change them
+# (trl f2cd5771 sft_config.py:132-137 lists the defaults it changes)
+HF_DEFAULT_BATCH = 8
 HF_DEFAULT_OPTIM = "adamw_torch_fused"  # transformers 5.24.0 training_args.py:806-811, torch>=2.8
 # TrainingArguments keys whose names look memory-related but that do not change the training
 # step's GPU memory: evaluation, host-side data loading, logging, checkpoint files, the options
 # of torch_compile (mapped to `compile`). Read so that a full `TrainingArguments.to_dict()`
 # dump gives no false warnings.
 NO_TRAIN_MEMORY = (
-    "per_device_eval_batch_size",
     "eval_do_concat_batches",
     "eval_accumulation_steps",
     "bf16_full_eval",
@@ -85,7 +89,7 @@ def is_sft_config(data: dict[str, Any]) -> bool:
 def map_trainer_args(m: TrainConfigMapping, data: dict[str, Any], sft: bool) -> None:
     """The TrainingArguments keys (shared by TRL and LLaMA-Factory configs)."""
     m.set("stack", "hf", "(transformers Trainer)")
-    m.set("batch", m.get(data, "per_device_train_batch_size"), "per_device_train_batch_size")
+    _batches(m, data)
     m.set("grad_accum", m.get(data, "gradient_accumulation_steps"), "gradient_accumulation_steps")
     m.set_run("epochs", m.get(data, "num_train_epochs"), "num_train_epochs")
     map_optim(m, m.get(data, "optim"), "optim")
@@ -125,6 +129,28 @@ def map_trainer_args(m: TrainConfigMapping, data: dict[str, Any], sft: bool) -> 
     fsdp_config = m.get(data, "fsdp_config")
     if isinstance(fsdp_config, dict):
         map_fsdp_dict(m, fsdp_config, "fsdp_config.")
+
+
+def _batches(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    """`per_device_train_batch_size`, unset the Trainer's default (TRL's SFTConfig and
+    LLaMA-Factory's arguments keep it), and the evaluation batch when evaluation is on:
+    `eval_strategy` other than "no" (`evaluation_strategy` before transformers 4.46) runs
+    `per_device_eval_batch_size` rows per device, default 8 as well (transformers 5.25.0
+    training_args.py:777, 1106, 1128, 1571-1572; `estimator.train_config.evaluation`)."""
+    batch = m.get(data, "per_device_train_batch_size")
+    if batch is None:
+        batch = HF_DEFAULT_BATCH
+        m.set("batch", batch, "(per_device_train_batch_size unset: the Trainer's default 8)")
+        m.warnings.append(
+            "per_device_train_batch_size: unset, so the Trainer's default of 8 rows per device"
+        )
+    else:
+        m.set("batch", batch, "per_device_train_batch_size")
+    strategy = m.get(data, "eval_strategy") or m.get(data, "evaluation_strategy") or "no"
+    rows = m.get(data, "per_device_eval_batch_size")
+    if str(strategy).lower() != "no" and isinstance(m.setup.get("batch"), int):
+        key = "per_device_eval_batch_size"
+        report_eval_batch(m, HF_DEFAULT_BATCH if rows is None else rows, key, m.setup["batch"])
 
 
 def _map_liger(m: TrainConfigMapping, data: dict[str, Any]) -> None:

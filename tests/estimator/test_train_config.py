@@ -510,7 +510,8 @@ def test_axolotl_s_load_time_quantization(quant: str, ignored: bool) -> None:
 def test_llamafactory_s_megatron_and_v1_kernel_keys(extra: str, ignored: str | None) -> None:
     """LLaMA-Factory's Megatron-Core options are reported when they split anything; its
     use_v1_kernels (NPU kernels only) changes nothing on CUDA: no warnings either way."""
-    mapping = read_train_config_text("model_name_or_path: x/y\nstage: sft\n" + extra)
+    base = "model_name_or_path: x/y\nstage: sft\nper_device_train_batch_size: 1\n"
+    mapping = read_train_config_text(base + extra)
     keys = {i.key for i in mapping.ignored}
     assert (ignored in keys) if ignored else not (keys & {"tensor_model_parallel_size"})
     assert not [w for w in mapping.warnings if "size" in w or "kernels" in w]
