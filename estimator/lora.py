@@ -50,6 +50,63 @@ def split_targets(text: str) -> list[str]:
 PEFT_ALL_LINEAR = ("all-linear", "all_linear")
 
 
+# LoraConfig(target_modules=None): peft takes the targets of the model's config.json
+# `model_type` from TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING and raises "Please
+# specify `target_modules` in `peft_config`" for a type it lacks (peft 0.21.2
+# tuners/tuners_utils.py:410-413, tuners/lora/model.py:240). The decoder entries of that table
+# (utils/constants.py:67-108), a string entry as a `re:` pattern. `peft-default` asks for them.
+PEFT_DEFAULT = "peft-default"
+PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
+    "gpt2": ("c_attn",),
+    "bloom": ("query_key_value",),
+    "opt": ("q_proj", "v_proj"),
+    "gptj": ("q_proj", "v_proj"),
+    "gpt_neox": ("query_key_value",),
+    "gpt_neo": ("q_proj", "v_proj"),
+    "llama": ("q_proj", "v_proj"),
+    "llama4": ("q_proj", "v_proj"),
+    "gpt_bigcode": ("c_attn",),
+    "mpt": ("Wqkv",),
+    "falcon": ("query_key_value",),
+    "codegen": ("qkv_proj",),
+    "mistral": ("q_proj", "v_proj"),
+    "mixtral": ("q_proj", "v_proj"),
+    "stablelm": ("q_proj", "v_proj"),
+    "phi": ("q_proj", "v_proj", "fc1", "fc2"),
+    "gemma": ("q_proj", "v_proj"),
+    "gemma2": ("q_proj", "v_proj"),
+    "gemma3_text": ("q_proj", "v_proj"),
+    "gemma4": (r"re:.*language_model\..*\.(q_proj|v_proj)",),
+    "qwen2": ("q_proj", "v_proj"),
+    "qwen3": ("q_proj", "v_proj"),
+    "nemotron_h": ("q_proj", "k_proj", "v_proj", "o_proj"),
+}
+
+
+def peft_default_targets(spec: ModelSpec) -> list[str]:
+    """The targets peft picks for `spec` when none are given (`PEFT_DEFAULT_TARGETS`), looked
+    up by the config's own `model_type` as peft does (a composite's, not its text model's)."""
+    model_type = spec.config_model_type or spec.model_type
+    if spec.peft_fused_experts:
+        # transformers v5's MoE remap runs first and turns None into an empty set, so the
+        # table is never read (peft 0.21.2 tuners_utils.py:833-849, 410;
+        # utils/transformers_weight_conversion.py:437-438) and peft raises
+        # NoMatchingPeftModuleError (tuners_utils.py:1058-1062)
+        raise EstimatorInputError(
+            "setup.lora_targets",
+            f"peft with transformers v5 finds no default targets for {model_type!r}, whose "
+            "experts it remaps (NoMatchingPeftModuleError): name them",
+        )
+    targets = PEFT_DEFAULT_TARGETS.get(model_type)
+    if targets is None:
+        raise EstimatorInputError(
+            "setup.lora_targets",
+            f"peft has no default target modules for model_type {model_type!r} (it raises "
+            "'Please specify `target_modules`', tuners/tuners_utils.py:410-413): name them",
+        )
+    return list(targets)
+
+
 def peft_target_list(target_modules: object) -> list[str] | None:
     """peft's `target_modules` (an adapter_config.json, a LoraConfig) as trainfit targets: a
     list names modules; a string other than `all-linear` is a regex (`re:`)."""
@@ -164,6 +221,8 @@ def lora_targets(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
         raise EstimatorInputError(
             "setup.lora_targets", "LoRA needs the model's geometry: give a config.json or preset"
         )
+    if setup.lora_targets == [PEFT_DEFAULT]:
+        setup = setup.model_copy(update={"lora_targets": peft_default_targets(spec)})
     candidates = [lin for lin in spec.linears if lin.group not in ("head",) and lin.experts == 1]
     if "all-linear" in setup.lora_targets:
         if _has_expert_banks(spec) and spec.peft_fused_experts:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from estimator.lora import REGEX
+from estimator.lora import PEFT_DEFAULT, REGEX
 from estimator.parallel.layout import parse_parallel, parse_wrap_units, wrap_text
 from estimator.stacks import OPTIONAL_OVERRIDES, OVERRIDES, load_stack
 
@@ -35,6 +35,8 @@ def targets_field(targets: list[str]) -> list[str]:
     cleaned = [t.strip() for t in targets if t.strip()]
     if not cleaned:
         raise ValueError("give at least one target module name, or 'all-linear'")
+    if PEFT_DEFAULT in cleaned and len(cleaned) > 1:
+        raise ValueError(f"{PEFT_DEFAULT!r} (peft's targets for the model type) stands alone")
     for target in cleaned:
         if target.startswith(REGEX):  # peft's regex `target_modules`
             _check_pattern(target)

@@ -186,6 +186,9 @@ class ModelSpec:
     # the same bytes) or "int8", with the stored double quantization; None: not quantized so
     stored_quantization: str | None = None
     stored_double_quant: bool = False
+    # the config.json's own `model_type` (a composite's, e.g. gemma3 around gemma3_text), the key
+    # peft's default LoRA targets are looked up by (`estimator.lora.peft_default_targets`)
+    config_model_type: str = ""
 
     @property
     def qk_head_dim(self) -> int | None:

@@ -146,10 +146,13 @@ def _qlora_kwargs(device: str) -> dict[str, Any]:
     )
 
 
-def peft_target_modules(targets: list[str]) -> str | list[str]:
-    """trainfit's targets as peft's `target_modules`: `all-linear`; a list of names; or, with
-    any `re:` target (estimator.lora.REGEX), one regex over whole module names, the names as
-    peft matches them (the name or a dotted suffix: tuners_utils.check_target_module_exists)."""
+def peft_target_modules(targets: list[str]) -> str | list[str] | None:
+    """trainfit's targets as peft's `target_modules`: `all-linear`; None for `peft-default`
+    (peft picks the model type's); a list of names; or, with any `re:` target
+    (estimator.lora.REGEX), one regex over whole module names, the names as peft matches them
+    (the name or a dotted suffix: tuners_utils.check_target_module_exists)."""
+    if targets == ["peft-default"]:
+        return None
     if targets == ["all-linear"]:
         return "all-linear"
     if not any(t.startswith("re:") for t in targets):
@@ -168,6 +171,8 @@ def _apply_lora(model: nn.Module, setup: dict[str, Any], notes: list[str]) -> nn
         from probe.builtin import apply_builtin_lora
 
         notes.append("peft is not installed: used the probe's built-in LoRA layers")
+        if target is None:
+            raise UnsupportedSetup("lora_targets peft-default: peft picks them; absent") from None
         return apply_builtin_lora(
             model, setup["lora_rank"], alpha, target, setup["adapter_dtype"] == "fp32"
         )

@@ -328,6 +328,7 @@ def spec_from_config(config: Any, name: str | None = None) -> ModelSpec:
         spec = replace(spec, extras=extras, model_type=kind, layers_module=_LAYERS[model_type])
     elif model_type == "gpt2":
         spec = replace(spec, layers_module="transformer.h")
+    spec = replace(spec, config_model_type=model_type)
     stored = stored_quantization(root)
     if stored is not None:
         spec = replace(

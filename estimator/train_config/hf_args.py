@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from estimator.lora import PEFT_DEFAULT
 from estimator.train_config.evaluation import report_eval_batch
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
@@ -247,12 +248,10 @@ def map_peft_keys(m: TrainConfigMapping, data: dict[str, Any], base_dir: Path | 
                 field, default if value is None else value, key + (" (default)" * (value is None))
             )
         targets = lora_targets(m.get(data, "lora_target_modules"))
-        m.set("lora_targets", targets, "lora_target_modules")
-        if targets is None:
-            m.warnings.append(
-                "lora_target_modules: unset, so peft picks its per-architecture default "
-                "(q_proj,v_proj for Llama); trainfit applies its own default unless --lora-targets"
-            )
+        if targets is None:  # trl f2cd5771 utils.py:267 passes None on: peft picks them
+            m.set("lora_targets", [PEFT_DEFAULT], "lora_target_modules (unset: peft's default)")
+        else:
+            m.set("lora_targets", targets, "lora_target_modules")
         saved = trains_embeddings(m.get(data, "lora_modules_to_save"))
         m.set("train_embeddings", saved, "lora_modules_to_save")
     if four:

@@ -82,7 +82,8 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
     g.add_argument(
         "--lora-targets",
         default="all-linear",
-        help="comma list, all-linear, or re:PATTERN (peft regex over module names)",
+        help="comma list, all-linear, peft-default (what peft picks for the model type when "
+        "target_modules is None), or re:PATTERN (peft regex over module names)",
     )
     g.add_argument(
         "--adapter-config",
