@@ -216,11 +216,6 @@ def _adapter(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     m.get(data, "lora_model_dir")
 
 
-def _size(m: TrainConfigMapping, data: dict[str, Any], key: str) -> int:
-    value = m.get(data, key)
-    return 1 if value is None else whole_number(value, key)
-
-
 def _nd_parallel(m: TrainConfigMapping, data: dict[str, Any], fsdp: bool) -> None:
     """axolotl's N-D parallelism (utils/distributed.py:299-377 `_get_parallel_config_kwargs`,
     accelerate's ParallelismConfig): `tensor_parallel_size` (transformers' tp_plan, loaders/
@@ -228,13 +223,13 @@ def _nd_parallel(m: TrainConfigMapping, data: dict[str, Any], fsdp: bool) -> Non
     `sequence_parallel_degree`), `dp_replicate_size` and `dp_shard_size` (FSDP; unset, the
     shard group takes the GPUs left) as a `parallel` layout; a given size fixes the GPU count
     only with both data sizes given (else the layout's fsdp takes what the GPUs leave)."""
-    tp = _size(m, data, "tensor_parallel_size")
-    cp = _size(m, data, "context_parallel_size")
+    tp = m.count(data, "tensor_parallel_size")
+    cp = m.count(data, "context_parallel_size")
     if cp == 1:
-        cp = _size(m, data, "sequence_parallel_degree")
-    replicate = _size(m, data, "dp_replicate_size")
+        cp = m.count(data, "sequence_parallel_degree")
+    replicate = m.count(data, "dp_replicate_size")
     shard = m.get(data, "dp_shard_size")
-    ep = _size(m, data, "expert_parallel_size")
+    ep = m.count(data, "expert_parallel_size")
     if ep > 1:  # its ranks come out of the world size (distributed.py:333-340), not from dp
         m.ignore("expert_parallel_size", "axolotl's expert ranks outside the data-parallel ones")
     if tp == cp == replicate == 1 and shard is None:

@@ -149,9 +149,9 @@ def _batches(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         m.set("batch", batch, "per_device_train_batch_size")
     strategy = m.get(data, "eval_strategy") or m.get(data, "evaluation_strategy") or "no"
     rows = m.get(data, "per_device_eval_batch_size")
-    if str(strategy).lower() != "no" and isinstance(m.setup.get("batch"), int):
+    if str(strategy).lower() != "no" and isinstance(batch, int):
         key = "per_device_eval_batch_size"
-        report_eval_batch(m, HF_DEFAULT_BATCH if rows is None else rows, key, m.setup["batch"])
+        report_eval_batch(m, HF_DEFAULT_BATCH if rows is None else rows, key, batch)
 
 
 def _map_liger(m: TrainConfigMapping, data: dict[str, Any]) -> None:

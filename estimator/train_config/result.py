@@ -88,6 +88,14 @@ class TrainConfigMapping:
         self.read.add(prefix + key)
         return data.get(key)
 
+    def count(self, data: dict[str, Any], key: str, default: int = 1) -> int:
+        """`data[key]` as a whole number (`whole_number`), `default` when absent or equal to it
+        (a default may lie outside whole_number's range: torchtune's -1, "the GPUs left")."""
+        value = self.get(data, key)
+        if value is None or value == default:
+            return default
+        return whole_number(value, key)
+
     def warn_unread(self, data: dict[str, Any], prefix: str = "") -> None:
         """A warning per key that was not read and whose name looks memory-relevant."""
         for key, value in data.items():

@@ -308,13 +308,6 @@ def _fsdp(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     _custom_sharded_layers(m, data)
 
 
-def _dim(m: TrainConfigMapping, data: dict[str, Any], key: str, default: int) -> int:
-    value = m.get(data, key)
-    if value is None or value == default:
-        return default
-    return whole_number(value, key)
-
-
 def _model_parallel(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     """The device mesh of the distributed recipes. 0.6.1 builds (dp, tp) from
     `tensor_parallel_dim` and requires `tensor_parallel_plan` with it (v0.6.1
@@ -329,7 +322,7 @@ def _model_parallel(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     activations not split by tp: an overestimate). Context parallelism and the data dims
     become the layout's `cp=N`, `fsdp[=N]` and `dp=N` items."""
     plan = m.get(data, "tensor_parallel_plan")
-    tp = _dim(m, data, "tensor_parallel_dim", 1)
+    tp = m.count(data, "tensor_parallel_dim")
     if tp > 1:
         if m.setup.get("method") in ("lora", "qlora"):
             raise EstimatorInputError(
@@ -349,9 +342,9 @@ def _model_parallel(m: TrainConfigMapping, data: dict[str, Any]) -> None:
             "every tp rank) is not modelled: estimated as FSDP over every GPU, which does not "
             "split activations by tp (an overestimate)",
         )
-    cp = _dim(m, data, "context_parallel_dim", 1)
-    shard = _dim(m, data, "data_parallel_shard_dim", -1)
-    replicate = _dim(m, data, "data_parallel_replicate_dim", 1)
+    cp = m.count(data, "context_parallel_dim")
+    shard = m.count(data, "data_parallel_shard_dim", -1)
+    replicate = m.count(data, "data_parallel_replicate_dim")
     if cp == 1 and shard == -1 and replicate == 1:
         return
     data_kind = "zero2" if m.setup.get("sharding") == "zero2" else "fsdp"
