@@ -124,7 +124,7 @@ def _title(doc: dict[str, Any]) -> str:
 
 
 def _notes(doc: dict[str, Any]) -> list[str]:
-    notes = []
+    notes = [f"note: {note}" for note in doc["model"].get("notes", [])]
     for r in doc["rows"][:1]:
         for comp, why in r["not_computable"].items():
             notes.append(f"not computable: {comp}: {why}")

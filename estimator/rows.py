@@ -10,6 +10,7 @@ from estimator import lazy_numpy as np
 from estimator.dict_display import row_dict
 from estimator.fit import VERDICTS, verdict_code_list
 from estimator.gpu_options import GpuOption, devices_for
+from estimator.lora import PEFT_DEFAULT, peft_default_targets
 from estimator.memo import Memo
 from estimator.memory import memory_breakdown
 from estimator.memory.model import (
@@ -214,8 +215,18 @@ def model_summary(
         "params_trainable": trainable,
         "params_extras": dict(fixed["params_extras"]),
         "layer_types": dict(fixed["layer_types"]),
-        "notes": list(fixed["notes"]),
+        "notes": [*fixed["notes"], *_target_notes(spec, setup)],
     }
+
+
+def _target_notes(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
+    """What `peft-default` resolved to for this model (estimator.lora.peft_default_targets),
+    so the document names the modules it priced."""
+    if not setup.is_adapter or setup.lora_targets != [PEFT_DEFAULT]:
+        return []
+    names = ", ".join(peft_default_targets(spec))
+    model_type = spec.config_model_type or spec.model_type
+    return [f"lora_targets peft-default: {names} (peft's targets for model_type {model_type!r})"]
 
 
 def _spec_summary(spec: ModelSpec, profile: Profile) -> dict[str, Any]:

@@ -344,3 +344,25 @@ def test_form_takes_a_pipeline_schedule_and_names_its_errors(sqlite_client: Test
     page = sqlite_client.post("/estimate", data=seed_form(parallel="fsdp,pp=2", pp_virtual="x"))
     assert page.status_code == 422
     assert 'id="pp_virtual-error"' in page.text
+
+
+def test_the_result_names_what_peft_default_resolved_to(sqlite_client: TestClient) -> None:
+    page = sqlite_client.get("/")
+    assert "peft-default" in page.text  # the form says the word exists
+    form = seed_form(
+        preset="llama-3.1-8b",
+        lora_targets="peft-default",
+        optimizer="adamw",
+        seq_lens="4096",
+        checkpointing="gpu",
+        loss="full",
+        gpus=["h100-80gb"],
+        gpus_extra="",
+        profile="default",
+    )
+    page = sqlite_client.post("/estimate", data=form)
+    assert page.status_code == 200, page.text[:2000]
+    notes = page.text[page.text.index('id="model-notes"') :]
+    assert "q_proj, v_proj" in notes[: notes.index("</ul>")]
+    q_and_v = 32 * 16 * ((4096 + 4096) + (4096 + 1024))  # 32 layers, rank 16, GQA's v_proj
+    assert f"{q_and_v:,} trainable" in page.text

@@ -96,3 +96,33 @@ def test_the_cli_prices_peft_s_targets(capsys: pytest.CaptureFixture[str]) -> No
         counts.append(json.loads(capsys.readouterr().out)["model"]["params_trainable"])
     # q_proj 4096 -> 4096 and v_proj 4096 -> 1024 at the default rank 16, 32 layers
     assert counts[0] == counts[1] == 32 * 16 * ((4096 + 4096) + (4096 + 1024))
+
+
+def test_the_document_names_the_modules_it_resolved(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from trainfit.cli import main
+
+    base = ["estimate", "--method", "lora", "--gpu", "h100-80gb"]
+    assert main([*base, "--model", "llama-3.1-8b", "--lora-targets", PEFT_DEFAULT]) == 0
+    text = capsys.readouterr().out
+    assert (
+        "note: lora_targets peft-default: q_proj, v_proj (peft's targets for model_type 'llama')"
+        in text
+    )
+    assert (
+        main(
+            [
+                *base,
+                "--model",
+                "llama-3.1-8b",
+                "--lora-targets",
+                "q_proj,v_proj",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
+    named = json.loads(capsys.readouterr().out)["model"]["notes"]
+    assert not any("peft-default" in n for n in named)  # only the word is explained

@@ -179,6 +179,7 @@ def result_context(variants: list[report.Variant], values: FormValues) -> dict[s
         "model_name": model.get("name", "model"),
         "model_params_total": model.get("params_total"),
         "model_params_trainable": model.get("params_trainable"),
+        "model_notes": model.get("notes", []),
         "setup_summary": report.setup_summary(first.document.get("setup", first.request["setup"])),
         "profile": first.request.get("profile", "default"),
         "usable_fraction": first.request.get("usable_fraction", 0.92),
