@@ -29,7 +29,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from estimator.train_config.evaluation import report_eval_batch
+from estimator.train_config.evaluation import report_eval_batch, warn_liger_evaluation
 from estimator.train_config.hf_args import map_optim
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
@@ -100,7 +100,7 @@ def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapp
         map_fsdp_words(m, words, "fsdp")
     fsdp = m.get(data, "fsdp_config")
     if isinstance(fsdp, dict) and fsdp:
-        map_fsdp_dict(m, fsdp, "fsdp_config.")
+        map_fsdp_dict(m, fsdp, "fsdp_config.", data.get("fsdp_version"))
     m.get(data, "fsdp_version")
     _nd_parallel(m, data, bool(words or fsdp))
     m.get(data, "deepspeed")
@@ -133,13 +133,19 @@ def _batches(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         m.set("grad_accum", max(derived, 1), "batch_size // micro_batch_size")
     else:
         m.set("grad_accum", accum, "gradient_accumulation_steps")
-    val = m.get(data, "val_set_size")
-    evaluates = bool(m.get(data, "test_datasets")) or (
+    m.get(data, "val_set_size")
+    m.get(data, "test_datasets")
+    eval_rows = m.get(data, "eval_batch_size")
+    if _evaluates(data) and eval_rows is not None:
+        report_eval_batch(m, eval_rows, "eval_batch_size", rows)
+
+
+def _evaluates(data: dict[str, Any]) -> bool:
+    """An evaluation set: `val_set_size` > 0 or `test_datasets` (core/builders/base.py:514-523)."""
+    val = data.get("val_set_size")
+    return bool(data.get("test_datasets")) or (
         isinstance(val, int | float) and not isinstance(val, bool) and val > 0
     )
-    eval_rows = m.get(data, "eval_batch_size")
-    if evaluates and eval_rows is not None:
-        report_eval_batch(m, eval_rows, "eval_batch_size", rows)
 
 
 def _model(m: TrainConfigMapping, data: dict[str, Any], base_dir: Path | None) -> None:
@@ -315,6 +321,8 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         m.ignore("rl", f"{rl!r} training (TRL's preference/RL trainers) is not modelled: as SFT")
     else:  # core/trainers/base.py:72-82, 445-450: AxolotlTrainer(Trainer), the Trainer's loss
         set_trainer_loss(m, "axolotl's AxolotlTrainer (transformers Trainer)")
+        if _evaluates(data):  # core/trainers/base.py:376-450 passes no skip_logits
+            warn_liger_evaluation(m, "axolotl's AxolotlTrainer")
     for key in ("liger_cross_entropy", "liger_layer_norm", "liger_rms_norm_gated"):
         if m.get(data, key):
             m.ignore(key, "Liger's fused kernel: its activation savings are not modelled")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from estimator.lora import PEFT_DEFAULT
-from estimator.train_config.evaluation import report_eval_batch
+from estimator.train_config.evaluation import report_eval_batch, warn_liger_evaluation
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
 from estimator.train_config.vocab import (
@@ -147,11 +147,19 @@ def _batches(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         )
     else:
         m.set("batch", batch, "per_device_train_batch_size")
-    strategy = m.get(data, "eval_strategy") or m.get(data, "evaluation_strategy") or "no"
+    m.get(data, "eval_strategy")
+    m.get(data, "evaluation_strategy")
     rows = m.get(data, "per_device_eval_batch_size")
-    if str(strategy).lower() != "no" and isinstance(batch, int):
+    if evaluates(data) and isinstance(batch, int):
         key = "per_device_eval_batch_size"
         report_eval_batch(m, HF_DEFAULT_BATCH if rows is None else rows, key, batch)
+
+
+def evaluates(data: dict[str, Any]) -> bool:
+    """Whether the Trainer evaluates during training: `eval_strategy` other than "no"
+    (`evaluation_strategy` before transformers 4.46; training_args.py:1106, 1571-1572)."""
+    strategy = data.get("eval_strategy") or data.get("evaluation_strategy") or "no"
+    return str(strategy).lower() != "no"
 
 
 def _map_liger(m: TrainConfigMapping, data: dict[str, Any]) -> None:
@@ -271,6 +279,8 @@ def read_hf(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
         map_sft(m, data)
     else:
         set_trainer_loss(m, "transformers Trainer")
+        if evaluates(data):
+            warn_liger_evaluation(m, "transformers' Trainer")
     m.get(data, "deepspeed")
     m.warn_unread(data)
     return m

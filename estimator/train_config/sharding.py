@@ -86,8 +86,11 @@ def map_fsdp_words(m: TrainConfigMapping, value: object, key: str) -> None:
         set_offload(m, "params", key + ":offload")
 
 
-def map_fsdp_dict(m: TrainConfigMapping, data: dict[str, Any], prefix: str) -> None:
-    """An FSDP config dict, keys with or without the `fsdp_` prefix (accelerate / axolotl / HF)."""
+def map_fsdp_dict(
+    m: TrainConfigMapping, data: dict[str, Any], prefix: str, version: object = None
+) -> None:
+    """An FSDP config dict, keys with or without the `fsdp_` prefix (accelerate / axolotl / HF);
+    `version`: the FSDP version given beside it (axolotl's top-level `fsdp_version`)."""
 
     def get(name: str) -> tuple[Any, str]:
         for k in (f"fsdp_{name}", name):
@@ -124,7 +127,24 @@ def map_fsdp_dict(m: TrainConfigMapping, data: dict[str, Any], prefix: str) -> N
     limit, key = get("limit_all_gathers")
     if limit is False or str(limit).lower() == "false":
         m.ignore(key, "unlimited all-gathers in flight are not modelled (more gathered layers)")
+    _backward_prefetch(m, *get("backward_prefetch"), get("version")[0] or version)
     m.warn_unread(data, prefix)
+
+
+def _backward_prefetch(m: TrainConfigMapping, value: object, key: str, version: object) -> None:
+    """FSDP1's backward prefetch (torch 2.13 distributed/fsdp/api.py:78-94): BACKWARD_PRE holds
+    the current and the next unit's parameters at the backward's peak, the two gathered units
+    the estimate counts (as FSDP2 prefetches); BACKWARD_POST frees the current unit first and
+    NO_PREFETCH (accelerate's None) fetches none, one unit each. accelerate 1.16.0 drops the key
+    under FSDP2 (utils/dataclasses.py:1769-1780)."""
+    if value is None or str(version) == "2":
+        return
+    if str(value).upper() in ("BACKWARD_POST", "NO_PREFETCH"):
+        m.ignore(
+            key,
+            f"{value}: one gathered unit at the backward's peak; priced with the next one "
+            "prefetched (two), an overestimate of one unit's parameters",
+        )
 
 
 def _zero_stage(m: TrainConfigMapping, stage: object, key: str) -> int | None:

@@ -535,6 +535,30 @@ def test_fsdp1_s_rate_limiter() -> None:
     assert "fsdp_config.fsdp_limit_all_gathers" in {i.key for i in off.ignored}
 
 
+@pytest.mark.parametrize(
+    ("value", "version", "reported"),
+    [
+        ("BACKWARD_PRE", None, False),  # current + next unit: the two gathered units counted
+        ("BACKWARD_POST", None, True),
+        ("NO_PREFETCH", None, True),
+        ("BACKWARD_POST", "2", False),  # accelerate drops it under FSDP2
+    ],
+)
+def test_fsdp1_s_backward_prefetch(value: str, version: str | None, reported: bool) -> None:
+    """Before, `fsdp_backward_prefetch` (5 of LLaMA-Factory's and axolotl's examples) was an
+    unread-key warning. torch's own enum has the two prefetching values read here."""
+    from torch.distributed.fsdp import BackwardPrefetch
+
+    assert {"BACKWARD_PRE", "BACKWARD_POST"} == set(BackwardPrefetch.__members__)
+    text = f"base_model: x/y\nfsdp_config:\n  fsdp_backward_prefetch: {value}\n"
+    if version:
+        text += f"fsdp_version: {version}\n"
+    mapping = read_train_config_text(text)
+    assert not any("backward_prefetch" in w for w in mapping.warnings)
+    keys = {i.key for i in mapping.ignored}
+    assert ("fsdp_config.fsdp_backward_prefetch" in keys) is reported
+
+
 def test_torchtune_s_qat_and_distillation_are_reported() -> None:
     """A QAT quantizer and a distillation teacher change memory in ways not modelled (the
     teacher adds a whole model): listed under ignored, not left as unread-key warnings."""
