@@ -109,6 +109,17 @@ def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapp
         m.set("compile", bool(compiled), "torch_compile")
     for key in ("datasets", "plugins", "trust_remote_code", "eval_sample_packing"):
         m.get(data, key)
+    # no device memory (utils/schemas/config.py): resuming from the output directory (:222),
+    # the streaming dataset's sample buffer on the host (:777), flex attention's
+    # torch.compile arguments (:802)
+    for key in ("auto_resume_from_checkpoints", "streaming_multipack_buffer_size"):
+        m.get(data, key)
+    m.get(data, "flex_attn_compile_kwargs")
+    if m.get(data, "fp8"):  # utils/schemas/config.py:568-580
+        m.ignore("fp8", "FP8 training (torchao's float8 linears) is not modelled: priced in bf16")
+    m.get(data, "fp8_enable_fsdp_float8_all_gather")
+    if m.get(data, "flash_attn_rms_norm"):  # utils/schemas/deprecated.py:136-140
+        m.ignore("flash_attn_rms_norm", "removed from axolotl, which refuses a config setting it")
     # the loss watchdog stops a run whose loss stays over a threshold (utils/callbacks/
     # __init__.py:63-78, a callback reading the logged loss): no memory
     for key in ("loss_watchdog_threshold", "loss_watchdog_patience"):

@@ -86,6 +86,7 @@ def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfi
             warn_liger_evaluation(m, "LLaMA-Factory's CustomSeq2SeqTrainer")
     else:  # dpo, kto, ppo, rm: TRL's trainers or a value head, other losses
         m.ignore("stage", f"stage {stage!r} is not modelled: estimated as SFT")
+    _custom_losses(m, data)
     length = m.get(data, "cutoff_len")
     m.seq_lens = [whole_number(length, "cutoff_len") if length is not None else 2048]
     m.origin["seq_lens"] = "cutoff_len" if length is not None else "cutoff_len (default 2048)"
@@ -109,6 +110,27 @@ def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfi
     m.get(data, "plot_loss")  # a loss-curve image after training (finetuning_args.py:570)
     m.warn_unread(data)
     return m
+
+
+def _custom_losses(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    """SFT's own losses and FP8 (hparams/finetuning_args.py:526-538, training_args.py:123-130).
+    ASFT loads a reference model (train/sft/workflow.py:55-57) and holds its full logits, made
+    under no_grad, through the policy's forward and loss (train/sft/trainer.py:151-159); DFT and
+    EAFT are compute_loss_func's over the model's full logits (trainer.py:105-117)."""
+    if m.get(data, "use_asft_loss"):
+        m.ignore(
+            "use_asft_loss",
+            "ASFT's reference model and its full logits are not counted (an underestimate)",
+        )
+    for key in ("use_dft_loss", "use_eaft_loss"):
+        if m.get(data, key):
+            m.ignore(key, "its loss over the full logits: the extra fp32 tensors are not modelled")
+    if m.get(data, "fp8"):
+        m.ignore("fp8", "FP8 training (accelerate's FP8 recipe) is not modelled: priced in bf16")
+    m.get(data, "fp8_backend")
+    m.get(data, "fp8_enable_fsdp_float8_all_gather")
+    # LoRA+'s learning-rate ratio (finetuning_args.py:91): the optimizer's groups, no memory
+    m.get(data, "loraplus_lr_ratio")
 
 
 def _finetuning(m: TrainConfigMapping, data: dict[str, Any]) -> None:

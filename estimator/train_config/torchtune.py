@@ -177,8 +177,34 @@ def read_torchtune(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMa
         )
     m.get(data, "kd_loss")
     m.get(data, "kd_ratio")
+    _other_models(m, data)
     m.warn_unread(data)
     return m
+
+
+# checkpointers of the models a preference / RL recipe loads besides the policy: a reference
+# (recipes/full_dpo_distributed.py:215-222, 279; dev/grpo_full_finetune_distributed.py:147),
+# PPO's reference policy, value and reward models (ppo_full_finetune_single_device.py:165-172)
+OTHER_MODELS = (
+    "ref_checkpointer",
+    "ref_policy_checkpointer",
+    "value_checkpointer",
+    "reward_checkpointer",
+)
+
+
+def _other_models(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    """The other models of a DPO / PPO / GRPO recipe, reported (estimated as SFT of the policy:
+    the ignored loss component says so), with PPO's batch keys."""
+    loaded = [key for key in OTHER_MODELS if m.get(data, key)]
+    if loaded:
+        m.ignore(
+            loaded[0],
+            f"the recipe loads {len(loaded)} more model(s) ({', '.join(loaded)}): their weights "
+            "and forward passes are not counted (an underestimate)",
+        )
+    for key in ("ppo_batch_size", "forward_batch_size", "min_response_length"):
+        m.get(data, key)
 
 
 def _model(

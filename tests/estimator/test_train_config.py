@@ -559,6 +559,34 @@ def test_fsdp1_s_backward_prefetch(value: str, version: str | None, reported: bo
     assert ("fsdp_config.fsdp_backward_prefetch" in keys) is reported
 
 
+@pytest.mark.parametrize(
+    ("extra", "key", "count"),
+    [
+        ("ref_checkpointer:\n  checkpoint_dir: /tmp/ref\n", "ref_checkpointer", 1),  # DPO, GRPO
+        (
+            "ref_policy_checkpointer:\n  checkpoint_dir: /a\nvalue_checkpointer:\n"
+            "  checkpoint_dir: /b\nreward_checkpointer:\n  checkpoint_dir: /c\n"
+            "ppo_batch_size: 32\nforward_batch_size: 16\nmin_response_length: 18\n",
+            "ref_policy_checkpointer",
+            3,
+        ),
+    ],
+)
+def test_torchtune_s_other_models_are_reported(extra: str, key: str, count: int) -> None:
+    """A DPO / GRPO recipe's reference model and PPO's reference, value and reward models add
+    whole models (full_dpo_distributed.py:279, ppo_full_finetune_single_device.py:165-172):
+    listed under ignored, not left as unread-key warnings."""
+    base = (
+        "model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\n"
+        "optimizer:\n  _component_: torch.optim.AdamW\n"
+    )
+    mapping = read_train_config_text(base + extra)
+    reasons = {i.key: i.reason for i in mapping.ignored}
+    assert f"loads {count} more model(s)" in reasons[key]
+    assert not [w for w in mapping.warnings if "not read" in w]
+    assert read_train_config_text(base).ignored == []
+
+
 def test_torchtune_s_qat_and_distillation_are_reported() -> None:
     """A QAT quantizer and a distillation teacher change memory in ways not modelled (the
     teacher adds a whole model): listed under ignored, not left as unread-key warnings."""
@@ -578,3 +606,39 @@ def test_torchtune_s_qat_and_distillation_are_reported() -> None:
         )
         assert key in {i.key for i in mapping.ignored}
         assert not [w for w in mapping.warnings if "not read" in w]
+
+
+def test_axolotl_s_keys_without_device_memory_read_silently() -> None:
+    """Before, each was an unread-key warning in the examples (axolotl 067b021c
+    utils/schemas/config.py:222, 777, 802); the removed flash_attn_rms_norm is reported."""
+    text = (
+        "base_model: x/y\nauto_resume_from_checkpoints: true\n"
+        "streaming_multipack_buffer_size: 10000\nflex_attn_compile_kwargs:\n  dynamic: false\n"
+    )
+    mapping = read_train_config_text(text)
+    assert not [w for w in mapping.warnings if "not read" in w]
+    removed = read_train_config_text("base_model: x/y\nflash_attn_rms_norm: true\n")
+    assert "flash_attn_rms_norm" in {i.key for i in removed.ignored}
+    fp8 = read_train_config_text(
+        "base_model: x/y\nfp8: true\nfp8_enable_fsdp_float8_all_gather: true\n"
+    )
+    assert "fp8" in {i.key for i in fp8.ignored}
+    assert not [w for w in fp8.warnings if "not read" in w]
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ("use_asft_loss: true\n", "use_asft_loss"),  # a reference model and its logits
+        ("use_dft_loss: true\n", "use_dft_loss"),
+        ("use_eaft_loss: true\n", "use_eaft_loss"),
+        ("fp8: true\nfp8_backend: torchao\nfp8_enable_fsdp_float8_all_gather: true\n", "fp8"),
+    ],
+)
+def test_llamafactory_s_own_losses_and_fp8_are_reported(extra: str, key: str) -> None:
+    """LLaMA-Factory's ASFT / DFT / EAFT losses and FP8 (hparams/finetuning_args.py:526-538,
+    training_args.py:123-130) were unread-key warnings: now listed under ignored."""
+    base = "model_name_or_path: x/y\nstage: sft\nfinetuning_type: lora\nloraplus_lr_ratio: 16\n"
+    mapping = read_train_config_text(base + extra)
+    assert key in {i.key for i in mapping.ignored}
+    assert not [w for w in mapping.warnings if "not read" in w]
