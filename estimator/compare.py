@@ -29,7 +29,9 @@ def setup_from_memtest(doc: dict[str, Any]) -> TrainingSetup:
     raw = doc.get("setup")
     if not isinstance(raw, dict):
         raise EstimatorInputError("memtest.setup", "missing or not an object")
-    known = {k: v for k, v in raw.items() if k in TrainingSetup.model_fields}
+    # the probe measures training steps, not an evaluation pass: its results compare with the
+    # step's moments (an `eval_batch` a memtest carries does not add its own)
+    known = {k: v for k, v in raw.items() if k in TrainingSetup.model_fields and k != "eval_batch"}
     known.setdefault("stack", "probe")  # a memtest measures the probe's own loop
     if known.get("stack") == "hf" and known.get("loss") == "liger":
         # the probe's Trainer ran use_liger_kernel=True (probe/hf_stack.py), which applies

@@ -125,10 +125,26 @@ def _title(doc: dict[str, Any]) -> str:
 
 def _notes(doc: dict[str, Any]) -> list[str]:
     notes = [f"note: {note}" for note in doc["model"].get("notes", [])]
+    notes += _evaluation_notes(doc)
     for r in doc["rows"][:1]:
         for comp, why in r["not_computable"].items():
             notes.append(f"not computable: {comp}: {why}")
     return notes
+
+
+def _evaluation_notes(doc: dict[str, Any]) -> list[str]:
+    """What the evaluation pass (setup.eval_batch) adds: where it sets the peak."""
+    rows = doc["setup"].get("eval_batch")
+    if not rows:
+        return []
+    at = sorted({r["seq_len"] for r in doc["rows"] if r.get("peak_phase") == "evaluation"})
+    where = (
+        "it sets the peak at seq " + ", ".join(f"{s:,}" for s in at)
+        if at
+        else "below the training step's peak at every length"
+    )
+    noun = "row" if rows == 1 else "rows"
+    return [f"note: evaluation pass of {rows} {noun} per device priced: {where}"]
 
 
 def _time_cost(doc: dict[str, Any], fmt: str) -> list[str]:

@@ -138,6 +138,7 @@ SETUP_FIELDS: dict[str, Field] = {  # estimator.setup.TrainingSetup, in its orde
     "loss_chunk": Field("int", None, optional=True, low=1, high=10**9),
     "batch": Field("int", 1, low=1, high=MAX_BATCH),
     "grad_accum": Field("int", None, optional=True, low=1, high=MAX_BATCH),
+    "eval_batch": Field("int", None, optional=True, low=1, high=MAX_BATCH),
     "autocast": Field("bool", None, optional=True),
     "optimizer_impl": _lit(choices.OptimizerImpl, None, optional=True),
     "paged": Field("bool", None, optional=True),

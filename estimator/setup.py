@@ -62,6 +62,10 @@ class TrainingSetup(BaseModel):
     loss_chunk: int | None = Field(None, ge=1, le=10**9)
     batch: int = Field(1, ge=1, le=MAX_BATCH)
     grad_accum: int | None = Field(None, ge=1, le=MAX_BATCH)
+    # rows per device of the evaluation pass the run makes between steps (transformers'
+    # per_device_eval_batch_size, axolotl's eval_batch_size, torchtune's batch_size_val), at
+    # the training length; None: no evaluation priced (estimator/memory/evaluation.py)
+    eval_batch: int | None = Field(None, ge=1, le=MAX_BATCH)
     autocast: bool | None = None
     optimizer_impl: OptimizerImpl | None = None
     paged: bool | None = None

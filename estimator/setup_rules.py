@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from estimator.lora import PEFT_DEFAULT, REGEX
-from estimator.parallel.layout import parse_parallel, parse_wrap_units, wrap_text
+from estimator.parallel.layout import model_splits, parse_parallel, parse_wrap_units, wrap_text
 from estimator.stacks import OPTIONAL_OVERRIDES, OVERRIDES, load_stack
 
 MAX_BATCH = 1_000_000
@@ -99,6 +99,31 @@ def check_quantized_experts(s: Any, stack: Any) -> None:
         )
 
 
+# the losses whose evaluation pass estimator/memory/evaluation.py models (their evaluation
+# paths were read: transformers' loss, TRL's chunked_nll, torchtune's chunked output, Liger's
+# lce_forward); Cut Cross-Entropy's and Unsloth's were not
+EVAL_LOSSES = ("full", "chunked", "liger")
+
+
+def check_evaluation(s: Any) -> None:
+    """`eval_batch` where its pass is modelled: those losses, one card, data parallelism or
+    device_map (an evaluation's logits under tp / pp / cp / ep are not)."""
+    if s.eval_batch is None:
+        return
+    if s.loss not in EVAL_LOSSES:
+        raise ValueError(
+            f"eval_batch: the evaluation pass of the {s.loss} loss is not modelled (its "
+            f"evaluation path was not read; modelled: {', '.join(EVAL_LOSSES)})"
+        )
+    if s.parallel and s.parallel != "auto":
+        split = model_splits(parse_parallel(s.parallel))
+        if split:
+            raise ValueError(
+                f"eval_batch: an evaluation pass under {', '.join(split)} is not modelled "
+                "(priced on one card, under data parallelism or device_map)"
+            )
+
+
 def check_combinations(s: Any) -> None:
     """Combinations no stack can run; the message starts with the field at fault."""
     if s.method == "qlora" and s.base != "nf4":
@@ -114,6 +139,7 @@ def check_combinations(s: Any) -> None:
             "8B_full_single_device.yaml:66)"
         )
     check_pipeline(s)
+    check_evaluation(s)
     if s.liger_kernels and s.stack not in ("hf", "deepspeed"):
         raise ValueError(
             f"liger_kernels: Liger patches transformers' model classes; stack {s.stack} runs "

@@ -102,11 +102,15 @@ STACK_SETUP_FIELDS: dict[str, tuple[str, ...] | None] = {
     "offload": ("none", "optimizer", "params"),  # ZeRO / FSDP CPU offload
     "pp_schedule": ("1f1b", "interleaved-1f1b", "gpipe"),  # pipeline schedule under pp=N
     "pp_virtual": None,  # int >= 1 or null: interleaved model chunks per rank
+    # the estimator's evaluation pass (estimator/memory/evaluation.py); the probe measures
+    # training steps only, so a comparison leaves it out
+    "eval_batch": None,  # int >= 1 or null: rows per device of an evaluation pass
 }
 
 MAX_RESULTS = 1000
 MAX_STEPS = 100_000
 MAX_RANKS = 100_000
+MAX_BATCH_ROWS = 1_000_000  # the estimator's MAX_BATCH
 MAX_STRING = 100_000
 MAX_BYTES = 2**63 - 1
 MAX_DOCUMENT_BYTES = 64 * 2**20
@@ -402,6 +406,9 @@ def _check_stack_setup(setup: dict[str, Any], path: str) -> None:
         elif key == "pp_virtual":
             if item is not None:
                 _int(item, field, minimum=1, maximum=MAX_RANKS)
+        elif key == "eval_batch":
+            if item is not None:
+                _int(item, field, minimum=1, maximum=MAX_BATCH_ROWS)
         elif key == "lora_dropout":
             _float(item, field)
             if item >= 1:

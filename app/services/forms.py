@@ -55,6 +55,7 @@ class FormValues:
     checkpointing: list[str] = field(default_factory=lambda: ["gpu"])
     loss: list[str] = field(default_factory=lambda: ["chunked"])
     batch: str = "1"
+    eval_batch: str = ""  # rows per device of an evaluation pass; blank: none priced
     seq_lens: str = "4096"
     gpus: list[str] = field(default_factory=list)
     gpus_extra: str = ""
@@ -269,6 +270,7 @@ def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]
     calibration = _calibration(values, errors)
     rank = _number(errors, "lora_rank", values.lora_rank or "16", "16", integer=True)
     batch = _number(errors, "batch", values.batch or "1", "1", integer=True)
+    eval_batch = _number(errors, "eval_batch", values.eval_batch, "8", integer=True)
     pipeline: dict[str, Any] = {}
     if values.pp_schedule and values.pp_schedule != "1f1b":
         pipeline["pp_schedule"] = values.pp_schedule
@@ -294,6 +296,8 @@ def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]
                     setup["loss"] = loss
                 if values.parallel:
                     setup["parallel"] = values.parallel
+                if eval_batch is not None:
+                    setup["eval_batch"] = eval_batch
                 setup.update(pipeline)
             else:
                 setup = {
@@ -307,6 +311,8 @@ def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]
                 }
                 if values.parallel:
                     setup["parallel"] = values.parallel
+                if eval_batch is not None:
+                    setup["eval_batch"] = eval_batch
                 setup.update(pipeline)
                 if values.method in ("lora", "qlora"):
                     setup["lora_rank"] = rank

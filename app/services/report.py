@@ -142,6 +142,7 @@ PHASE_LABELS = {
     "backward": "backward",
     "step": "optimizer step",
     "all": "all components at once",
+    "evaluation": "evaluation pass",
 }
 
 
@@ -375,6 +376,8 @@ def setup_summary(setup: dict[str, Any]) -> str:
     ]
     if (setup.get("grad_accum") or 1) > 1:
         parts.append(f"gradient accumulation {setup.get('grad_accum')}")
+    if setup.get("eval_batch"):
+        parts.append(f"evaluation batch {setup.get('eval_batch')}")
     if setup.get("parallel"):
         parts.append(f"layout {setup.get('parallel')}")
     elif (setup.get("num_gpus") or 1) > 1 or setup.get("sharding", "none") != "none":

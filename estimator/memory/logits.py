@@ -185,7 +185,7 @@ def _next_pow2(x: Any) -> Any:
     return 2.0 ** np.ceil(np.log2(np.maximum(x, 1)))
 
 
-def _chunk_positions(rule: LossRule, tokens: Any, seq: Any) -> Any:
+def chunk_positions(rule: LossRule, tokens: Any, seq: Any) -> Any:
     """Positions of one loss chunk. `row` scope: `loss_chunk` positions of every row (probe
     loss.py:44-47: split along the sequence), so batch x min(seq, chunk); `flat`: chunks of the
     flattened micro-batch (TRL sft_trainer.py:203-214, Unsloth, torchtune); a stack with
@@ -214,7 +214,7 @@ def logits_bytes(
     (`chunked_output_loss_bytes`)."""
     if rule.torchtune_eager:
         vocab, hidden = shape
-        chunk = _chunk_positions(rule, tokens, seq)
+        chunk = chunk_positions(rule, tokens, seq)
         grad_hidden = tokens * hidden * dtypes[1]
         return chunked_output_loss_bytes(tokens, chunk, vocab, dtypes[0], grad_hidden, head_grad)
     return loss_bytes(rule, tokens, seq, shape, dtypes) + head_grad
@@ -258,7 +258,7 @@ def loss_bytes(
         fixed_chunked = rule.fixed_chunked
         if fixed_chunked:
             return tokens * 0 + fixed_chunked
-        chunk = _chunk_positions(rule, tokens, seq)
+        chunk = chunk_positions(rule, tokens, seq)
         if compiled and rule.num_chunks:
             # every chunk's logits kept in their own dtype, one chunk's gradient
             return (tokens + chunk) * vocab * logit_dtype + rows + grad_hidden

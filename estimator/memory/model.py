@@ -28,6 +28,7 @@ from estimator.memory.activations import (
 )
 from estimator.memory.activations_torchtune import final_norm_backward, first_norm_unsaved
 from estimator.memory.dequant import dequant_terms
+from estimator.memory.evaluation import eval_loss_bytes, eval_parts, layer_bytes_per_token
 from estimator.memory.fragmentation import (
     counts_fragmentation,
     forward_cache_bytes,
@@ -287,6 +288,11 @@ def _at_lengths(
     }
     phases = _phases(components, f.peak_rule, f.grads, f.step, f.embed, f.keep_grads)
     _head_grad_at_loss(phases, logits_other.get("gradients"))
+    if f.eval_rows:
+        if f.geometry_known and spec.vocab and spec.hidden:
+            phases["evaluation"] = _evaluation(f, spec, seq, tokens)
+        else:
+            missing["evaluation"] = "needs the model's geometry (a config.json or preset)"
     if f.rope_cache:  # torchtitan's per-layer RoPE caches
         torchtitan.add_rope_cache(phases, spec, setup, seq)
     add_workspaces(phases, f.workspaces)
@@ -466,6 +472,7 @@ class _Fixed:
     dequant: tuple[float, float]  # (bytes per token, bytes): memory/dequant.py dequant_terms
     final_norm: float  # bytes per token of the last norm's backward (activations_torchtune)
     first_norm_unsaved: float  # bytes per token the first norm does not save (no checkpoints)
+    eval_rows: int | None  # `setup.eval_batch`: the evaluation pass's rows (memory/evaluation.py)
 
 
 _FIXED: Memo[_Fixed] = Memo()
@@ -644,6 +651,7 @@ def _fixed(spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, amp:
         dequant=dequant,
         final_norm=final_norm,
         first_norm_unsaved=first_norm,
+        eval_rows=_eval_rows(setup, profile),
     )
 
 
@@ -838,6 +846,36 @@ def _recompute_peak(f: _Fixed, tokens: Any, seq: Any) -> Any:
             + transient,
         )
     return worst
+
+
+def _eval_rows(setup: TrainingSetup, profile: Profile) -> int | None:
+    """`setup.eval_batch`, which only the `phases` rule has a moment for."""
+    if setup.eval_batch is not None and profile.get("memory", "peak_rule") != "phases":
+        raise EstimatorInputError(
+            "setup.eval_batch",
+            "this profile adds every component into one moment (peak_rule sum); the "
+            "evaluation pass is a moment of its own: use the default profile",
+        )
+    return setup.eval_batch
+
+
+def _evaluation(f: _Fixed, spec: ModelSpec, seq: Any, tokens: Any) -> dict[str, Any]:
+    """The evaluation moment (memory/evaluation.py): the weights and the states but the
+    gradients resident, and the larger of the no-grad loss and one layer's forward at
+    `f.eval_rows` rows of `seq` (broadcast to `tokens`' shape)."""
+    assert f.eval_rows and spec.vocab and spec.hidden
+    zero = tokens * 0.0
+    eval_tokens = seq * float(f.eval_rows)
+    shape, dtypes = (spec.vocab, spec.hidden), (f.logit_dtype, f.stream)
+    loss = eval_loss_bytes(f.loss, eval_tokens, seq, shape, dtypes)
+    per_token = layer_bytes_per_token(f.ctx, spec, seq) if f.ctx is not None else None
+    layer = _layer_saved(f.acts, eval_tokens, seq) if per_token is None else eval_tokens * per_token
+    held, dequant = f.dequant
+    if dequant:
+        layer = layer + eval_tokens * held + dequant
+    layer = layer + mask_bytes(f.mask, seq, eval_tokens)
+    resident = {"weights": zero + f.weights, "trainable_states": zero + f.trainable - f.grads}
+    return eval_parts(resident, zero + loss, zero + layer)
 
 
 def _head_grad_at_loss(phases: dict[str, dict[str, Any]], head_grad: Any) -> None:

@@ -18,6 +18,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from estimator.dtypes import BF16, FP32, compute_bytes
+from estimator.errors import EstimatorInputError
 from estimator.lazy_numpy import numpy as np
 from estimator.memory import torchtitan
 from estimator.memory.activations import (
@@ -53,7 +54,7 @@ from estimator.parallel.data import (
     reduce_bytes,
     shard_degree,
 )
-from estimator.parallel.layout import Layout
+from estimator.parallel.layout import Layout, model_splits
 from estimator.parallel.nccl import ASSUMED_CHANNELS, nccl_buffer_bytes
 from estimator.parallel.ring import ring_backward_extra_per_token
 from estimator.parallel.schedule import (
@@ -436,6 +437,34 @@ def _phases(
     }
 
 
+def _add_evaluation(
+    phases: dict[str, dict[str, Any]], dp: DataParallelBytes, base: MemoryBreakdown, layout: Layout
+) -> None:
+    """The evaluation moment (memory/evaluation.py) of a data-parallel rank: its sharded
+    weights and states (no gradients: zeroed with set_to_none after the step), its persistent
+    buckets, the parameters its forward gathers (`forward_extra`), and the one-device pass's
+    working set (`base`, at the rank's rows). Only data-parallel layouts reach here with an
+    evaluation (setup_rules.check_evaluation); a pipeline's or tensor split's is not modelled."""
+    one = base.phases.get("evaluation")
+    if one is None:
+        return
+    split = model_splits(layout)
+    if split:  # a searched layout (min-gpus, recommend) the setup's rules did not see
+        raise EstimatorInputError(
+            "setup.eval_batch",
+            f"an evaluation pass under {', '.join(split)} is not modelled",
+        )
+    work = one["evaluation"]
+    zero = work * 0.0
+    phases["evaluation"] = {
+        "weights": zero + dp.weights,
+        "trainable_states": zero + dp.states,
+        "buckets": zero + dp.persistent,
+        "unsharded_params": zero + dp.forward_extra,
+        "evaluation": work,
+    }
+
+
 def _reserved(
     spec: ModelSpec,
     setup: TrainingSetup,
@@ -555,12 +584,15 @@ def layout_breakdown(
         outputs = _kept_outputs(spec, setup, layout, stage, tokens)
         moments = PipelineMoments(held, pipe, dp.accumulated if at_loss else 0.0, outputs)
         phases = _phases(dp, acts, profile, keep, stage.layers, moments)
+        _add_evaluation(phases, dp, base, layout)
         torchtitan.add_rope_cache(phases, spec, setup, seq)
         add_workspaces(phases, workspaces)
         streams = None
         if layout.data == "fsdp" and counts_fragmentation(setup, profile):
             # fragmentation.py (5): the default stream's bytes, and the reduce-scatter pool
-            default = _phases(default_stream_bytes(dp), acts, profile, keep, stage.layers, moments)
+            default_dp = default_stream_bytes(dp)
+            default = _phases(default_dp, acts, profile, keep, stage.layers, moments)
+            _add_evaluation(default, default_dp, base, layout)
             torchtitan.add_rope_cache(default, spec, setup, seq)
             add_workspaces(default, workspaces)  # the default stream's, per thread
             streams = (default, reduce_pool_bytes(setup, profile, dp.reduce_stream))

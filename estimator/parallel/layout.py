@@ -69,6 +69,11 @@ class LayoutText:
     hsdp: bool = False
 
 
+def model_splits(layout: LayoutText | Layout) -> list[str]:
+    """The model-splitting degrees above 1 of a layout, as `tp=2` items (tp, pp, cp, ep)."""
+    return [f"{k}={getattr(layout, k)}" for k in ("tp", "pp", "cp", "ep") if getattr(layout, k) > 1]
+
+
 @dataclass(frozen=True)
 class Layout:
     """A layout resolved for a GPU count: every degree known, product == gpus."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from estimator.train_config.evaluation import report_eval_batch, warn_liger_evaluation
+from estimator.train_config.evaluation import set_eval_batch
 from estimator.train_config.hf_args import map_optim
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
@@ -124,6 +124,7 @@ def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapp
     # __init__.py:63-78, a callback reading the logged loss): no memory
     for key in ("loss_watchdog_threshold", "loss_watchdog_patience"):
         m.get(data, key)
+    _eval_batch(m, data)  # after the loss and the layout (AxolotlTrainer passes no skip_logits)
     m.warn_unread(data)
     return m
 
@@ -146,9 +147,16 @@ def _batches(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         m.set("grad_accum", accum, "gradient_accumulation_steps")
     m.get(data, "val_set_size")
     m.get(data, "test_datasets")
-    eval_rows = m.get(data, "eval_batch_size")
-    if _evaluates(data) and eval_rows is not None:
-        report_eval_batch(m, eval_rows, "eval_batch_size", rows)
+
+
+def _eval_batch(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    """With an evaluation set, `eval_batch_size` rows per device (default `micro_batch_size`,
+    utils/config/__init__.py:208-209) as `eval_batch` (estimator.train_config.evaluation)."""
+    rows = m.get(data, "eval_batch_size")
+    if not _evaluates(data):
+        return
+    micro = m.setup.get("batch", 1)
+    set_eval_batch(m, rows if rows is not None else micro, "eval_batch_size")
 
 
 def _evaluates(data: dict[str, Any]) -> bool:
@@ -332,8 +340,6 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         m.ignore("rl", f"{rl!r} training (TRL's preference/RL trainers) is not modelled: as SFT")
     else:  # core/trainers/base.py:72-82, 445-450: AxolotlTrainer(Trainer), the Trainer's loss
         set_trainer_loss(m, "axolotl's AxolotlTrainer (transformers Trainer)")
-        if _evaluates(data):  # core/trainers/base.py:376-450 passes no skip_logits
-            warn_liger_evaluation(m, "axolotl's AxolotlTrainer")
     for key in ("liger_cross_entropy", "liger_layer_norm", "liger_rms_norm_gated"):
         if m.get(data, key):
             m.ignore(key, "Liger's fused kernel: its activation savings are not modelled")

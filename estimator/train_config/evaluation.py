@@ -1,57 +1,65 @@
-"""Evaluation batches larger than the training micro-batch, reported by every reader.
+"""The evaluation pass a training config runs between steps, as `setup.eval_batch`.
 
 An evaluation pass runs the model under `torch.no_grad()` (transformers 5.25.0 trainer.py
 `prediction_step`; torchtune main full_finetune_distributed.py:881): it saves no activations,
-but its loss still makes the batch's logits (and, in transformers' loss, their fp32 copies),
-next to the weights and optimizer states that stay resident. At no more rows than the training
-micro-batch its peak is below the training step's; with more rows the logits grow with them
-and may pass it (axolotl says as much: "eval_batch_size != micro_batch_size. This can lead to
-VRAM instability", utils/schemas/validation.py:280-291). trainfit prices the training step, so
-such a batch is reported under `ignored`, naming the key.
+but its loss still makes the batch's logits (in transformers' loss with their fp32 copies),
+next to the weights and optimizer states that stay resident; estimator/memory/evaluation.py
+prices it as a moment of its own. With more rows than the training micro-batch it may pass
+the training step's peak (axolotl says as much: "eval_batch_size != micro_batch_size. This can
+lead to VRAM instability", utils/schemas/validation.py:280-291), and with Liger's fused loss at
+any rows: Liger skips the logits in training only (liger-kernel ead96b61
+src/liger_kernel/transformers/model/llama.py:113-136 `skip_logits = self.training and labels
+is not None` when the caller passes none; axolotl 067b021c integrations/liger/models/base.py:
+84-97, the same rule), and transformers' Trainer and its subclasses (axolotl's AxolotlTrainer,
+LLaMA-Factory's CustomSeq2SeqTrainer, whose SFT stage keeps the fused loss:
+model/loader.py:142) pass none, so their evaluation makes the full logits.
 
-Liger's fused linear cross-entropy saves the logits in training only: its causal-LM forward
-takes `skip_logits = self.training and labels is not None` when the caller passes none
-(liger-kernel ead96b61 src/liger_kernel/transformers/model/llama.py:113-136, axolotl 067b021c
-integrations/liger/models/base.py:84-97, the same rule), and in evaluation runs `lm_head` over
-every position and transformers' loss (logits, their fp32 copy and the fp32 log-softmax:
-`estimator.memory.logits.loss_forward_bytes_per_logit`, 10 bytes per logit in bf16). TRL's
-SFTTrainer passes `skip_logits` in evaluation unless metrics want the logits (trl f2cd5771
-sft_trainer.py:1718-1732); transformers' Trainer and its subclasses (axolotl's AxolotlTrainer,
-LLaMA-Factory's CustomSeq2SeqTrainer, whose SFT stage keeps the fused loss: model/loader.py:142)
-pass nothing, so a Liger run's evaluation makes the logits its training never does: warned,
-at any evaluation batch.
+Where the pass is not modelled (`estimator.setup_rules.check_evaluation`: Cut Cross-Entropy's
+and Unsloth's losses, tensor / pipeline / context / expert parallel layouts) and where TRL's
+SFTTrainer asks Liger to skip the logits in evaluation (trl f2cd5771 sft_trainer.py:1718-1732:
+its fused pass is not modelled), the batch is reported under `ignored` when it exceeds the
+training one, naming the key.
 """
 
 from __future__ import annotations
 
-from estimator.memory.logits import loss_forward_bytes_per_logit
+from types import SimpleNamespace
+
+from estimator.setup_rules import check_evaluation
+from estimator.stacks import load_stack
 from estimator.train_config.result import TrainConfigMapping, whole_number
 
-BF16_BYTES = 2  # the logits' dtype under bf16 autocast or a bf16 model
 
-
-def report_eval_batch(m: TrainConfigMapping, value: object, key: str, train_rows: int) -> None:
-    """Report `key` (the evaluation batch, rows per device) when it exceeds `train_rows`."""
+def set_eval_batch(
+    m: TrainConfigMapping, value: object, key: str, skips_liger_logits: bool = False
+) -> None:
+    """The evaluation batch `value` (rows per device, config key `key`) as `eval_batch` where
+    its pass is modelled for the setup read so far, else reported when it exceeds the training
+    batch (module docstring). `skips_liger_logits`: the trainer asks Liger to skip the logits
+    in evaluation (TRL's SFTTrainer). Call once the reader has set the loss and the layout."""
     rows = whole_number(value, key)
+    reason = _not_modelled(m, rows, skips_liger_logits)
+    if reason is None:
+        m.set("eval_batch", rows, key)
+        return
+    batch = m.setup.get("batch", 1)
+    train_rows = batch if isinstance(batch, int) else 1
     if rows > train_rows:
         m.ignore(
             key,
-            f"evaluation runs {rows} rows per device where training runs {train_rows}: its "
-            "no-grad forward's logits, which may outgrow the training step's peak, are not "
-            "modelled",
+            f"evaluation runs {rows} rows per device where training runs {train_rows}; {reason}",
         )
 
 
-def warn_liger_evaluation(m: TrainConfigMapping, trainer: str) -> None:
-    """Warn that `trainer` (transformers' Trainer or a subclass that passes no `skip_logits`)
-    evaluates a Liger-loss model with its full logits (module docstring). Call when the config
-    runs an evaluation."""
-    if m.setup.get("loss") != "liger":
-        return
-    per_logit = loss_forward_bytes_per_logit(BF16_BYTES, hold_output=False)
-    m.warnings.append(
-        f"{m.origin.get('loss', 'liger')}: Liger skips the logits in training only; {trainer} "
-        "evaluates with the full logits and transformers' loss (liger-kernel "
-        "transformers/model/llama.py:113-136), rows x positions x vocab x "
-        f"{per_logit} bytes per evaluation step, which the training estimate does not include"
-    )
+def _not_modelled(m: TrainConfigMapping, rows: int, skips_liger_logits: bool) -> str | None:
+    """Why the evaluation pass of the setup read so far is not priced, or None."""
+    stack = str(m.setup.get("stack", "hf"))
+    loss = m.setup.get("loss") or load_stack(stack).get("loss")
+    if loss == "liger" and skips_liger_logits:
+        return "TRL asks Liger to skip the logits then, a fused pass that is not modelled"
+    setup = SimpleNamespace(eval_batch=rows, loss=loss, parallel=m.setup.get("parallel"))
+    try:
+        check_evaluation(setup)
+    except ValueError as error:
+        return str(error).removeprefix("eval_batch: ")
+    return None

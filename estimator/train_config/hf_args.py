@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from estimator.lora import PEFT_DEFAULT
-from estimator.train_config.evaluation import report_eval_batch, warn_liger_evaluation
+from estimator.train_config.evaluation import set_eval_batch
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
 from estimator.train_config.vocab import (
@@ -149,10 +149,23 @@ def _batches(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         m.set("batch", batch, "per_device_train_batch_size")
     m.get(data, "eval_strategy")
     m.get(data, "evaluation_strategy")
+
+
+def map_eval_batch(m: TrainConfigMapping, data: dict[str, Any], sft: bool) -> None:
+    """The evaluation pass when `eval_strategy` is on: `per_device_eval_batch_size` rows per
+    device, default 8 (transformers 5.25.0 training_args.py:777, 1128), as `eval_batch`
+    (`estimator.train_config.evaluation`; TRL's SFTTrainer, `sft`, asks Liger to skip the
+    logits). Call after the loss and the layout are read."""
     rows = m.get(data, "per_device_eval_batch_size")
-    if evaluates(data) and isinstance(batch, int):
-        key = "per_device_eval_batch_size"
-        report_eval_batch(m, HF_DEFAULT_BATCH if rows is None else rows, key, batch)
+    if not evaluates(data):
+        return
+    if rows is None:
+        rows = HF_DEFAULT_BATCH
+        m.warnings.append(
+            "per_device_eval_batch_size: unset, so the Trainer's default of 8 rows per device "
+            "for each evaluation step"
+        )
+    set_eval_batch(m, rows, "per_device_eval_batch_size", skips_liger_logits=sft)
 
 
 def evaluates(data: dict[str, Any]) -> bool:
@@ -279,8 +292,7 @@ def read_hf(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
         map_sft(m, data)
     else:
         set_trainer_loss(m, "transformers Trainer")
-        if evaluates(data):
-            warn_liger_evaluation(m, "transformers' Trainer")
     m.get(data, "deepspeed")
+    map_eval_batch(m, data, sft)
     m.warn_unread(data)
     return m

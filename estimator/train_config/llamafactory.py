@@ -23,8 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from estimator.train_config.evaluation import warn_liger_evaluation
-from estimator.train_config.hf_args import evaluates, map_trainer_args
+from estimator.train_config.hf_args import map_eval_batch, map_trainer_args
 from estimator.train_config.llamafactory_v1 import V1_KEYS, read_llamafactory_v1
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.vocab import (
@@ -82,8 +81,6 @@ def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfi
     stage = data.get("stage")
     if stage in (None, "sft", "pt"):
         set_trainer_loss(m, "LLaMA-Factory's CustomSeq2SeqTrainer / CustomTrainer")
-        if evaluates(data):
-            warn_liger_evaluation(m, "LLaMA-Factory's CustomSeq2SeqTrainer")
     else:  # dpo, kto, ppo, rm: TRL's trainers or a value head, other losses
         m.ignore("stage", f"stage {stage!r} is not modelled: estimated as SFT")
     _custom_losses(m, data)
@@ -108,6 +105,7 @@ def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfi
     for key in MEGATRON_KEYS:
         m.get(data, key)
     m.get(data, "plot_loss")  # a loss-curve image after training (finetuning_args.py:570)
+    map_eval_batch(m, data, sft=False)
     m.warn_unread(data)
     return m
 

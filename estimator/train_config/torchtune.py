@@ -27,7 +27,7 @@ from typing import Any
 
 from estimator.errors import EstimatorInputError
 from estimator.parallel.layout import SEPARATE_UNITS
-from estimator.train_config.evaluation import report_eval_batch
+from estimator.train_config.evaluation import set_eval_batch
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import set_layout, set_offload
 from estimator.train_config.vocab import COMPONENT_OPTIMIZERS, model_ref
@@ -383,16 +383,15 @@ def _model_parallel(m: TrainConfigMapping, data: dict[str, Any]) -> None:
 def _validation(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     """main's validation (not in 0.6.1): with `dataset_val` and `run_val_every_n_steps` set,
     every N steps a `torch.no_grad()` forward over batches of `batch_size_val` rows (default
-    `batch_size`; full_finetune_distributed.py:451-461, 873-890); a batch larger than the
-    training one is reported (`estimator.train_config.evaluation`)."""
+    `batch_size`; full_finetune_distributed.py:451-461, 873-890), as `eval_batch`
+    (`estimator.train_config.evaluation`)."""
     size = m.get(data, "batch_size_val")
     every = m.get(data, "run_val_every_n_steps")
     if every is None or m.get(data, "dataset_val") is None:
         return
     if size is None or str(size).replace(" ", "") == "${batch_size}":
-        return
-    batch = m.setup.get("batch", 1)
-    report_eval_batch(m, size, "batch_size_val", batch if isinstance(batch, int) else 1)
+        size = m.setup.get("batch", 1)
+    set_eval_batch(m, size, "batch_size_val")
 
 
 def _custom_sharded_layers(m: TrainConfigMapping, data: dict[str, Any]) -> None:

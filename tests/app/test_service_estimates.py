@@ -150,3 +150,25 @@ def test_regex_lora_targets_are_estimated_and_bad_or_hostile_ones_are_422(
         assert response.status_code == 422, response.text
         detail = response.json()["detail"][0]
         assert "lora_targets" in ".".join(map(str, detail["loc"])) and words in detail["msg"]
+
+
+def test_the_evaluation_pass_over_rest(sqlite_client: TestClient) -> None:
+    """`setup.eval_batch`: echoed, priced as the `evaluation` moment; bad values are 422
+    naming it."""
+    body: dict[str, Any] = {
+        "model": {"preset": "llama-3.1-8b"},
+        "setup": {"method": "lora", "loss": "full", "eval_batch": 4},
+        "seq_lens": [8192],
+        "gpus": ["h100-80gb"],
+    }
+    response = sqlite_client.post("/v1/estimate", json=body)
+    assert response.status_code == 200, response.text
+    doc = response.json()
+    assert doc["setup"]["eval_batch"] == 4
+    assert doc["rows"][0]["peak_phase"] == "evaluation"
+    for setup in ({"eval_batch": 0}, {"eval_batch": "many"}, {"eval_batch": 2, "loss": "cce"}):
+        response = sqlite_client.post("/v1/estimate", json={**body, "setup": setup})
+        assert response.status_code == 422, response.text
+        detail = response.json()["detail"][0]
+        assert detail["loc"][:2] == ["body", "setup"]
+        assert "eval_batch" in str(detail["loc"]) + detail["msg"]

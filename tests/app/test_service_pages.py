@@ -346,23 +346,41 @@ def test_form_takes_a_pipeline_schedule_and_names_its_errors(sqlite_client: Test
     assert 'id="pp_virtual-error"' in page.text
 
 
+def llama_form(**changes: Any) -> dict[str, Any]:
+    """Llama-3.1-8B LoRA on every Linear, full loss, on one H100, the default profile."""
+    base = {
+        "preset": "llama-3.1-8b",
+        "lora_targets": "all-linear",
+        "optimizer": "adamw",
+        "checkpointing": "gpu",
+        "loss": "full",
+        "gpus": ["h100-80gb"],
+        "gpus_extra": "",
+        "profile": "default",
+    }
+    return seed_form(**{**base, **changes})
+
+
 def test_the_result_names_what_peft_default_resolved_to(sqlite_client: TestClient) -> None:
     page = sqlite_client.get("/")
     assert "peft-default" in page.text  # the form says the word exists
-    form = seed_form(
-        preset="llama-3.1-8b",
-        lora_targets="peft-default",
-        optimizer="adamw",
-        seq_lens="4096",
-        checkpointing="gpu",
-        loss="full",
-        gpus=["h100-80gb"],
-        gpus_extra="",
-        profile="default",
-    )
+    form = llama_form(lora_targets="peft-default", seq_lens="4096")
     page = sqlite_client.post("/estimate", data=form)
     assert page.status_code == 200, page.text[:2000]
     notes = page.text[page.text.index('id="model-notes"') :]
     assert "q_proj, v_proj" in notes[: notes.index("</ul>")]
     q_and_v = 32 * 16 * ((4096 + 4096) + (4096 + 1024))  # 32 layers, rank 16, GQA's v_proj
     assert f"{q_and_v:,} trainable" in page.text
+
+
+def test_the_form_prices_an_evaluation_pass(sqlite_client: TestClient) -> None:
+    form = llama_form(seq_lens="8192", eval_batch="4")
+    page = sqlite_client.post("/estimate", data=form)
+    assert page.status_code == 200, page.text[:2000]
+    assert "evaluation batch 4" in page.text
+    assert "(peak: evaluation pass)" in page.text
+    bad = sqlite_client.post("/estimate", data={**form, "eval_batch": "lots"})
+    assert bad.status_code == 422
+    assert 'id="eval_batch-error"' in bad.text and 'value="lots"' in bad.text
+    zero = sqlite_client.post("/estimate", data={**form, "eval_batch": "0"})
+    assert zero.status_code == 422 and 'id="eval_batch-error"' in zero.text

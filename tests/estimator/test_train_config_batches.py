@@ -43,29 +43,43 @@ def test_a_deepspeed_micro_batch_beside_it_still_wins() -> None:
 
 
 @pytest.mark.parametrize(
-    ("extra", "reported"),
+    ("extra", "eval_batch"),
     [
-        ("per_device_train_batch_size: 1\neval_strategy: steps\n", True),  # eval default 8
+        ("per_device_train_batch_size: 1\neval_strategy: steps\n", HF_DEFAULT_BATCH),
         (
             "per_device_train_batch_size: 1\neval_strategy: steps\nper_device_eval_batch_size: 1\n",
-            False,
+            1,
         ),
-        ("per_device_train_batch_size: 1\nper_device_eval_batch_size: 16\n", False),  # no eval
+        ("per_device_train_batch_size: 1\nper_device_eval_batch_size: 16\n", None),  # no eval
         (
             "per_device_train_batch_size: 1\neval_strategy: 'no'\nper_device_eval_batch_size: 16\n",
-            False,
+            None,
         ),
         (
             "per_device_train_batch_size: 2\nevaluation_strategy: epoch\n"
             "per_device_eval_batch_size: 4\n",
-            True,
+            4,
         ),
-        ("eval_strategy: steps\n", False),  # both at the default 8
     ],
 )
-def test_hf_evaluation_batch_above_the_training_one_is_reported(extra: str, reported: bool) -> None:
+def test_hf_evaluation_pass_is_the_setup_s_eval_batch(extra: str, eval_batch: int | None) -> None:
     mapping = read_train_config_text(TRL + extra)
-    assert ("per_device_eval_batch_size" in ignored(mapping)) is reported
+    assert mapping.setup.get("eval_batch") == eval_batch
+    assert "per_device_eval_batch_size" not in ignored(mapping)
+    unset = [w for w in mapping.warnings if w.startswith("per_device_eval_batch_size: unset")]
+    assert bool(unset) is ("per_device_eval_batch_size" not in extra and eval_batch is not None)
+
+
+def test_trl_with_liger_skips_the_logits_so_its_pass_is_reported_not_priced() -> None:
+    """TRL's SFTTrainer asks Liger to skip the logits in evaluation (trl f2cd5771
+    sft_trainer.py:1718-1732): the fused pass is not modelled, so a larger evaluation batch is
+    reported; transformers' own Trainer passes nothing and evaluates with the full logits."""
+    extra = "use_liger_kernel: true\neval_strategy: steps\nper_device_train_batch_size: 1\n"
+    trl = read_train_config_text(TRL + extra)
+    assert "eval_batch" not in trl.setup
+    assert "TRL asks Liger" in {i.key: i.reason for i in trl.ignored}["per_device_eval_batch_size"]
+    trainer = read_train_config_text("output_dir: out\n" + extra)
+    assert trainer.setup["loss"] == "liger" and trainer.setup["eval_batch"] == HF_DEFAULT_BATCH
 
 
 @pytest.mark.parametrize(
@@ -86,18 +100,32 @@ def test_axolotl_accumulation_follows_normalize_config(
 
 
 @pytest.mark.parametrize(
-    ("extra", "reported"),
+    ("extra", "eval_batch"),
     [
-        ("micro_batch_size: 1\neval_batch_size: 4\nval_set_size: 0.05\n", True),
-        ("micro_batch_size: 4\neval_batch_size: 4\nval_set_size: 0.05\n", False),
-        ("micro_batch_size: 1\neval_batch_size: 4\nval_set_size: 0\n", False),  # no eval set
-        ("micro_batch_size: 1\neval_batch_size: 4\ntest_datasets:\n  - path: x\n", True),
+        ("micro_batch_size: 1\neval_batch_size: 4\nval_set_size: 0.05\n", 4),
+        ("micro_batch_size: 4\neval_batch_size: 4\nval_set_size: 0.05\n", 4),
+        ("micro_batch_size: 2\nval_set_size: 0.05\n", 2),  # default: micro_batch_size
+        ("micro_batch_size: 1\neval_batch_size: 4\nval_set_size: 0\n", None),  # no eval set
+        ("micro_batch_size: 1\neval_batch_size: 4\ntest_datasets:\n  - path: x\n", 4),
     ],
 )
-def test_axolotl_evaluation_batch(extra: str, reported: bool) -> None:
+def test_axolotl_evaluation_batch(extra: str, eval_batch: int | None) -> None:
     mapping = read_train_config_text(AXOLOTL + extra)
-    assert ("eval_batch_size" in ignored(mapping)) is reported
+    assert mapping.setup.get("eval_batch") == eval_batch
     assert not [w for w in mapping.warnings if "eval_batch_size" in w]
+
+
+def test_an_evaluation_pass_not_modelled_is_reported_when_larger() -> None:
+    """Cut Cross-Entropy's evaluation path is not modelled (setup_rules.check_evaluation)."""
+    cce = "plugins:\n  - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\n"
+    larger = read_train_config_text(
+        AXOLOTL + cce + "micro_batch_size: 1\neval_batch_size: 4\nval_set_size: 0.05\n"
+    )
+    assert "eval_batch" not in larger.setup
+    reason = {i.key: i.reason for i in larger.ignored}["eval_batch_size"]
+    assert "cce loss is not modelled" in reason
+    same = read_train_config_text(AXOLOTL + cce + "micro_batch_size: 2\nval_set_size: 0.05\n")
+    assert "eval_batch" not in same.setup and "eval_batch_size" not in ignored(same)
 
 
 @pytest.mark.parametrize(

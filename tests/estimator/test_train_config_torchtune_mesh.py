@@ -119,19 +119,23 @@ VAL = "dataset_val:\n  _component_: torchtune.datasets.alpaca_dataset\n"
 
 
 @pytest.mark.parametrize(
-    ("extra", "reported"),
+    ("extra", "eval_batch"),
     [
-        ("batch_size_val: ${batch_size}\nrun_val_every_n_steps: 100\n", False),
-        ("batch_size_val: 2\nrun_val_every_n_steps: 100\n", False),
-        ("batch_size_val: 16\nrun_val_every_n_steps: null\n", False),  # validation is off
-        ("batch_size_val: 16\nrun_val_every_n_steps: 100\n", True),
+        ("batch_size_val: ${batch_size}\nrun_val_every_n_steps: 100\n", "train"),
+        ("batch_size_val: 2\nrun_val_every_n_steps: 100\n", 2),
+        ("batch_size_val: 16\nrun_val_every_n_steps: null\n", None),  # validation is off
+        ("batch_size_val: 16\nrun_val_every_n_steps: 100\n", 16),
+        ("run_val_every_n_steps: 100\n", "train"),  # default: batch_size
     ],
 )
-def test_a_validation_batch_larger_than_the_training_one_is_reported(
-    extra: str, reported: bool
+def test_the_validation_batch_is_the_setup_s_eval_batch(
+    extra: str, eval_batch: int | str | None
 ) -> None:
     mapping = read(FULL + VAL + extra)
-    assert ("batch_size_val" in ignored(mapping)) is reported
+    setup = mapping.setup  # type: ignore[attr-defined]
+    expected = setup.get("batch", 1) if eval_batch == "train" else eval_batch
+    assert setup.get("eval_batch") == expected
+    assert "batch_size_val" not in ignored(mapping)
     assert not unread(mapping)
 
 

@@ -137,6 +137,8 @@ def test_setup_fields_are_the_estimators_training_setup_fields():
         ("double_quant", 1),
         ("pp_schedule", "zigzag"),
         ("pp_virtual", 0),
+        ("eval_batch", 0),
+        ("eval_batch", "eight"),
         ("pp_virtual", "2"),
     ],
 )

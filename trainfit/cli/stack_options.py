@@ -24,6 +24,12 @@ def add_stack_options(g: Any) -> None:
     g.add_argument("--paged", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--lora-dropout", type=float, help="peft lora_dropout (0 <= p < 1)")
     g.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step")
+    g.add_argument(
+        "--eval-batch",
+        type=int,
+        help="rows per device of an evaluation pass between steps, at the training length "
+        "(per_device_eval_batch_size); priced as a moment of its own",
+    )
     g.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--train-embeddings", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--kbit-prepare", action=argparse.BooleanOptionalAction, default=None)
@@ -57,6 +63,7 @@ def stack_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "paged",
         "lora_dropout",
         "grad_accum",
+        "eval_batch",
         "double_quant",
         "train_embeddings",
         "kbit_prepare",
