@@ -15,7 +15,8 @@
 # loss, offloaded checkpoints), a dense Llama-3.1-8B full fine-tune, then the `hf` stack
 # (transformers Trainer + peft, as users run it) for the seed case and for Llama-3.1-8B LoRA with
 # lora_dropout 0.05 and gradient accumulation 2, and Liger (`--loss liger`, Trainer's
-# use_liger_kernel) where liger-kernel imports, and QLoRA (bitsandbytes NF4) on the hf stack.
+# use_liger_kernel) where liger-kernel imports, both with an evaluation pass of 4 rows after each
+# length (`--eval-batch 4`: Trainer.evaluate()), and QLoRA (bitsandbytes NF4) on the hf stack.
 # Unsloth: the probe has no Unsloth stack; the script records whether `import unsloth` works
 # there, nothing more. Wheels the box lacks (liger-kernel, flash-linear-attention, bitsandbytes)
 # can travel in ./wheelhouse; installed with --no-index.
@@ -149,10 +150,12 @@ probe hf-seed "${LIMITS[4]}" "${SEED[@]}" --stack hf --checkpointing gpu --loss 
 # 6. the hf stack, Llama-3.1-8B LoRA r16 with lora_dropout 0.05 and gradient accumulation 2
 HF_DENSE=(--config "$DENSE_CONFIG" --stack hf --method lora --lora-rank 16 --lora-dropout 0.05
   --grad-accum 2 --checkpointing gpu --sweep "$DENSE_SWEEP" --steps "$DENSE_STEPS")
-probe hf-llama-lora "${LIMITS[5]}" "${HF_DENSE[@]}" --loss full
+#    and, after each length, Trainer.evaluate() on 4 rows (the evaluation pass, results[i].evaluation)
+probe hf-llama-lora "${LIMITS[5]}" "${HF_DENSE[@]}" --loss full --eval-batch 4
 # 7. the same with Liger's fused linear cross entropy, where liger-kernel imports (CUDA only;
-#    elsewhere the probe exits 2 saying so, which the summary records)
-probe hf-llama-lora-liger "${LIMITS[6]}" "${HF_DENSE[@]}" --loss liger
+#    elsewhere the probe exits 2 saying so, which the summary records); Liger skips the logits
+#    in training only, so its evaluation makes them
+probe hf-llama-lora-liger "${LIMITS[6]}" "${HF_DENSE[@]}" --loss liger --eval-batch 4
 # 8. QLoRA as users run it: the same, with the base in bitsandbytes 4-bit NF4 (CUDA only;
 #    without bitsandbytes or off CUDA the probe exits 2 saying so)
 # (the last --method wins)

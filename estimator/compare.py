@@ -19,10 +19,11 @@ from estimator.memory import memory_breakdown
 from estimator.memory.model import COMPONENTS, memory_on_card
 from estimator.memory.workspaces import workspaces_in
 from estimator.model_source import resolve_model
-from estimator.profile import load_profile
+from estimator.profile import Profile, load_profile
 from estimator.request import ModelInput
 from estimator.rows import model_summary
 from estimator.setup import TrainingSetup
+from estimator.spec import ModelSpec
 
 
 def setup_from_memtest(doc: dict[str, Any]) -> TrainingSetup:
@@ -169,6 +170,12 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
                 }
                 for k, v in est_parts.items()
             }
+        evaluation = result.get("evaluation")
+        if isinstance(evaluation, dict):
+            cuda = env.get("device") == "cuda"
+            row["evaluation"] = _evaluation_row(
+                spec, setup, (seq, devices, cuda), evaluation, profile
+            )
         rows.append(row)
     errors = [
         abs(r["error_pct"]) for r in rows if r["error_pct"] is not None and r["status"] == "ok"
@@ -185,6 +192,35 @@ def compare(doc: dict[str, Any], profile_name: str = "default") -> dict[str, Any
         "rows": rows,
         "median_abs_error_pct": sorted(errors)[len(errors) // 2] if errors else None,
         "max_abs_error_pct": max(errors) if errors else None,
+    }
+
+
+def _evaluation_row(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    where: tuple[int, int, bool],
+    measured: dict[str, Any],
+    profile: Profile,
+) -> dict[str, Any]:
+    """The probe's `Trainer.evaluate()` peak (`results[i].evaluation`, counters reset before
+    it) against the estimate's evaluation moment at its rows (memory/evaluation.py), whole:
+    weights, states, buckets and the pass's working set (cuBLAS workspaces only on CUDA)."""
+    seq, devices, cuda = where
+    rows = int(measured["rows"])
+    with_eval = setup.model_copy(update={"eval_batch": rows})
+    mem = memory_breakdown(spec, with_eval, [seq], setup.batch, profile, devices=devices)
+    moment = mem.phases["evaluation"]
+    estimated = float(sum(_first(v) for v in moment.values()))
+    if not cuda:  # no cuBLAS workspaces on the CPU (memory/workspaces.py)
+        estimated -= workspaces_in(mem.phases)
+    peak = measured.get("peak_allocated_bytes")
+    return {
+        "rows": rows,
+        "status": measured.get("status"),
+        "measured_peak_bytes": peak,
+        "estimated_peak_bytes": int(estimated),
+        "estimated_working_set_bytes": int(_first(moment["evaluation"])),
+        "error_pct": None if peak is None else _pct(estimated, peak),
     }
 
 

@@ -448,6 +448,25 @@ def _check_components(value: object, path: str) -> None:
         _int(comps["host"], _join(path, "host"))
 
 
+def _check_evaluation(value: object, path: str) -> None:
+    """Optional `results[i].evaluation`: `Trainer.evaluate()` on `rows` rows after the length's
+    steps (probe --eval-batch), its own peaks (counters reset before it)."""
+    ev = _obj(value, path)
+    _fields(
+        ev,
+        path,
+        {
+            "rows": lambda v, p: _int(v, p, minimum=1, maximum=MAX_BATCH_ROWS),
+            "status": lambda v, p: _choice(v, p, STATUSES),
+            "peak_allocated_bytes": lambda v, p: _int(v, p, nullable=True),
+            "peak_reserved_bytes": lambda v, p: _int(v, p, nullable=True),
+            "error": lambda v, p: _str(v, p, nullable=True),
+        },
+    )
+    if ev["status"] == "ok" and ev["peak_allocated_bytes"] is None:
+        raise MemtestSchemaError(_join(path, "peak_allocated_bytes"), "required when status is ok")
+
+
 def _check_result(value: object, path: str, max_steps: int) -> None:
     res = _obj(value, path)
     _fields(
@@ -483,6 +502,8 @@ def _check_result(value: object, path: str, max_steps: int) -> None:
         dmem = _obj(res["device_memory"], dpath)
         for key in DEVICE_MEMORY_KEYS:
             _int(_require(dmem, key, dpath), _join(dpath, key))
+    if res.get("evaluation") is not None:
+        _check_evaluation(res["evaluation"], _join(path, "evaluation"))
     if res.get("component_maxima") is not None:
         mpath = _join(path, "component_maxima")
         maxima = _obj(res["component_maxima"], mpath)

@@ -99,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--paged", action="store_true", help="bitsandbytes paged optimizer (CUDA)")
     k.add_argument("--lora-dropout", type=float, default=0.0)
     k.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    k.add_argument(
+        "--eval-batch",
+        type=int,
+        default=None,
+        help="after each length's steps, measure Trainer.evaluate() on this many rows (hf)",
+    )
     k.add_argument("--double-quant", action="store_true", help="QLoRA bnb_4bit_use_double_quant")
     r = p.add_argument_group("the run")
     r.add_argument("--sweep", default="16000,32000,48000", help="comma-separated seq lengths")
@@ -156,6 +162,7 @@ def _setup_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "paged": args.paged,
         "lora_dropout": args.lora_dropout,
         "grad_accum": args.grad_accum,
+        "eval_batch": args.eval_batch,
         "double_quant": args.double_quant,
     }
 

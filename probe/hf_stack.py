@@ -217,6 +217,20 @@ class _RandomTokens(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
             yield {"input_ids": ids, "labels": ids.clone()}
 
 
+class _EvalTokens(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """`rows` random token rows: one evaluation step of `rows` per device."""
+
+    def __init__(self, vocab: int, seq: int, rows: int, seed: int = 1) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        self.ids = torch.randint(0, vocab, (rows, seq), generator=gen)
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.ids[i], "labels": self.ids[i].clone()}
+
+
 def _callback_class() -> type:
     from transformers import TrainerCallback
 
@@ -442,6 +456,8 @@ class HFSession:
             output_dir=self._folder.name,
             max_steps=steps,
             per_device_train_batch_size=s["batch"],
+            per_device_eval_batch_size=s["eval_batch"] or s["batch"],
+            prediction_loss_only=True,
             gradient_accumulation_steps=s["grad_accum"],
             learning_rate=LR,
             optim=optim,
@@ -478,17 +494,22 @@ class HFSession:
                 stack.enter_context(self.step_modes.paused())
             if self.device == "fake":
                 stack.enter_context(_noop_moves_keep_fake_params())
-            failure = self._train(seq, steps, callback)
+            failure, trainer = self._train(seq, steps, callback)
         record_measurement(res, self.device, self.tracker, callback.best[1])
         if self.device == "cuda":
             res["device_memory"] = device_memory(free_before)
+        if self.setup["eval_batch"] and failure is None and trainer is not None:
+            res["evaluation"] = self._evaluate(trainer, seq)
+        del trainer
         tokens = self.setup["batch"] * self.setup["grad_accum"] * seq
         return finish_result(res, failure, self.device, tokens)
 
-    def _train(self, seq: int, steps: int, callback: Any) -> tuple[str, str] | None:
-        """One `Trainer(...).train()`; returns (status, error) on failure, else None."""
+    def _train(self, seq: int, steps: int, callback: Any) -> tuple[tuple[str, str] | None, Any]:
+        """One `Trainer(...).train()`: ((status, error) on failure else None, the trainer,
+        whose optimizer keeps its states for an evaluation)."""
         from transformers import PrinterCallback, Trainer
 
+        trainer = None
         try:
             trainer = Trainer(
                 model=self.built.model,
@@ -499,8 +520,37 @@ class HFSession:
             trainer.remove_callback(PrinterCallback)  # no per-run metrics on stdout
             trainer.train()
         except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded status
-            return ("oom" if is_oom(exc) else "error", f"{type(exc).__name__}: {exc}")
+            return ("oom" if is_oom(exc) else "error", f"{type(exc).__name__}: {exc}"), None
         finally:
             if self.step_modes is not None:
                 self.step_modes.pause()  # a step that raised left the modes entered
-        return None
+        return None, trainer
+
+    def _evaluate(self, trainer: Any, seq: int) -> dict[str, Any]:
+        """`trainer.evaluate()` on `eval_batch` rows of `seq` tokens after the training steps,
+        as the Trainer evaluates between steps (the optimizer's states resident, the gradients
+        zeroed): its own peak, counters reset before it. `use_cache` off for it, as TRL's
+        compute_loss, axolotl and LLaMA-Factory set it for training runs."""
+        rows = int(self.setup["eval_batch"])
+        out: dict[str, Any] = {"rows": rows, "status": "ok", "error": None}
+        out.update(peak_allocated_bytes=None, peak_reserved_bytes=None)
+        config = getattr(self.built.model, "config", None)
+        if config is not None and hasattr(config, "use_cache"):
+            config.use_cache = False
+        self.sync()
+        if self.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        if self.tracker is not None:
+            self.tracker.reset_peak()
+        try:
+            trainer.evaluate(eval_dataset=_EvalTokens(self.vocab, seq, rows))
+        except Exception as exc:  # noqa: BLE001 - a failure is recorded, not raised
+            out["status"] = "oom" if is_oom(exc) else "error"
+            out["error"] = f"{type(exc).__name__}: {exc}"
+        self.sync()
+        if self.device == "cuda":
+            out["peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
+            out["peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
+        elif self.tracker is not None:
+            out["peak_allocated_bytes"] = int(self.tracker.peak)
+        return out

@@ -54,6 +54,7 @@ STACK_DEFAULTS: dict[str, Any] = {
     "lora_dropout": 0.0,
     "grad_accum": 1,
     "double_quant": False,
+    "eval_batch": None,  # rows of an evaluation pass after each length's steps (--stack hf)
 }
 assert set(STACK_DEFAULTS) <= set(STACK_SETUP_FIELDS)
 
@@ -140,6 +141,8 @@ def _normalize_stack_fields(out: dict[str, Any]) -> None:
     for key in ("paged", "double_quant"):
         out[key] = _bool_field(out[key], f"setup.{key}")
     out["grad_accum"] = _int_field(out["grad_accum"], "setup.grad_accum", 1, 100_000)
+    if out["eval_batch"] is not None:
+        out["eval_batch"] = _int_field(out["eval_batch"], "setup.eval_batch", 1, MAX_BATCH)
     dropout = out["lora_dropout"]
     if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0 <= dropout < 1:
         raise ProbeInputError("setup.lora_dropout", f"expected a number in [0, 1), got {dropout!r}")

@@ -120,9 +120,24 @@ def _check_hf_stack(setup: dict[str, Any], device: str) -> None:
         raise ProbeInputError("setup.sharding", "the hf stack probe runs one device")
 
 
+def _check_evaluation(setup: dict[str, Any], device: str) -> None:
+    """An evaluation pass is measured through transformers' `Trainer.evaluate()` (the hf stack),
+    on one CUDA device or the CPU (fake tensors would need the step modes around it)."""
+    if setup["stack"] != "hf":
+        raise ProbeInputError(
+            "setup.eval_batch", "an evaluation pass is measured with --stack hf (Trainer.evaluate)"
+        )
+    if device == "fake" or setup["num_gpus"] > 1:
+        raise ProbeInputError(
+            "setup.eval_batch", "an evaluation pass is measured on one cuda device or the cpu"
+        )
+
+
 def check_stack(setup: dict[str, Any], device: str) -> None:
     """Raise `ProbeInputError` when `setup.stack` cannot run `setup` on `device` here."""
     stack = setup["stack"]
+    if setup.get("eval_batch") is not None:
+        _check_evaluation(setup, device)
     if stack in NOT_RUNNABLE:
         raise ProbeInputError("setup.stack", f"{stack} is not runnable here: {NOT_RUNNABLE[stack]}")
     if setup["checkpointing"] == "selective" and stack != "torchtitan":

@@ -473,6 +473,7 @@ class _Fixed:
     final_norm: float  # bytes per token of the last norm's backward (activations_torchtune)
     first_norm_unsaved: float  # bytes per token the first norm does not save (no checkpoints)
     eval_rows: int | None  # `setup.eval_batch`: the evaluation pass's rows (memory/evaluation.py)
+    eval_casts: tuple[float, float]  # (the layers', the head's) autocast copies in the pass
 
 
 _FIXED: Memo[_Fixed] = Memo()
@@ -652,6 +653,7 @@ def _fixed(spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, amp:
         final_norm=final_norm,
         first_norm_unsaved=first_norm,
         eval_rows=_eval_rows(setup, profile),
+        eval_casts=_eval_casts(spec, ctx, amp),
     )
 
 
@@ -859,6 +861,18 @@ def _eval_rows(setup: TrainingSetup, profile: Profile) -> int | None:
     return setup.eval_batch
 
 
+def _eval_casts(spec: ModelSpec, ctx: Context | None, amp: bool) -> tuple[float, float]:
+    """Autocast's cast cache in the evaluation pass: `cached_cast` keeps a bf16 copy of every
+    fp32 leaf weight that requires grad, whatever the grad mode (torch aten/src/ATen/
+    autocast_mode.cpp `can_try_cache`), until the region that wraps the forward and the loss
+    exits (the Trainer's `compute_loss_context_manager` in `prediction_step`): every layer's
+    copies (`Context.weight_casts`: AMP full fine-tuning's Linear weights, fp32 LoRA adapters)
+    and, under AMP full fine-tuning, the head's. (layers, head) bytes."""
+    layers = ctx.weight_casts * (spec.layers or 0) if ctx is not None else 0.0
+    head = float(BF16 * (spec.hidden or 0) * (spec.vocab or 0)) if amp else 0.0
+    return float(layers), head
+
+
 def _evaluation(f: _Fixed, spec: ModelSpec, seq: Any, tokens: Any) -> dict[str, Any]:
     """The evaluation moment (memory/evaluation.py): the weights and the states but the
     gradients resident, and the larger of the no-grad loss and one layer's forward at
@@ -874,8 +888,9 @@ def _evaluation(f: _Fixed, spec: ModelSpec, seq: Any, tokens: Any) -> dict[str, 
     if dequant:
         layer = layer + eval_tokens * held + dequant
     layer = layer + mask_bytes(f.mask, seq, eval_tokens)
+    layer_casts, head_cast = f.eval_casts
     resident = {"weights": zero + f.weights, "trainable_states": zero + f.trainable - f.grads}
-    return eval_parts(resident, zero + loss, zero + layer)
+    return eval_parts(resident, zero + loss + head_cast + layer_casts, zero + layer + layer_casts)
 
 
 def _head_grad_at_loss(phases: dict[str, dict[str, Any]], head_grad: Any) -> None:
