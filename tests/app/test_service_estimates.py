@@ -172,3 +172,24 @@ def test_the_evaluation_pass_over_rest(sqlite_client: TestClient) -> None:
         detail = response.json()["detail"][0]
         assert detail["loc"][:2] == ["body", "setup"]
         assert "eval_batch" in str(detail["loc"]) + detail["msg"]
+
+
+def test_a_training_config_s_evaluation_pass_and_its_null_override(
+    sqlite_client: TestClient,
+) -> None:
+    text = (
+        "base_model: meta-llama/Llama-3.1-8B\nsequence_len: 4096\nmicro_batch_size: 1\n"
+        "adapter: lora\nlora_r: 16\nlora_target_linear: true\nval_set_size: 0.05\n"
+        "eval_batch_size: 8\n"
+    )
+    body: dict[str, Any] = {
+        "train_config": {"text": text, "format": "axolotl"},
+        "gpus": ["h100-80gb"],
+    }
+    read = sqlite_client.post("/v1/estimate", json=body)
+    assert read.status_code == 200, read.text
+    assert read.json()["setup"]["eval_batch"] == 8
+    dropped = sqlite_client.post("/v1/estimate", json={**body, "setup": {"eval_batch": None}})
+    assert dropped.status_code == 200, dropped.text
+    assert dropped.json()["setup"]["eval_batch"] is None
+    assert "evaluation" not in dropped.json()["rows"][0]["phases"]

@@ -222,3 +222,29 @@ def test_a_memtest_compares_with_the_training_step_even_if_it_names_an_eval_batc
     named = copy.deepcopy(doc)
     named["setup"]["eval_batch"] = 64
     assert json.dumps(compare_memtest(named)) == json.dumps(compare_memtest(doc))
+
+
+def test_no_eval_drops_the_pass_a_training_config_runs(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A config's evaluation set becomes eval_batch; `--no-eval` prices the step alone (e.g.
+    to try a loss whose evaluation is not modelled)."""
+    import json
+
+    from trainfit.cli import main
+
+    config = tmp_path / "axolotl.yml"
+    config.write_text(
+        "base_model: meta-llama/Llama-3.1-8B\nsequence_len: 4096\nmicro_batch_size: 1\n"
+        "adapter: lora\nlora_r: 16\nlora_target_linear: true\n"
+        "val_set_size: 0.05\neval_batch_size: 8\n"
+    )
+    base = ["estimate", "--train-config", str(config), "--gpu", "h100-80gb", "--format", "json"]
+    assert main(base) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["setup"]["eval_batch"] == 8 and "evaluation" in doc["rows"][0]["phases"]
+    assert main([*base, "--loss", "cce"]) == 2
+    assert "eval_batch: the evaluation pass of the cce loss" in capsys.readouterr().err
+    assert main([*base, "--loss", "cce", "--no-eval"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["setup"]["eval_batch"] is None and "evaluation" not in doc["rows"][0]["phases"]

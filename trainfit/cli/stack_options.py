@@ -30,6 +30,11 @@ def add_stack_options(g: Any) -> None:
         help="rows per device of an evaluation pass between steps, at the training length "
         "(per_device_eval_batch_size); priced as a moment of its own",
     )
+    g.add_argument(
+        "--no-eval",
+        action="store_true",
+        help="price no evaluation pass, not even the one a --train-config runs",
+    )
     g.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--train-embeddings", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--kbit-prepare", action=argparse.BooleanOptionalAction, default=None)
@@ -73,4 +78,7 @@ def stack_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "liger_kernels",
         "quantize_experts",
     )
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    if getattr(args, "no_eval", False):
+        given.pop("eval_batch", None)
+    return given
