@@ -101,8 +101,8 @@ def check_quantized_experts(s: Any, stack: Any) -> None:
 
 # the losses whose evaluation pass estimator/memory/evaluation.py models (their evaluation
 # paths were read: transformers' loss, TRL's chunked_nll, torchtune's chunked output, Liger's
-# lce_forward); Cut Cross-Entropy's and Unsloth's were not
-EVAL_LOSSES = ("full", "chunked", "liger")
+# lce_forward, Unsloth's fused loss); Cut Cross-Entropy's (axolotl's fork) was not
+EVAL_LOSSES = ("full", "chunked", "liger", "unsloth")
 
 
 def check_evaluation(s: Any) -> None:

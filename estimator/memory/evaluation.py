@@ -23,6 +23,12 @@ torchtune :881), so no activation is saved; the most alive is the larger of
   `chunked` otherwise (TRL's chunked_nll runs whenever labels are given, training or not,
   trl sft_trainer.py:270-330): one chunk's loss as in training, without the hidden states'
   gradient. A compiled loss is counted eager (an overestimate).
+  `unsloth`: Unsloth's causal-LM forward calls its fused loss whenever labels are given, in
+  eval mode too (unsloth 015bdef0d9 models/llama.py:1464-1514: no `self.training` test), and
+  that autograd Function's forward allocates the hidden states' gradient and runs each chunk's
+  compiled `grad_and_value` whatever the grad mode (unsloth_zoo ce232d6c
+  fused_losses/cross_entropy_loss.py:176-258, 325-346): the training loss's own bytes
+  (`memory.logits.loss_bytes`), at the evaluation's tokens.
 - one decoder layer's forward (`layer_bytes_per_token`). A dense decoder layer of
   transformers' eager modules peaks in its MLP or its attention, whichever is larger:
   MLP (models/llama/modeling_llama.py LlamaMLP.forward, `down_proj(act_fn(gate_proj(x)) *
@@ -55,7 +61,12 @@ from estimator import lazy_numpy as np
 from estimator.dtypes import FP32
 from estimator.errors import EstimatorInputError
 from estimator.memory.activations import Context
-from estimator.memory.logits import LossRule, chunk_positions, loss_forward_bytes_per_logit
+from estimator.memory.logits import (
+    LossRule,
+    chunk_positions,
+    loss_bytes,
+    loss_forward_bytes_per_logit,
+)
 from estimator.setup_rules import EVAL_LOSSES
 from estimator.spec import LAYER_FULL, LAYER_SLIDING, MLP_DENSE, ModelSpec
 
@@ -77,6 +88,8 @@ def eval_loss_bytes(
     if rule.loss in ("full", "liger"):
         per_logit = loss_forward_bytes_per_logit(logit_dtype, hold_output=False)
         return tokens * vocab * per_logit + last_hidden
+    if rule.loss == "unsloth":
+        return loss_bytes(rule, tokens, seq, shape, dtypes) + last_hidden
     if rule.fixed_chunked:  # a profile's hand rule for the chunked loss (seed 000)
         return tokens * 0.0 + rule.fixed_chunked + last_hidden
     chunk = chunk_positions(rule, tokens, seq)

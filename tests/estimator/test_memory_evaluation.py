@@ -163,7 +163,6 @@ def test_under_fsdp_each_rank_evaluates_its_rows_and_more_ranks_never_hold_more(
         (["--eval-batch", "0"], "setup.eval_batch"),
         (["--eval-batch", "x"], "--eval-batch"),
         (["--eval-batch", "2", "--loss", "cce"], "eval_batch: the evaluation pass of the cce"),
-        (["--eval-batch", "2", "--stack", "unsloth"], "eval_batch: the evaluation pass of the"),
         (
             ["--eval-batch", "2", "--gpu", "8xh100-80gb", "--parallel", "fsdp=4,tp=2"],
             "eval_batch: an evaluation pass under tp=2",
@@ -248,3 +247,21 @@ def test_no_eval_drops_the_pass_a_training_config_runs(
     assert main([*base, "--loss", "cce", "--no-eval"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["setup"]["eval_batch"] is None and "evaluation" not in doc["rows"][0]["phases"]
+
+
+def test_unsloth_s_fused_loss_runs_in_evaluation_too() -> None:
+    """Unsloth calls its fused loss whenever labels are given (models/llama.py:1464-1514, no
+    training test), and its forward allocates the hidden states' gradient whatever the grad
+    mode: the evaluation's loss is the training loss's forward bytes at its tokens, no logits."""
+    from estimator.memory.logits import loss_bytes, loss_rule
+
+    profile = load_profile("default")
+    spec, setup = llama8b(stack="unsloth", method="lora", eval_batch=4)
+    assert setup.loss == "unsloth"
+    mem = memory_breakdown(spec, setup, 8192.0, 1, profile)
+    working = float(mem.phases["evaluation"]["evaluation"])
+    rule = loss_rule(setup, profile, 2)
+    tokens = 4 * 8192.0
+    loss = float(loss_bytes(rule, tokens, 8192.0, (128256, 4096), (2, 2)))
+    assert working >= loss + tokens * 4096 * 2  # + the last hidden states
+    assert working < tokens * 128256 * 2  # never the bf16 logits of the pass
