@@ -374,6 +374,7 @@ def test_the_result_names_what_peft_default_resolved_to(sqlite_client: TestClien
 
 
 def test_the_form_prices_an_evaluation_pass(sqlite_client: TestClient) -> None:
+    assert 'id="eval_batch_hint"' in sqlite_client.get("/").text
     form = llama_form(seq_lens="8192", eval_batch="4")
     page = sqlite_client.post("/estimate", data=form)
     assert page.status_code == 200, page.text[:2000]
