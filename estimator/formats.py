@@ -137,9 +137,17 @@ def _evaluation_notes(doc: dict[str, Any]) -> list[str]:
     rows = doc["setup"].get("eval_batch")
     if not rows:
         return []
-    at = sorted({r["seq_len"] for r in doc["rows"] if r.get("peak_phase") == "evaluation"})
+    at: dict[int, str] = {}
+    for r in doc["rows"]:
+        if r.get("peak_phase") != "evaluation" or r["seq_len"] in at:
+            continue
+        totals = {k: sum(v.values()) for k, v in r["phases"].items()}
+        step = max(v for k, v in totals.items() if k != "evaluation")
+        at[r["seq_len"]] = (
+            f"{r['seq_len']:,} ({gib(totals['evaluation'])} GiB allocated, the step {gib(step)})"
+        )
     where = (
-        "it sets the peak at seq " + ", ".join(f"{s:,}" for s in at)
+        "it sets the peak at seq " + ", ".join(at[s] for s in sorted(at))
         if at
         else "below the training step's peak at every length"
     )

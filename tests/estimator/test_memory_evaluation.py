@@ -195,9 +195,9 @@ def test_the_cli_echoes_it_and_says_where_it_sets_the_peak(
 
     base = ["estimate", "--model", "llama-3.1-8b", "--method", "lora", "--gpu", "h100-80gb"]
     assert main([*base, "--seq", "8192", "--loss", "full", "--eval-batch", "4"]) == 0
-    assert "evaluation pass of 4 rows per device priced: it sets the peak at seq 8,192" in (
-        capsys.readouterr().out
-    )
+    text = capsys.readouterr().out
+    assert "evaluation pass of 4 rows per device priced: it sets the peak at seq 8,192 (" in text
+    assert "GiB allocated, the step " in text
     assert main([*base, "--eval-batch", "4", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["setup"]["eval_batch"] == 4
