@@ -83,10 +83,16 @@ PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
 }
 
 
+def peft_model_type(spec: ModelSpec) -> str:
+    """The `model_type` peft looks its default targets up by: the config's own (a composite's,
+    not its text model's)."""
+    return spec.config_model_type or spec.model_type
+
+
 def peft_default_targets(spec: ModelSpec) -> list[str]:
     """The targets peft picks for `spec` when none are given (`PEFT_DEFAULT_TARGETS`), looked
-    up by the config's own `model_type` as peft does (a composite's, not its text model's)."""
-    model_type = spec.config_model_type or spec.model_type
+    up by `peft_model_type`."""
+    model_type = peft_model_type(spec)
     if spec.peft_fused_experts:
         # transformers v5's MoE remap runs first and turns None into an empty set, so the
         # table is never read (peft 0.21.2 tuners_utils.py:833-849, 410;

@@ -10,7 +10,7 @@ from estimator import lazy_numpy as np
 from estimator.dict_display import row_dict
 from estimator.fit import VERDICTS, verdict_code_list
 from estimator.gpu_options import GpuOption, devices_for
-from estimator.lora import PEFT_DEFAULT, peft_default_targets
+from estimator.lora import PEFT_DEFAULT, peft_default_targets, peft_model_type
 from estimator.memo import Memo
 from estimator.memory import memory_breakdown
 from estimator.memory.model import (
@@ -225,7 +225,7 @@ def _target_notes(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
     if not setup.is_adapter or setup.lora_targets != [PEFT_DEFAULT]:
         return []
     names = ", ".join(peft_default_targets(spec))
-    model_type = spec.config_model_type or spec.model_type
+    model_type = peft_model_type(spec)
     return [f"lora_targets peft-default: {names} (peft's targets for model_type {model_type!r})"]
 
 

@@ -105,23 +105,38 @@ def check_quantized_experts(s: Any, stack: Any) -> None:
 EVAL_LOSSES = ("full", "chunked", "liger", "unsloth")
 
 
+def eval_loss_unmodelled(loss: str) -> str | None:
+    """Why an evaluation pass under `loss` is not priced, or None (`EVAL_LOSSES`)."""
+    if loss in EVAL_LOSSES:
+        return None
+    return (
+        f"the evaluation pass of the {loss} loss is not modelled (its evaluation path was not "
+        f"read; modelled: {', '.join(EVAL_LOSSES)})"
+    )
+
+
+def eval_split_unmodelled(layout: Any) -> str | None:
+    """Why an evaluation pass under `layout` (parsed or resolved) is not priced, or None: a
+    tp / pp / cp / ep split of the model."""
+    split = model_splits(layout)
+    if not split:
+        return None
+    return (
+        f"an evaluation pass under {', '.join(split)} is not modelled (priced on one card, "
+        "under data parallelism or device_map)"
+    )
+
+
 def check_evaluation(s: Any) -> None:
     """`eval_batch` where its pass is modelled: those losses, one card, data parallelism or
     device_map (an evaluation's logits under tp / pp / cp / ep are not)."""
     if s.eval_batch is None:
         return
-    if s.loss not in EVAL_LOSSES:
-        raise ValueError(
-            f"eval_batch: the evaluation pass of the {s.loss} loss is not modelled (its "
-            f"evaluation path was not read; modelled: {', '.join(EVAL_LOSSES)})"
-        )
-    if s.parallel and s.parallel != "auto":
-        split = model_splits(parse_parallel(s.parallel))
-        if split:
-            raise ValueError(
-                f"eval_batch: an evaluation pass under {', '.join(split)} is not modelled "
-                "(priced on one card, under data parallelism or device_map)"
-            )
+    reason = eval_loss_unmodelled(s.loss)
+    if reason is None and s.parallel and s.parallel != "auto":
+        reason = eval_split_unmodelled(parse_parallel(s.parallel))
+    if reason is not None:
+        raise ValueError(f"eval_batch: {reason}")
 
 
 def check_combinations(s: Any) -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "COMPONENT_KEYS",
     "MAXIMA_KEYS",
     "DEVICE_MEMORY_KEYS",
+    "MAX_BATCH",
     "MAX_RESULTS",
     "MemtestSchemaError",
     "load_memtest",
@@ -110,7 +111,7 @@ STACK_SETUP_FIELDS: dict[str, tuple[str, ...] | None] = {
 MAX_RESULTS = 1000
 MAX_STEPS = 100_000
 MAX_RANKS = 100_000
-MAX_BATCH_ROWS = 1_000_000  # the estimator's MAX_BATCH
+MAX_BATCH = 1_000_000  # rows per device, the estimator's setup_rules.MAX_BATCH
 MAX_STRING = 100_000
 MAX_BYTES = 2**63 - 1
 MAX_DOCUMENT_BYTES = 64 * 2**20
@@ -408,7 +409,7 @@ def _check_stack_setup(setup: dict[str, Any], path: str) -> None:
                 _int(item, field, minimum=1, maximum=MAX_RANKS)
         elif key == "eval_batch":
             if item is not None:
-                _int(item, field, minimum=1, maximum=MAX_BATCH_ROWS)
+                _int(item, field, minimum=1, maximum=MAX_BATCH)
         elif key == "lora_dropout":
             _float(item, field)
             if item >= 1:
@@ -456,7 +457,7 @@ def _check_evaluation(value: object, path: str) -> None:
         ev,
         path,
         {
-            "rows": lambda v, p: _int(v, p, minimum=1, maximum=MAX_BATCH_ROWS),
+            "rows": lambda v, p: _int(v, p, minimum=1, maximum=MAX_BATCH),
             "status": lambda v, p: _choice(v, p, STATUSES),
             "peak_allocated_bytes": lambda v, p: _int(v, p, nullable=True),
             "peak_reserved_bytes": lambda v, p: _int(v, p, nullable=True),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memtest_schema import SETUP_CHOICES, STACK_SETUP_FIELDS
+from memtest_schema import MAX_BATCH, SETUP_CHOICES, STACK_SETUP_FIELDS
 
 __all__ = [
     "DEFAULT_SETUP",
@@ -20,7 +20,6 @@ __all__ = [
     "parse_sweep",
 ]
 
-MAX_BATCH = 1_000_000
 MAX_GPUS = 100_000
 MAX_SEQ = 10_000_000
 

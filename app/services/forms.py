@@ -296,8 +296,6 @@ def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]
                     setup["loss"] = loss
                 if values.parallel:
                     setup["parallel"] = values.parallel
-                if eval_batch is not None:
-                    setup["eval_batch"] = eval_batch
                 setup.update(pipeline)
             else:
                 setup = {
@@ -311,12 +309,12 @@ def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]
                 }
                 if values.parallel:
                     setup["parallel"] = values.parallel
-                if eval_batch is not None:
-                    setup["eval_batch"] = eval_batch
                 setup.update(pipeline)
                 if values.method in ("lora", "qlora"):
                     setup["lora_rank"] = rank
                     setup["lora_targets"] = targets or ["all-linear"]
+            if eval_batch is not None:
+                setup["eval_batch"] = eval_batch
             body: dict[str, Any] = {
                 "setup": setup,
                 "gpus": gpus,

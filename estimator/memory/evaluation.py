@@ -67,7 +67,7 @@ from estimator.memory.logits import (
     loss_bytes,
     loss_forward_bytes_per_logit,
 )
-from estimator.setup_rules import EVAL_LOSSES
+from estimator.setup_rules import eval_loss_unmodelled
 from estimator.spec import LAYER_FULL, LAYER_SLIDING, MLP_DENSE, ModelSpec
 
 MLP_INPUTS = frozenset({"gate_proj", "up_proj"})
@@ -80,10 +80,9 @@ def eval_loss_bytes(
     `dtypes` = (logits, hidden states)."""
     vocab, hidden = shape
     logit_dtype, hidden_dtype = dtypes
-    if rule.loss not in EVAL_LOSSES:  # a searched variant the setup's rules did not see
-        raise EstimatorInputError(
-            "setup.eval_batch", f"the evaluation pass of the {rule.loss} loss is not modelled"
-        )
+    unmodelled = eval_loss_unmodelled(rule.loss)
+    if unmodelled is not None:  # a searched variant the setup's rules did not see
+        raise EstimatorInputError("setup.eval_batch", unmodelled)
     last_hidden = tokens * hidden * hidden_dtype
     if rule.loss in ("full", "liger"):
         per_logit = loss_forward_bytes_per_logit(logit_dtype, hold_output=False)

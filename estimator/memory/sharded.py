@@ -54,7 +54,7 @@ from estimator.parallel.data import (
     reduce_bytes,
     shard_degree,
 )
-from estimator.parallel.layout import Layout, model_splits
+from estimator.parallel.layout import Layout
 from estimator.parallel.nccl import ASSUMED_CHANNELS, nccl_buffer_bytes
 from estimator.parallel.ring import ring_backward_extra_per_token
 from estimator.parallel.schedule import (
@@ -74,6 +74,7 @@ from estimator.parallel.split import (
     tp_activation_factor,
 )
 from estimator.profile import Profile
+from estimator.setup_rules import eval_split_unmodelled
 from estimator.spec import LAYER_FULL, LAYER_SLIDING, MLP_DENSE, ModelSpec
 from estimator.stacks import load_stack
 
@@ -448,12 +449,9 @@ def _add_evaluation(
     one = base.phases.get("evaluation")
     if one is None:
         return
-    split = model_splits(layout)
-    if split:  # a searched layout (min-gpus, recommend) the setup's rules did not see
-        raise EstimatorInputError(
-            "setup.eval_batch",
-            f"an evaluation pass under {', '.join(split)} is not modelled",
-        )
+    unmodelled = eval_split_unmodelled(layout)
+    if unmodelled is not None:  # a searched layout (min-gpus, recommend) the rules did not see
+        raise EstimatorInputError("setup.eval_batch", unmodelled)
     work = one["evaluation"]
     zero = work * 0.0
     phases["evaluation"] = {

@@ -14,8 +14,9 @@ is not None` when the caller passes none; axolotl 067b021c integrations/liger/mo
 LLaMA-Factory's CustomSeq2SeqTrainer, whose SFT stage keeps the fused loss:
 model/loader.py:142) pass none, so their evaluation makes the full logits.
 
-Where the pass is not modelled (`estimator.setup_rules.check_evaluation`: Cut Cross-Entropy's
-loss, tensor / pipeline / context / expert parallel layouts) and where TRL's
+Where the pass is not modelled (`estimator.setup_rules.eval_loss_unmodelled` and
+`eval_split_unmodelled`: Cut Cross-Entropy's loss, tensor / pipeline / context / expert
+parallel layouts) and where TRL's
 SFTTrainer asks Liger to skip the logits in evaluation (trl f2cd5771 sft_trainer.py:1718-1732:
 its fused pass is not modelled), the batch is reported under `ignored` when it exceeds the
 training one, naming the key.
@@ -23,9 +24,8 @@ training one, naming the key.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
-from estimator.setup_rules import check_evaluation
+from estimator.parallel.layout import parse_parallel
+from estimator.setup_rules import eval_loss_unmodelled, eval_split_unmodelled
 from estimator.stacks import load_stack
 from estimator.train_config.result import TrainConfigMapping, whole_number
 
@@ -38,7 +38,7 @@ def set_eval_batch(
     batch (module docstring). `skips_liger_logits`: the trainer asks Liger to skip the logits
     in evaluation (TRL's SFTTrainer). Call once the reader has set the loss and the layout."""
     rows = whole_number(value, key)
-    reason = _not_modelled(m, rows, skips_liger_logits)
+    reason = _not_modelled(m, skips_liger_logits)
     if reason is None:
         m.set("eval_batch", rows, key)
         return
@@ -51,15 +51,12 @@ def set_eval_batch(
         )
 
 
-def _not_modelled(m: TrainConfigMapping, rows: int, skips_liger_logits: bool) -> str | None:
+def _not_modelled(m: TrainConfigMapping, skips_liger_logits: bool) -> str | None:
     """Why the evaluation pass of the setup read so far is not priced, or None."""
     stack = str(m.setup.get("stack", "hf"))
-    loss = m.setup.get("loss") or load_stack(stack).get("loss")
+    loss = str(m.setup.get("loss") or load_stack(stack).get("loss"))
     if loss == "liger" and skips_liger_logits:
         return "TRL asks Liger to skip the logits then, a fused pass that is not modelled"
-    setup = SimpleNamespace(eval_batch=rows, loss=loss, parallel=m.setup.get("parallel"))
-    try:
-        check_evaluation(setup)
-    except ValueError as error:
-        return str(error).removeprefix("eval_batch: ")
-    return None
+    parallel = m.setup.get("parallel")
+    split = eval_split_unmodelled(parse_parallel(str(parallel))) if parallel else None
+    return eval_loss_unmodelled(loss) or split
