@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from probe.environment import package_version
-from probe.model import BuiltModel, count_params
+from probe.model import BuiltModel, count_params, default_attention
 from probe.optim import optimizer_state_tensors
 from probe.results import (
     cuda_free_bytes,
@@ -86,7 +86,7 @@ def _from_config(
     if text is not cfg:
         notes.append(f"built the text decoder ({type(text).__name__}) of a multimodal config")
     text.use_cache = False
-    attn = "eager" if setup["attention"] == "eager" else "sdpa"
+    attn = default_attention(text, "eager" if setup["attention"] == "eager" else "sdpa", notes)
     target = torch.device("meta") if device == "fake" else torch.device(device)
     with target:
         return AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]

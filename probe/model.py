@@ -99,6 +99,29 @@ def _attn_implementation(setup: dict[str, Any], device: str, notes: list[str]) -
     return "sdpa"
 
 
+def default_attention(text_config: Any, wanted: str, notes: list[str]) -> str:
+    """`wanted` ("sdpa", "eager", ...) for the model class of `text_config`, or "eager" where
+    the class has no SDPA path: transformers' default for such a model (modeling_utils.py
+    `_check_and_adjust_attn_implementation` picks sdpa only where `_supports_sdpa`; Gemma 2
+    sets it False for its softcapping, models/gemma2/modeling_gemma2.py:353), so the user's
+    Trainer runs eager there, as the estimator's stack files say (`eager_models`)."""
+    if wanted != "sdpa":
+        return wanted
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    try:
+        cls: Any = MODEL_FOR_CAUSAL_LM_MAPPING[type(text_config)]
+    except KeyError:
+        return wanted
+    if getattr(cls, "_supports_sdpa", True):
+        return wanted
+    notes.append(
+        f"attention: {cls.__name__} has no SDPA path (_supports_sdpa False); ran eager, "
+        "transformers' default for it"
+    )
+    return "eager"
+
+
 @contextlib.contextmanager
 def _build_device(device: str) -> Iterator[None]:
     target = torch.device("meta") if device == "fake" else torch.device(device)
@@ -115,7 +138,7 @@ def _hf_model(config: dict[str, Any], setup: dict[str, Any], device: str, notes:
         notes.append(f"built the text decoder ({type(text).__name__}) of a multimodal config")
     text.use_cache = False
     dtype = base_dtype(setup)
-    attn = _attn_implementation(setup, device, notes)
+    attn = default_attention(text, _attn_implementation(setup, device, notes), notes)
     kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": attn}
     if setup["method"] == "qlora":
         kwargs.pop("dtype")

@@ -127,3 +127,19 @@ def test_builtin_decoder_runs_without_transformers(tiny_llama, monkeypatch, meth
     hf = run_probe(tiny_llama, {"method": method}, [16], steps=1, device="cpu")
     if method == "full":
         assert doc["model"]["params_total"] == hf["model"]["params_total"]
+
+
+@pytest.mark.parametrize("stack", ["hf", "probe"])
+def test_a_model_without_an_sdpa_path_runs_eager_as_transformers_picks(stack):
+    """Gemma 2 has no SDPA path (modeling_gemma2.py `_supports_sdpa = False`): asking
+    transformers for sdpa raised, so the probe could not measure it; the Trainer runs it
+    eager, and so does the probe now, saying so."""
+    import json
+    from pathlib import Path
+
+    config = json.loads(
+        (Path(__file__).parents[2] / "bench" / "configs" / "small-gemma2.json").read_text()
+    )
+    doc = run_probe(config, {"stack": stack, "method": "lora"}, [32], steps=1, device="cpu")
+    assert doc["results"][0]["status"] == "ok", doc["results"][0]["error"]
+    assert any("ran eager" in note for note in doc["notes"])
