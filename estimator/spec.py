@@ -166,6 +166,10 @@ class ModelSpec:
     attention_chunk: int | None = None  # LAYER_CHUNKED layers attend within chunks of this size
     attention_sinks: bool = False  # gpt-oss: a learned logit per head joins the softmax
     requires_eager: bool = False  # transformers has no SDPA path for the model (gpt-oss sinks)
+    # tanh softcapping (Gemma 2: config `attn_logit_softcapping`, `final_logit_softcapping`) of
+    # the attention scores in eager attention and of the final logits
+    attn_softcap: bool = False
+    logit_softcap: bool = False
     norms_per_layer: int = 2  # RMSNorms on the residual stream per decoder layer
     # peft's `all-linear` adapts the fused expert banks and the router (peft 0.21
     # `_convert_peft_config_moe`: model types that transformers' conversion_mapping.py

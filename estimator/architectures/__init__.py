@@ -3,9 +3,11 @@
 Shapes follow the transformers modeling files (v5.x) of each architecture: `modeling_llama.py`
 (LlamaAttention, LlamaMLP), `modeling_qwen3.py` (q_norm/k_norm), `modeling_qwen3_moe.py`,
 `modeling_qwen2_moe.py` (shared expert + sigmoid gate), `modeling_mixtral.py`,
-`modeling_gemma2.py` / `modeling_gemma3.py` (four norms per layer), `modeling_glm4.py` (four
-norms, fused gate_up_proj, q/k/v bias), `modeling_olmo2.py` / `modeling_olmo3.py` (no input norm,
-post-attention and post-feedforward norms, q_norm/k_norm over all heads), `modeling_granite.py`,
+`modeling_gemma.py` (Gemma 1: Llama's shapes, GeGLU, tied embeddings),
+`modeling_gemma2.py` / `modeling_gemma3.py` (four norms per layer, softcapping),
+`modeling_glm4.py` (four norms, fused gate_up_proj, q/k/v bias), `modeling_olmo2.py` /
+`modeling_olmo3.py` (no input norm, post-attention and post-feedforward norms, q_norm/k_norm over
+all heads), `modeling_granite.py`,
 `modeling_smollm3.py`, `modeling_phi3.py` (fused qkv_proj, gate_up_proj), `modeling_gpt2.py`
 (Conv1D c_attn/c_fc); Qwen3.5 / Qwen3-Next in `hybrid`, DeepSeek-V3 in `mla`,
 gpt-oss and Llama 4 in `moe`, vision towers in `vision`; shared builders in `parts`, attention
@@ -57,7 +59,7 @@ QK_NORM = ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_vl_text")  # per-head q_n
 QKV_BIAS = ("qwen2", "qwen2_moe", "qwen2_5_vl_text")  # q/k/v with bias, o_proj without
 # peft 0.21 adapts these types' fused experts under all-linear (transformers conversion_mapping.py)
 PEFT_FUSED_EXPERTS = ("mixtral", "qwen3_moe", "qwen3_next", "deepseek_v3")
-TIED_DEFAULT = ("gemma2", "gemma3_text", "smollm3")
+TIED_DEFAULT = ("gemma", "gemma2", "gemma3_text", "smollm3")
 # rotary tables per forward not read for these (multimodal RoPE sections): rope_width 0
 ROPE_NOT_READ = ("qwen2_5_vl_text", "qwen3_vl_text")
 
@@ -70,6 +72,37 @@ def _rope_width(c: ConfigReader, family: str, head_dim: int) -> int:
         return 0
     width = rope_width(c, head_dim, 0.5 if family == "glm4" else 1.0)
     return 2 * width if family == "gemma3_text" else width
+
+
+# config classes with tanh softcapping and their defaults (attention scores, final logits):
+# transformers 5.25.0 models/gemma2/configuration_gemma2.py:89-90 (30.0 final, 50.0 attention),
+# models/gemma3/configuration_gemma3.py (None, None)
+SOFTCAP_DEFAULTS = {"gemma2": (True, True), "gemma3_text": (False, False)}
+
+
+def _softcap(c: ConfigReader, key: str, default: bool) -> bool:
+    """Whether config `key` (a softcapping value) is on: a positive number, or absent where the
+    config class's default is one; an explicit null turns it off."""
+    if key not in c.data:
+        return default
+    value = c.data[key]
+    if value is None:
+        return False
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise EstimatorInputError(
+            c.field(key), f"expected a positive number or null, got {value!r:.60}"
+        )
+    return True
+
+
+def _softcaps(c: ConfigReader, family: str) -> dict[str, bool]:
+    if family not in SOFTCAP_DEFAULTS:
+        return {}
+    attn, final = SOFTCAP_DEFAULTS[family]
+    return {
+        "attn_softcap": _softcap(c, "attn_logit_softcapping", attn),
+        "logit_softcap": _softcap(c, "final_logit_softcapping", final),
+    }
 
 
 def _attention_bias(c: ConfigReader, family: str) -> tuple[bool, bool]:
@@ -155,6 +188,7 @@ def _decoder(c: ConfigReader, family: str) -> ModelSpec:
         norms_per_layer=per_layer,
         peft_fused_experts=family in PEFT_FUSED_EXPERTS,
         rope_width=_rope_width(c, family, head_dim),
+        **_softcaps(c, family),
     )
 
 
@@ -199,6 +233,7 @@ def _gpt2(c: ConfigReader, family: str) -> ModelSpec:
 Builder = Callable[[ConfigReader, str], ModelSpec]
 _DECODER_FAMILIES = (
     "llama",
+    "gemma",
     "mistral",
     "qwen2",
     "qwen2_moe",

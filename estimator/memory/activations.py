@@ -85,6 +85,9 @@ class Context:
     # NF4 expert banks that bitsandbytes' parametrization dequantizes per forward (`quantize_
     # experts` on a stack with `experts_dequant`): each MoE layer saves its dequantized banks
     dequantized_banks: bool = False
+    # transformers' RMSNorm of the form `output * (1.0 + self.weight.float())` in fp32
+    # (`unit_offset_norm`): a trained weight's mul saves the fp32 normalised tensor
+    unit_offset_norm: bool = False
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -141,6 +144,8 @@ class Context:
             bool(setup.quantize_experts)
             and setup.base == "nf4"
             and stack.get_optional("experts_dequant", None) == "bnb_parametrize",
+            spec.model_type in UNIT_OFFSET_NORMS
+            and not stack.get_optional("torchtune_modules", False),
         )
 
 
@@ -299,6 +304,18 @@ def _adapter_transient(setup: TrainingSetup, stream: int, adapter: int, autocast
     return 0
 
 
+# Model types whose transformers RMSNorm computes `output * (1.0 + self.weight.float())` in fp32
+# and casts after (transformers 5.25.0 models/gemma/modeling_gemma.py:73-78 GemmaRMSNorm.forward,
+# the same in gemma2 and gemma3): with the weight trained the mul saves the fp32 normalised
+# tensor, where Llama's `self.weight * hidden_states.to(dtype)` saves it in the input's dtype
+# (`rms_norm_saved`). Fake traces of the hf stack's full fine-tuning of a small Gemma 2
+# (tests/probe/test_activation_accuracy.py). qwen3_next / qwen3_5 use the same norm
+# (Qwen3_5RMSNorm) but are left out: their hybrid layer's most is in a moment after the
+# post-attention norm's backward has freed its saved tensors, which `layer_activations` does
+# not separate, and the saved-set figure already sits at their trace without this term.
+UNIT_OFFSET_NORMS = frozenset({"gemma", "gemma2", "gemma3_text"})
+
+
 @dataclass(frozen=True)
 class LayerActivations:
     """Bytes per token saved by one layer (`per_token`), plus eager attention's `per_token_seq`
@@ -313,6 +330,10 @@ class LayerActivations:
     # a second moment of the layer's backward, without `transient_per_layer` (MoE under LoRA on
     # the expert banks: the combine's temporaries before the merged weights' gradient)
     other_transient_per_token: float = 0.0
+    # eager attention's softmax backward, a moment of its own (`eager_softmax_moment`): bytes
+    # per token (negative: saved tensors already freed) and per token per sequence position
+    softmax_transient_per_token: float = 0.0
+    softmax_transient_per_token_seq: float = 0.0
 
 
 def input_reused(ctx: Context, spec: ModelSpec) -> float:
@@ -424,7 +445,8 @@ def rms_norm_saved(ctx: Context, width: int, rows: int = 1, stream: bool = False
         return norm_saved_per_row(ctx.compute_bytes, width, rows)
     if ctx.liger:  # LigerRMSNorm: X and an fp32 rstd per row (memory/liger.py)
         return liger.norm_saved(ctx.input_bytes if stream else ctx.compute_bytes, width, rows)
-    normed = FP32 if ctx.torchtune else ctx.compute_bytes  # `torchtune_modules` 3
+    # `torchtune_modules` 3; `unit_offset_norm`: the normalised tensor is fp32 there
+    normed = FP32 if ctx.torchtune or ctx.unit_offset_norm else ctx.compute_bytes
     if stream and amp_fp32_stream(ctx):
         normed = FP32
     return FP32 * width + FP32 * rows + (width * normed if ctx.full else 0)
@@ -466,9 +488,12 @@ def _attention_core(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
         saved += rms_norm_saved(ctx, q, spec.num_heads) + rms_norm_saved(ctx, kv, spec.num_kv_heads)
     per_seq = 0.0
     if ctx.eager:
-        # eager_attention_forward: repeat_kv copies, q.k^T, fp32 softmax output + bf16 copy
+        # eager_attention_forward: repeat_kv copies, q.k^T, fp32 softmax output + its copy in
+        # the query's dtype (`.to` returns the tensor itself when that is fp32)
         saved += cb * q * 3
-        per_seq = spec.num_heads * (FP32 + cb)
+        per_seq = spec.num_heads * (FP32 + (cb if cb != FP32 else 0))
+        if spec.attn_softcap:  # `/ softcap`, `tanh`, `* softcap`: tanh saves its output
+            per_seq += spec.num_heads * cb  # (models/gemma2/modeling_gemma2.py:195-198)
     else:
         # k, v repeated to the query heads before SDPA, which saves them at that width:
         # `torchtune_modules` 1, or torchtitan@9dec370 models/llama/model.py:201-202
@@ -671,9 +696,50 @@ def layer_activations(
     if moe and ctx.dequantized_banks and not ctx.expert_lora:
         per_layer += _dequantized_banks(spec)  # peft's merged banks replace them
     per_layer += ctx.weight_casts
+    softmax_tok = softmax_seq = 0.0
+    if ctx.eager and layer_type != LAYER_LINEAR and spec.mla is None and not spec.attention_sinks:
+        softmax_tok, softmax_seq = eager_softmax_moment(ctx, spec, mlp_saved)
     return LayerActivations(
-        saved, per_seq, transient, per_layer, transient_layer, input_reused(ctx, spec), other
+        saved,
+        per_seq,
+        transient,
+        per_layer,
+        transient_layer,
+        input_reused(ctx, spec),
+        other,
+        softmax_tok,
+        softmax_seq,
     )
+
+
+def eager_softmax_moment(ctx: Context, spec: ModelSpec, mlp_saved: float) -> tuple[float, float]:
+    """The layer's most under eager attention, inside the softmax's backward, relative to the
+    layer's saved tensors: (bytes per token, bytes per token per sequence position).
+    transformers 5.25.0 `eager_attention_forward` (models/llama/modeling_llama.py) runs
+    `softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)` then
+    `matmul(attn_weights, value_states)`; the backward reaches it after the MLP's, the
+    post-attention norm's and o_proj's backwards (their saved tensors freed: `mlp_saved`, the
+    norm's, o_proj's input) and after the probabilities' matmul backward, which frees the bf16
+    probabilities and the repeated values and leaves the probabilities' gradient, which
+    `.to`'s backward casts to fp32 (the engine casts a gradient to its input's dtype, torch
+    csrc/autograd/engine.cpp `validate_outputs`); `_softmax_backward_data` (torch
+    tools/autograd/derivatives.yaml `_softmax`) then writes an fp32 gradient of the scores
+    while the saved fp32 probabilities and the fp32 incoming gradient are alive: three fp32
+    (batch, heads, seq, seq) tensors where the saved set counted the fp32 and the bf16
+    probabilities (with fp32 compute `.to` returns the tensor itself: one). Besides them the
+    layer's incoming gradient (hidden-wide) and the values' gradient from the matmul backward
+    (query-wide, replacing the repeated values freed). The fake trace of small-llama's eager
+    LoRA step (2048 tokens) shows these three fp32 tensors at its peak."""
+    assert spec.num_heads and spec.head_dim
+    cb = ctx.attn_bytes or ctx.compute_bytes
+    h = spec.hidden or 0
+    q = spec.num_heads * spec.head_dim
+    probs_saved = FP32 + (cb if cb != FP32 else 0)
+    per_seq = spec.num_heads * (3 * FP32 - probs_saved)
+    freed = mlp_saved + rms_norm_saved(ctx, h, stream=True) + inputs_saved(ctx, ["o_proj"], q)
+    if spec.norms_per_layer > 2:  # the post-attention and post-feedforward norms
+        freed += 2 * rms_norm_saved(ctx, h)
+    return float(ctx.compute_bytes * h - freed), float(per_seq)
 
 
 def _shared_expert_grads(ctx: Context, spec: ModelSpec) -> float:

@@ -13,6 +13,7 @@ from estimator.stacks import load_stack
 
 if TYPE_CHECKING:
     from estimator.setup import TrainingSetup
+    from estimator.spec import ModelSpec
 
 # Liger's fused linear cross-entropy (linkedin/Liger-Kernel main ead96b61,
 # src/liger_kernel/ops/fused_linear_cross_entropy.py:68-69): chunk_size =
@@ -21,23 +22,25 @@ if TYPE_CHECKING:
 # place; :86 an fp32 loss per row.
 
 
-def loss_bytes_per_logit(compute_bytes: int, hold_output: bool) -> int:
+def loss_bytes_per_logit(compute_bytes: int, hold_output: bool, softcap: int = 0) -> int:
     """transformers `ForCausalLMLoss` (loss/loss_utils.py): `logits.float()` then
     `cross_entropy` = log_softmax (saves its fp32 output) + nll_loss.
     Forward peak: logits (compute dtype) + fp32 upcast + fp32 log-softmax output.
     Backward peak: saved log-softmax output + nll gradient + log-softmax input gradient, all
     fp32 = 12 bytes. The bf16 logits stay alive only if the caller holds the model output
-    (HF Trainer drops it before backward). With fp32 compute the upcast is a no-op."""
-    return max(
-        loss_forward_bytes_per_logit(compute_bytes, hold_output),
-        3 * FP32 + (compute_bytes if hold_output else 0),
-    )
+    (HF Trainer drops it before backward). With fp32 compute the upcast is a no-op.
+    `softcap`: bytes per logit of the softcap's saved tanh output (`final_logit_softcap`), one
+    more logits-sized tensor through the loss's forward and backward."""
+    held = (compute_bytes if hold_output else 0) + softcap
+    return max(loss_forward_bytes_per_logit(compute_bytes, hold_output, softcap), 3 * FP32 + held)
 
 
-def loss_forward_bytes_per_logit(compute_bytes: int, hold_output: bool) -> int:
-    """The forward half of `loss_bytes_per_logit`: logits + fp32 upcast + fp32 log-softmax."""
+def loss_forward_bytes_per_logit(compute_bytes: int, hold_output: bool, softcap: int = 0) -> int:
+    """The forward half of `loss_bytes_per_logit`: logits + fp32 upcast + fp32 log-softmax
+    (+ the held model output, + the softcap's saved tanh output)."""
     upcast = 0 if compute_bytes == FP32 else FP32
-    return compute_bytes + upcast + FP32 + (compute_bytes if hold_output else 0)
+    held = (compute_bytes if hold_output else 0) + softcap
+    return compute_bytes + upcast + FP32 + held
 
 
 def loss_parallel_bytes_per_logit(compute_bytes: int, hold_output: bool) -> int:
@@ -108,8 +111,11 @@ def loss_free_fraction(setup: TrainingSetup) -> float | None:
     return None if fraction is None else float(fraction)
 
 
-def loss_rule(setup: TrainingSetup, profile: Profile, logit_dtype: int) -> LossRule:
-    """The `LossRule` of `setup` under `profile` with logits in `logit_dtype` bytes."""
+def loss_rule(
+    setup: TrainingSetup, profile: Profile, logit_dtype: int, softcap: int = 0
+) -> LossRule:
+    """The `LossRule` of `setup` under `profile` with logits in `logit_dtype` bytes;
+    `softcap`: bytes per logit of the softcapped logits' saved tanh (`final_logit_softcap`)."""
     stack = load_stack(setup.stack)
     compiled = bool(setup.compile) and setup.loss in (stack.get("loss_compiled") or ())
     fixed_chunked = profile.get("memory", "chunked_logits_fixed_bytes")
@@ -119,7 +125,9 @@ def loss_rule(setup: TrainingSetup, profile: Profile, logit_dtype: int) -> LossR
         loss=setup.loss,
         compiled=compiled,
         per_logit=profile.get("memory", "logits_bytes_per_logit")
-        or loss_bytes_per_logit(logit_dtype, bool(profile.get("memory", "hold_model_output"))),
+        or loss_bytes_per_logit(
+            logit_dtype, bool(profile.get("memory", "hold_model_output")), softcap
+        ),
         fixed_chunked=fixed_chunked,
         num_chunks=num_chunks,
         chunk=setup.loss_chunk or 4096,
@@ -130,6 +138,26 @@ def loss_rule(setup: TrainingSetup, profile: Profile, logit_dtype: int) -> LossR
         torchtune_eager=chunked_output and not (compiled or fixed_chunked),
         torchtune_backward=chunked_output and not compiled,
     )
+
+
+def final_logit_softcap(spec: ModelSpec, setup: TrainingSetup, logit_dtype: int) -> int:
+    """Bytes per logit of the saved tanh output where the loss softcaps the logits of a model
+    that softcaps (`spec.logit_softcap`): tanh saves its output (torch
+    tools/autograd/derivatives.yaml `tanh: tanh_backward(grad, result)`). `full` on a stack
+    running transformers' forward (its `final_logit_softcap` fact): `logits / cap`, `tanh`,
+    `* cap` on the model's logits (transformers 5.25.0 models/gemma2/modeling_gemma2.py:520-523),
+    in their dtype; TRL's chunked loss (`loss_upcasts_head`) softcaps each chunk's fp32 logits
+    itself (trl v1.9.0 trl/trainer/sft_trainer.py:106-107, the model's
+    `final_logit_softcapping` read at :263); 0 elsewhere (Liger, Cut Cross-Entropy and
+    Unsloth make their logits inside their kernels; torchtune's and torchtitan's modules)."""
+    if not spec.logit_softcap:
+        return 0
+    stack = load_stack(setup.stack)
+    if setup.loss == "full" and stack.get_optional("final_logit_softcap", False):
+        return logit_dtype
+    if setup.loss == "chunked" and stack.get("loss_upcasts_head"):
+        return FP32
+    return 0
 
 
 def chunked_output_loss_bytes(

@@ -18,6 +18,7 @@ from estimator.memo import Memo, setup_key
 from estimator.memory import torchtitan
 from estimator.memory.activations import (
     Context,
+    LayerActivations,
     autocast_forward_casts,
     frozen_head_cast,
     head_input_saved,
@@ -40,6 +41,7 @@ from estimator.memory.fragmentation import (
 )
 from estimator.memory.logits import (
     LossRule,
+    final_logit_softcap,
     logits_bytes,
     loss_backward_activations,
     loss_bytes_per_logit,
@@ -358,16 +360,7 @@ def _layer_terms(f: _Fixed, spec: ModelSpec, tokens: Any, seq: Any) -> tuple[Any
             )
             - tokens * f.first_norm_unsaved
         )
-        recompute = np.max(
-            [
-                np.maximum(
-                    a.transient_per_token * tokens + a.transient_per_layer,
-                    a.other_transient_per_token * tokens,
-                )
-                for a, _ in acts
-            ],
-            axis=0,
-        )
+        recompute = np.max([_layer_transient(a, tokens, seq) for a, _ in acts], axis=0)
         held, dequant = f.dequant
         if dequant:  # torchao's NF4 dequantization (memory/dequant.py)
             recompute = np.maximum(recompute, tokens * held + dequant)
@@ -574,7 +567,8 @@ def _fixed(spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, amp:
     head_grad = head_cast = 0.0
     head_input = None
     per_logit: tuple[Any, Any] = (0.0, 0.0)
-    loss = loss_rule(setup, profile, logit_dtype)
+    softcap = final_logit_softcap(spec, setup, logit_dtype)
+    loss = loss_rule(setup, profile, logit_dtype, softcap)
     if vocab and h:
         if sharding == "none":
             grad_sizes = grad_tensor_sizes(spec, setup, states)
@@ -585,8 +579,8 @@ def _fixed(spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, amp:
             head_input = head_input_saved(ctx, spec, setup.loss)
         hold = bool(profile.get("memory", "hold_model_output"))
         per_logit = (
-            loss_forward_bytes_per_logit(logit_dtype, hold),
-            loss_bytes_per_logit(logit_dtype, hold),
+            loss_forward_bytes_per_logit(logit_dtype, hold, softcap),
+            loss_bytes_per_logit(logit_dtype, hold, softcap),
         )
     grads, step = _sharded_grads_and_step(states, sharding, n)
     count_slack = bool(profile.get("memory", "count_allocator_slack"))
@@ -821,6 +815,22 @@ def _recompute_rule(
     )
 
 
+def _layer_transient(a: LayerActivations, tokens: Any, seq: Any) -> Any:
+    """The larger of a layer's backward moments beyond its saved tensors: the MLP's (with
+    `transient_per_layer`), a second one (`other_transient_per_token`) and eager attention's
+    softmax backward (`activations.eager_softmax_moment`)."""
+    transient = np.maximum(
+        a.transient_per_token * tokens + a.transient_per_layer,
+        a.other_transient_per_token * tokens,
+    )
+    if not a.softmax_transient_per_token_seq:
+        return transient
+    softmax = (
+        a.softmax_transient_per_token * tokens + a.softmax_transient_per_token_seq * tokens * seq
+    )
+    return np.maximum(transient, softmax)
+
+
 def _recompute_peak(f: _Fixed, tokens: Any, seq: Any) -> Any:
     """`saved_tensors`: the worst layer's saved activations (rebuilt by the recompute, less
     what is the checkpoint itself, `checkpoint_reused`) plus its backward transient (the larger
@@ -834,10 +844,7 @@ def _recompute_peak(f: _Fixed, tokens: Any, seq: Any) -> Any:
     worst = tokens * 0.0
     held, peak = f.dequant
     for a, _ in f.acts:
-        transient = np.maximum(
-            a.transient_per_token * tokens + a.transient_per_layer,
-            a.other_transient_per_token * tokens,
-        )
+        transient = _layer_transient(a, tokens, seq)
         if peak:
             transient = np.maximum(transient, tokens * held + peak)
         worst = np.maximum(

@@ -79,6 +79,7 @@ OPTIONAL_FACTS = (
     "offload_holds_output",
     "loss_target_free_fraction",
     "experts_dequant",
+    "final_logit_softcap",
 )
 
 

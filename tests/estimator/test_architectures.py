@@ -118,6 +118,7 @@ TINY = {
         "num_local_experts": 4,
         "num_experts_per_tok": 2,
     },
+    "gemma": {**_BASE, "head_dim": 16},
     "gemma2": {
         "hidden_size": 64,
         "intermediate_size": 160,
@@ -426,6 +427,7 @@ def test_multimodal_text_and_vision_equal_transformers(model_type: str) -> None:
 
 
 NEW_FAMILIES = [
+    "gemma",
     "qwen2_moe",
     "olmo2",
     "olmo3",
