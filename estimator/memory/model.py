@@ -359,6 +359,7 @@ def _layer_terms(f: _Fixed, spec: ModelSpec, tokens: Any, seq: Any) -> tuple[Any
                 for a, count in acts
             )
             - tokens * f.first_norm_unsaved
+            + sdpa_mask_copies(f.mask, seq, f.mask[4])
         )
         recompute = np.max([_layer_transient(a, tokens, seq) for a, _ in acts], axis=0)
         held, dequant = f.dequant
@@ -379,6 +380,8 @@ def _layer_terms(f: _Fixed, spec: ModelSpec, tokens: Any, seq: Any) -> tuple[Any
     checkpoints = (
         checkpoints / f.layer_split + mask_bytes(f.mask, seq, tokens) + f.rope_per_position * seq
     )
+    if f.checkpointing != "none":  # the recomputed layer's copy
+        recompute = recompute + sdpa_mask_copies(f.mask, seq, min(f.mask[4], 1))
     recompute = recompute + f.tied_head_grad
     return checkpoints, recompute, host / f.layer_split, fwd_cache
 
@@ -427,7 +430,7 @@ class _Fixed:
     checkpointing: str
     offload_layers: float | None  # offloaded checkpoints: the layers kept on the GPU in flight
     recompute_mlp: tuple[float, int, int, float] | None  # `_recompute_peak`'s hand rule
-    mask: tuple[int, int, int]  # `mask_rule`
+    mask: MaskRule  # `mask_rule`
     loss: LossRule  # what the loss's terms read (memory/logits.py)
     loss_hole: bool  # fragmentation.py `leaves_loss_hole`
     casts: float  # `autocast_forward_casts`
@@ -604,7 +607,7 @@ def _fixed(spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, amp:
         checkpointing=setup.checkpointing,
         offload_layers=layers_in_flight,
         recompute_mlp=_recompute_rule(spec, setup, profile, cb),
-        mask=mask_rule(spec, setup, ctx) if ctx is not None else (0, 0, 0),
+        mask=mask_rule(spec, setup, ctx) if ctx is not None else NO_MASKS,
         loss=loss,
         loss_hole=leaves_loss_hole(setup, profile, logit_dtype),
         casts=casts,
@@ -651,34 +654,60 @@ def _fixed(spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, amp:
     )
 
 
-def mask_rule(spec: ModelSpec, setup: TrainingSetup, ctx: Context) -> tuple[int, int, int]:
-    """The masks `mask_bytes` counts: (eager attention's mask kinds, bytes per element of
-    them, the sliding window of SDPA's boolean mask); zeros where none is built."""
+MaskRule = tuple[int, int, int, int, int]
+NO_MASKS: MaskRule = (0, 0, 0, 0, 0)
+
+
+def mask_rule(spec: ModelSpec, setup: TrainingSetup, ctx: Context) -> MaskRule:
+    """The masks `mask_bytes` and `sdpa_mask_copies` count: (eager attention's mask kinds,
+    bytes per element of them, the sliding window of SDPA's boolean mask, bytes per element of
+    the copy SDPA makes of it, the layers that get it); zeros where none is built."""
     if setup.attention == "flash" or not load_stack(setup.stack).get("materialised_masks"):
-        return 0, 0, 0
+        return NO_MASKS
     window = spec.sliding_window
     # Mistral builds a sliding mask for every layer when config.sliding_window is set
     # (transformers 5.24.0 models/mistral/modeling_mistral.py:355)
-    sliding = bool(window) and (LAYER_SLIDING in spec.layer_types or spec.model_type == "mistral")
+    every_layer = spec.model_type == "mistral"
+    sliding = bool(window) and (LAYER_SLIDING in spec.layer_types or every_layer)
     if ctx.eager:
         kinds = 1 + (1 if sliding and any(t != LAYER_SLIDING for t in spec.layer_types) else 0)
-        return kinds, ctx.attn_bytes or ctx.compute_bytes, 0
-    return 0, 0, (window or 0) if sliding else 0
+        return kinds, ctx.attn_bytes or ctx.compute_bytes, 0, 0, 0
+    if not sliding:
+        return NO_MASKS
+    layers = spec.layers if every_layer else spec.count_layers(LAYER_SLIDING)
+    return 0, 0, window or 0, ctx.attn_bytes or ctx.compute_bytes, layers or 0
 
 
-def mask_bytes(rule: tuple[int, int, int], seq: Any, tokens: Any) -> Any:
-    """The attention mask transformers builds when SDPA cannot use `is_causal`: a sliding
-    window shorter than the sequence (transformers 5.24.0 masking_utils.py:286-287) gives a
+def sdpa_mask_copies(rule: MaskRule, seq: Any, layers: Any) -> Any:
+    """The additive copies SDPA makes of a boolean mask, `layers` of them alive at once: torch
+    aten/src/ATen/native/transformers/attention.cpp `scaled_dot_product_attention` converts a
+    boolean `attn_mask` to the query's dtype (`convert_boolean_attn_mask`: 0 and -inf, the
+    mask's (1, 1, s, s) shape) before choosing the kernel, and the memory-efficient kernel a
+    masked call runs saves it as `attn_bias` for its backward (tools/autograd/
+    derivatives.yaml `_scaled_dot_product_efficient_attention`): one per layer that gets the
+    sliding mask, kept by every such layer without checkpointing, by the recomputed layer
+    with it. A CPU trace of a 2- and a 4-layer Gemma 3 (window 128, 1024 tokens) holds one
+    bf16 (1, 1, 1024, 1024) copy per layer."""
+    _, _, window, per_element, _ = rule
+    if not per_element:
+        return seq * 0.0
+    return np.where(seq >= window, seq * seq * float(per_element), 0.0) * layers
+
+
+def mask_bytes(rule: MaskRule, seq: Any, tokens: Any) -> Any:
+    """The attention mask transformers builds when SDPA cannot use `is_causal`: a sequence as
+    long as the sliding window or longer (transformers 5.25.0 masking_utils.py:286,
+    `kv_length >= local_attention_size`) gives a
     boolean (1, 1, s, s) mask, broadcast over the batch (:530-539); eager attention adds the
     mask in the compute dtype, materialised per row, for every mask kind (masking_utils
     eager_mask). Made once per forward and alive through the backward (every checkpointed
     layer holds it as an input). Flash attention takes the window natively: none. `rule`:
     `mask_rule`."""
-    kinds, per_element, window = rule
+    kinds, per_element, window, _, _ = rule
     if kinds:
         return kinds * tokens * seq * per_element
     if window:
-        return np.where(seq > window, seq * seq * 1.0, 0.0)
+        return np.where(seq >= window, seq * seq * 1.0, 0.0)
     return seq * 0.0
 
 
@@ -895,6 +924,7 @@ def _evaluation(f: _Fixed, spec: ModelSpec, seq: Any, tokens: Any) -> dict[str, 
     if dequant:
         layer = layer + eval_tokens * held + dequant
     layer = layer + mask_bytes(f.mask, seq, eval_tokens)
+    layer = layer + sdpa_mask_copies(f.mask, seq, min(f.mask[4], 1))  # during its SDPA call
     layer_casts, head_cast = f.eval_casts
     resident = {"weights": zero + f.weights, "trainable_states": zero + f.trainable - f.grads}
     return eval_parts(resident, zero + loss + head_cast + layer_casts, zero + layer + layer_casts)
