@@ -85,9 +85,9 @@ class Context:
     # NF4 expert banks that bitsandbytes' parametrization dequantizes per forward (`quantize_
     # experts` on a stack with `experts_dequant`): each MoE layer saves its dequantized banks
     dequantized_banks: bool = False
-    # transformers' RMSNorm of the form `output * (1.0 + self.weight.float())` in fp32
-    # (`unit_offset_norm`): a trained weight's mul saves the fp32 normalised tensor
-    unit_offset_norm: bool = False
+    # transformers' RMSNorm multiplies the weight into the fp32 normalised tensor
+    # (`FP32_PRODUCT_NORMS`): a trained weight's mul saves that fp32 tensor
+    norm_product_fp32: bool = False
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -144,7 +144,7 @@ class Context:
             bool(setup.quantize_experts)
             and setup.base == "nf4"
             and stack.get_optional("experts_dequant", None) == "bnb_parametrize",
-            spec.model_type in UNIT_OFFSET_NORMS
+            spec.model_type in FP32_PRODUCT_NORMS
             and not stack.get_optional("torchtune_modules", False),
         )
 
@@ -304,16 +304,18 @@ def _adapter_transient(setup: TrainingSetup, stream: int, adapter: int, autocast
     return 0
 
 
-# Model types whose transformers RMSNorm computes `output * (1.0 + self.weight.float())` in fp32
-# and casts after (transformers 5.25.0 models/gemma/modeling_gemma.py:73-78 GemmaRMSNorm.forward,
-# the same in gemma2 and gemma3): with the weight trained the mul saves the fp32 normalised
-# tensor, where Llama's `self.weight * hidden_states.to(dtype)` saves it in the input's dtype
-# (`rms_norm_saved`). Fake traces of the hf stack's full fine-tuning of a small Gemma 2
-# (tests/probe/test_activation_accuracy.py). qwen3_next / qwen3_5 use the same norm
+# Model types whose transformers RMSNorm multiplies its weight into the fp32 normalised tensor
+# and casts after: Gemma's `output * (1.0 + self.weight.float())` (transformers 5.25.0
+# models/gemma/modeling_gemma.py:73-78, the same in gemma2 and gemma3), OLMo 2's
+# `(self.weight * hidden_states).to(input_dtype)` (models/olmo2/modeling_olmo2.py Olmo2RMSNorm,
+# the same in olmo3). With the weight trained the mul saves the fp32 normalised tensor, where
+# Llama's `self.weight * hidden_states.to(input_dtype)` saves it in the input's dtype
+# (`rms_norm_saved`). Fake traces of the hf stack's full fine-tuning of small Gemma 2 and OLMo 2
+# models (tests/probe/test_activation_accuracy.py). qwen3_next / qwen3_5 use Gemma's norm
 # (Qwen3_5RMSNorm) but are left out: their hybrid layer's most is in a moment after the
 # post-attention norm's backward has freed its saved tensors, which `layer_activations` does
 # not separate, and the saved-set figure already sits at their trace without this term.
-UNIT_OFFSET_NORMS = frozenset({"gemma", "gemma2", "gemma3_text"})
+FP32_PRODUCT_NORMS = frozenset({"gemma", "gemma2", "gemma3_text", "olmo2", "olmo3"})
 
 
 @dataclass(frozen=True)
@@ -445,8 +447,8 @@ def rms_norm_saved(ctx: Context, width: int, rows: int = 1, stream: bool = False
         return norm_saved_per_row(ctx.compute_bytes, width, rows)
     if ctx.liger:  # LigerRMSNorm: X and an fp32 rstd per row (memory/liger.py)
         return liger.norm_saved(ctx.input_bytes if stream else ctx.compute_bytes, width, rows)
-    # `torchtune_modules` 3; `unit_offset_norm`: the normalised tensor is fp32 there
-    normed = FP32 if ctx.torchtune or ctx.unit_offset_norm else ctx.compute_bytes
+    # `torchtune_modules` 3; `norm_product_fp32`: the normalised tensor is fp32 there
+    normed = FP32 if ctx.torchtune or ctx.norm_product_fp32 else ctx.compute_bytes
     if stream and amp_fp32_stream(ctx):
         normed = FP32
     return FP32 * width + FP32 * rows + (width * normed if ctx.full else 0)
@@ -501,6 +503,10 @@ def _attention_core(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
         # (`F.scaled_dot_product_attention(xq, xk, xv, ...)`) (`sdpa_repeats_kv`)
         kv_saved = q if ctx.torchtune or ctx.repeats_kv else kv
         saved += cb * (q + 2 * kv_saved) + cb * q + FP32 * spec.num_heads  # q, k, v, out, lse
+        if kv_saved == kv and any(t.name == "qkv_proj" for t in spec.linears):
+            # a fused qkv_proj's v is a slice view of its output (transformers 5.25.0
+            # models/phi3/modeling_phi3.py:219-223): the v SDPA saves keeps the whole output
+            saved += cb * (q + kv)
     if spec.attn_output_gate:
         saved += 2 * cb * q  # sigmoid(gate) and the attention output kept by the gating mul
     qkv, h = ["q_proj", "k_proj", "v_proj", "qkv_proj"], spec.hidden or 0
@@ -676,6 +682,7 @@ def layer_activations(
         transient += ctx.adapter_each * width  # d(adapter-dtype copy of down's input), cast
     if mlp_type != MLP_MOE:
         transient = max(transient, _forward_transient(ctx, spec))
+    transient = max(transient, trailing_norm_transient(ctx, spec, grad))
     per_layer = transient_layer = other = 0.0
     if moe and ctx.liger and liger.fused_experts(spec):
         # LigerFusedMoEFunction's backward buffers and its banks' gradients (memory/liger.py);
@@ -697,7 +704,7 @@ def layer_activations(
         per_layer += _dequantized_banks(spec)  # peft's merged banks replace them
     per_layer += ctx.weight_casts
     softmax_tok = softmax_seq = 0.0
-    if ctx.eager and layer_type != LAYER_LINEAR and spec.mla is None and not spec.attention_sinks:
+    if ctx.eager and layer_type != LAYER_LINEAR and spec.mla is None:
         softmax_tok, softmax_seq = eager_softmax_moment(ctx, spec, mlp_saved)
     return LayerActivations(
         saved,
@@ -710,6 +717,34 @@ def layer_activations(
         softmax_tok,
         softmax_seq,
     )
+
+
+# decoder layers that end in a norm of the MLP's output (OLMo 2/3: post-attention and
+# post-feedforward norms only, transformers 5.25.0 models/olmo2/modeling_olmo2.py
+# Olmo2DecoderLayer.forward; the four-norm families: spec.norms_per_layer > 2)
+POST_NORM_MODEL_TYPES = ("olmo2", "olmo3")
+# fp32 tensors of one hidden width that an HF RMSNorm's backward makes and holds at once: the
+# product's input gradient, then the mean's (`div`), the power's (`pow`, `mul` by 2) and their
+# product (torch tools/autograd/derivatives.yaml `pow`, `mean`, `rsqrt`, `mul`), measured on
+# transformers' LlamaRMSNorm, Gemma2RMSNorm and Olmo2RMSNorm (bf16 input, trained or frozen
+# weight): 20 bytes per element
+NORM_BACKWARD_FP32_TENSORS = 5
+
+
+def trailing_norm_transient(ctx: Context, spec: ModelSpec, grad: float) -> float:
+    """Bytes per token alive besides the saved tensors when the layer's backward starts in a
+    norm of the MLP's output (`POST_NORM_MODEL_TYPES`, four-norm layers): the incoming
+    gradient (`grad`) and the norm backward's fp32 temporaries, while every other saved tensor
+    of the layer is still alive (a pre-norm layer's norms run their backward after the MLP's
+    has freed its tensors). The temporaries peak in the power's backward, after the weight's
+    mul has run its backward and released the normalised tensor it saved (a trained weight's,
+    `rms_norm_saved`). Liger's and torch's fused RMSNorm backwards are kernels (0)."""
+    trailing = spec.norms_per_layer > 2 or spec.model_type in POST_NORM_MODEL_TYPES
+    if not trailing or ctx.liger or ctx.torch_norm or ctx.fused or ctx.torchtune:
+        return 0.0
+    h = spec.hidden or 0
+    released = (FP32 if ctx.norm_product_fp32 else ctx.compute_bytes) if ctx.full else 0
+    return grad + (NORM_BACKWARD_FP32_TENSORS * FP32 - released) * h
 
 
 def eager_softmax_moment(ctx: Context, spec: ModelSpec, mlp_saved: float) -> tuple[float, float]:
@@ -736,6 +771,12 @@ def eager_softmax_moment(ctx: Context, spec: ModelSpec, mlp_saved: float) -> tup
     q = spec.num_heads * spec.head_dim
     probs_saved = FP32 + (cb if cb != FP32 else 0)
     per_seq = spec.num_heads * (3 * FP32 - probs_saved)
+    if spec.attention_sinks:
+        # gpt-oss (models/gpt_oss/modeling_gpt_oss.py:241-251): the softmax runs in the compute
+        # dtype and saves only its output; the slice dropping the sink column has a backward
+        # that writes the gradient into a zero (.., s + 1) tensor, which the softmax's backward
+        # reads while writing its own: three such tensors where one was saved
+        per_seq = spec.num_heads * 2 * cb
     freed = mlp_saved + rms_norm_saved(ctx, h, stream=True) + inputs_saved(ctx, ["o_proj"], q)
     if spec.norms_per_layer > 2:  # the post-attention and post-feedforward norms
         freed += 2 * rms_norm_saved(ctx, h)
