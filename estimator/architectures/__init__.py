@@ -95,14 +95,27 @@ def _softcap(c: ConfigReader, key: str, default: bool) -> bool:
     return True
 
 
-def _softcaps(c: ConfigReader, family: str) -> dict[str, bool]:
+def _softcaps(c: ConfigReader, family: str) -> dict[str, Any]:
+    """The spec's softcapping fields and a model note saying what they add."""
     if family not in SOFTCAP_DEFAULTS:
         return {}
-    attn, final = SOFTCAP_DEFAULTS[family]
-    return {
-        "attn_softcap": _softcap(c, "attn_logit_softcapping", attn),
-        "logit_softcap": _softcap(c, "final_logit_softcapping", final),
-    }
+    attn_default, final_default = SOFTCAP_DEFAULTS[family]
+    attn = _softcap(c, "attn_logit_softcapping", attn_default)
+    final = _softcap(c, "final_logit_softcapping", final_default)
+    said = []
+    if attn:
+        said.append(
+            "attn_logit_softcapping: eager attention keeps tanh's output of the scores in "
+            "every layer, and transformers has no SDPA path for it"
+            if family == "gemma2"
+            else "attn_logit_softcapping: eager attention keeps tanh's output of the scores"
+        )
+    if final:
+        said.append(
+            "final_logit_softcapping: the full loss holds tanh's output of every logit, TRL's "
+            "chunked loss of each chunk's"
+        )
+    return {"attn_softcap": attn, "logit_softcap": final, "notes": tuple(said)}
 
 
 def _attention_bias(c: ConfigReader, family: str) -> tuple[bool, bool]:

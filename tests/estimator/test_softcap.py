@@ -77,3 +77,9 @@ def test_eager_attention_keeps_the_tanh_output_of_every_layer() -> None:
     added = float(both[0].components["checkpoints"][0] - both[1].components["checkpoints"][0])
     # tanh's bf16 output, (batch, heads, seq, seq), saved in each of the layers
     assert added == CONFIG["num_hidden_layers"] * CONFIG["num_attention_heads"] * seq * seq * 2
+
+
+def test_the_model_notes_say_what_softcapping_adds() -> None:
+    notes = " ".join(_spec().notes)
+    assert "attn_logit_softcapping" in notes and "final_logit_softcapping" in notes
+    assert not _spec(attn_logit_softcapping=None, final_logit_softcapping=None).notes
