@@ -216,7 +216,43 @@ def _has_expert_banks(spec: ModelSpec) -> bool:
     return any(lin.experts > 1 for lin in spec.linears)
 
 
+# nn.Linear subclasses whose forward returns a tuple: peft wraps them as any Linear and its
+# LoRA forward reads `result.dtype` of the base layer's output (peft 0.21.2
+# tuners/lora/layer.py:1089), which fails on the first step. Llama 4's router
+# (transformers 5.25.0 models/llama4/modeling_llama4.py:145-156 `Llama4Router(nn.Linear)`
+# returns (router_scores, router_logits)); checked by building the model with
+# target_modules="all-linear" and running one forward.
+TUPLE_LINEARS = {"llama4_text": "router", "llama4": "router"}
+
+
 def lora_targets(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
+    """The Linear kinds that get adapters; a setup that adapts a Linear peft cannot run
+    (`TUPLE_LINEARS`) is an error naming the target list."""
+    chosen = _lora_targets(spec, setup)
+    bad = TUPLE_LINEARS.get(spec.model_type)
+    if bad and any(lin.name == bad for lin in chosen):
+        named = list(dict.fromkeys(lin.name for lin in chosen if lin.name != bad))
+        raise EstimatorInputError(
+            "setup.lora_targets",
+            f"these targets adapt {spec.model_type}'s {bad!r}, an nn.Linear whose forward "
+            "returns a tuple; peft's LoRA forward fails on it at the first step (peft 0.21.2 "
+            "tuners/lora/layer.py:1089 `result.dtype`); name the projections instead, e.g. "
+            + ",".join(named),
+        )
+    return chosen
+
+
+def runnable_targets(spec: ModelSpec, setup: TrainingSetup) -> TrainingSetup:
+    """`setup` with all-linear spelled as the Linear names peft can adapt on this model (every
+    one but a `TUPLE_LINEARS` entry); other setups unchanged."""
+    bad = TUPLE_LINEARS.get(spec.model_type)
+    if not bad or not setup.is_adapter or "all-linear" not in setup.lora_targets:
+        return setup
+    names = [lin.name for lin in _lora_targets(spec, setup) if lin.name != bad]
+    return setup.model_copy(update={"lora_targets": list(dict.fromkeys(names))})
+
+
+def _lora_targets(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
     """The Linear kinds that get adapters. Unknown target names are an error naming them.
 
     `all-linear` on an MoE model follows peft 0.21 with transformers v5: its weight-conversion

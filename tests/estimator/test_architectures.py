@@ -441,6 +441,13 @@ NEW_FAMILIES = [
 ]
 
 
+# Llama 4's router is an nn.Linear whose forward returns a tuple: peft adapts it under
+# all-linear and fails at the first forward (estimator.lora.TUPLE_LINEARS); compared by name
+NAMED_TARGETS = {
+    "llama4_text": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+}
+
+
 @pytest.mark.parametrize("model_type", NEW_FAMILIES)
 def test_new_families_all_linear_lora_matches_peft(model_type: str) -> None:
     torch = pytest.importorskip("torch")
@@ -449,14 +456,38 @@ def test_new_families_all_linear_lora_matches_peft(model_type: str) -> None:
     from estimator.lora import lora_params
     from estimator.setup import TrainingSetup
 
+    targets = NAMED_TARGETS.get(model_type)
     config = transformers.CONFIG_MAPPING[model_type](**TINY[model_type])
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
-        wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules="all-linear"))
+        wrapped = peft.get_peft_model(
+            model, peft.LoraConfig(r=4, target_modules=targets or "all-linear")
+        )
     expected = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
     spec = spec_from_config(config.to_dict())
-    setup = TrainingSetup(method="lora", lora_rank=4, lora_targets=["all-linear"])
+    setup = TrainingSetup(method="lora", lora_rank=4, lora_targets=targets or ["all-linear"])
     assert lora_params(spec, setup) == expected
+
+
+def test_llama4_all_linear_fails_in_peft_and_is_refused() -> None:
+    """peft 0.21.2 adapts Llama4Router (an nn.Linear returning a tuple) under all-linear and its
+    LoRA forward fails on the tuple; trainfit refuses the targets, naming the field. If a
+    release fixes this, the first half fails: drop the rule (estimator.lora.TUPLE_LINEARS)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    from estimator.lora import lora_targets
+    from estimator.setup import TrainingSetup
+
+    config = transformers.CONFIG_MAPPING["llama4_text"](**TINY["llama4_text"])
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules="all-linear"))
+    with pytest.raises(AttributeError, match="dtype"):
+        wrapped(input_ids=torch.tensor([[3, 4, 5]]))
+    spec = spec_from_config(config.to_dict())
+    with pytest.raises(EstimatorInputError) as err:
+        lora_targets(spec, TrainingSetup(method="lora", lora_targets=["all-linear"]))
+    assert err.value.field == "setup.lora_targets" and "router" in str(err.value)
 
 
 # Presets of the new families: published totals, and transformers on the meta device.

@@ -121,10 +121,11 @@ def test_scalar_verdict_is_the_vectorised_rule() -> None:
 @pytest.mark.parametrize("preset", ["qwen3.5-27b", "llama-4-scout", "gpt-oss-20b", "deepseek-v3"])
 @pytest.mark.parametrize("setup", SETUPS)
 def test_flops_totals_are_step_flops_totals(preset: str, setup: dict) -> None:
+    from estimator.lora import runnable_targets
     from estimator.time.flops import step_flops, step_flops_totals
 
     spec = resolve_model(ModelInput(preset=preset))
-    ts = TrainingSetup.model_validate(setup)
+    ts = runnable_targets(spec, TrainingSetup.model_validate(setup))  # Llama 4's router
     for seq, batch in ((1, 1), (4096, 3), (131072, 1)):
         full = step_flops(spec, ts, seq, batch)
         assert tuple(step_flops_totals(spec, ts, seq, batch)) == (full.total, full.model_flops)
