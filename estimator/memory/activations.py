@@ -630,8 +630,10 @@ def layer_activations(
     same tensor to both branches, torch tools/autograd/derivatives.yaml `add.Tensor`: `self:
     grad`, `other: maybe_multiply(grad, alpha)`, which returns `grad` itself for alpha 1) plus
     the SwiGLU backward's MLP-wide gradients: d(down input), d(silu out) and d(up out) are
-    alive together, but by then autograd has freed down_proj's saved input, so the net is two
-    MLP-wide tensors; an fp32 adapter on down_proj adds the gradient of its fp32 input copy.
+    alive together; where down_proj saved its input (trained, or adapted: lora_A's input) the
+    backward has freed it by then, so the net is two MLP-wide tensors, else three (a frozen,
+    unadapted down projection or frozen expert banks save no input: `_mlp_backward_tensors`);
+    an fp32 adapter on down_proj adds the gradient of its fp32 input copy.
     The incoming gradient has the layer output's dtype (torch/csrc/autograd/engine.cpp
     `validate_outputs` casts each gradient to its input's metadata dtype): fp32 under AMP full
     fine-tuning, whose residual stream is fp32 (`input_bytes`); counted so for an MoE block,
@@ -676,7 +678,7 @@ def layer_activations(
     grad = (ctx.input_bytes if moe else cb) * h
     grad += ctx.held_output * h  # the recomputed output a reentrant checkpoint keeps (`Context`)
     # Liger's SwiGLU backward writes d(gate), d(up) into its saved gate / up (memory/liger.py)
-    mlp_grads = 0 if ctx.liger and not moe else 2
+    mlp_grads = 0 if ctx.liger and not moe else _mlp_backward_tensors(ctx, moe)
     transient = grad + mlp_grads * (expert_bytes(ctx, spec) if moe else cb) * width
     if not ctx.full and "down_proj" in ctx.targets and ctx.adapter_each not in (0, cb):
         transient += ctx.adapter_each * width  # d(adapter-dtype copy of down's input), cast
@@ -781,6 +783,21 @@ def eager_softmax_moment(ctx: Context, spec: ModelSpec, mlp_saved: float) -> tup
     if spec.norms_per_layer > 2:  # the post-attention and post-feedforward norms
         freed += 2 * rms_norm_saved(ctx, h)
     return float(ctx.compute_bytes * h - freed), float(per_seq)
+
+
+def _mlp_backward_tensors(ctx: Context, moe: bool) -> int:
+    """MLP-wide tensors the SwiGLU backward adds at its most (`layer_activations`): d(down
+    input), d(silu out), d(up out), less the down projection's saved input, which its backward
+    has released by then where it saved one (a trained projection or bank, peft's lora_A on
+    down_proj). A frozen projection saves no input (torch's autograd saves a matmul's input only
+    for the weight's gradient): fake traces of the hf stack's attention-only LoRA (small-llama:
+    -4.6 % with two; Mixtral's frozen expert banks, the grouped_mm backward measured alone: three
+    MLP-wide tensors beyond its forward's saved ones)."""
+    if moe:
+        down_saved = ctx.full or ctx.expert_lora
+    else:
+        down_saved = ctx.full or "down_proj" in ctx.targets or "mlp.c_proj" in ctx.targets
+    return 2 if down_saved else 3
 
 
 def _shared_expert_grads(ctx: Context, spec: ModelSpec) -> float:
