@@ -168,6 +168,16 @@ def test_gemma2_runs_eager_attention_under_transformers() -> None:
     assert acts.per_token_seq > 0
 
 
+def test_gemma2_runs_its_own_eager_attention_under_torchtune() -> None:
+    """torchtune 0.6.1's Gemma2Attention computes the softcapped scores itself
+    (models/gemma2/_attention.py:299-341); every other torchtune model calls SDPA."""
+    gemma = _gemma2()
+    tune = Context.build(gemma, TrainingSetup(stack="torchtune", method="lora"), 2)
+    assert tune.eager
+    llama = Context.build(LLAMA8B, TrainingSetup(stack="torchtune", method="lora"), 2)
+    assert not llama.eager
+
+
 def test_sliding_window_mask_is_materialised_from_the_window_on() -> None:
     """transformers 5.25.0 masking_utils.py:286: `kv_length >= local_attention_size` (the
     window itself included) cannot skip the mask."""
