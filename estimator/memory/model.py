@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from estimator import lazy_numpy as np
 from estimator.dtypes import BF16, FP32, compute_bytes
@@ -359,7 +359,7 @@ def _layer_terms(f: _Fixed, spec: ModelSpec, tokens: Any, seq: Any) -> tuple[Any
                 for a, count in acts
             )
             - tokens * f.first_norm_unsaved
-            + sdpa_mask_copies(f.mask, seq, f.mask[4])
+            + sdpa_mask_copies(f.mask, seq, f.mask.copy_layers)
         )
         recompute = np.max([_layer_transient(a, tokens, seq) for a, _ in acts], axis=0)
         held, dequant = f.dequant
@@ -381,7 +381,7 @@ def _layer_terms(f: _Fixed, spec: ModelSpec, tokens: Any, seq: Any) -> tuple[Any
         checkpoints / f.layer_split + mask_bytes(f.mask, seq, tokens) + f.rope_per_position * seq
     )
     if f.checkpointing != "none":  # the recomputed layer's copy
-        recompute = recompute + sdpa_mask_copies(f.mask, seq, min(f.mask[4], 1))
+        recompute = recompute + sdpa_mask_copies(f.mask, seq, min(f.mask.copy_layers, 1))
     recompute = recompute + f.tied_head_grad
     return checkpoints, recompute, host / f.layer_split, fwd_cache
 
@@ -654,14 +654,21 @@ def _fixed(spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, amp:
     )
 
 
-MaskRule = tuple[int, int, int, int, int]
-NO_MASKS: MaskRule = (0, 0, 0, 0, 0)
+class MaskRule(NamedTuple):
+    """The masks `mask_bytes` and `sdpa_mask_copies` count; zeros where none is built."""
+
+    eager_kinds: int = 0  # eager attention's additive masks (full, sliding)
+    eager_bytes: int = 0  # bytes per element of them
+    window: int = 0  # the sliding window of SDPA's boolean mask
+    copy_bytes: int = 0  # bytes per element of the copy SDPA makes of it
+    copy_layers: int = 0  # the layers that get it
+
+
+NO_MASKS = MaskRule()
 
 
 def mask_rule(spec: ModelSpec, setup: TrainingSetup, ctx: Context) -> MaskRule:
-    """The masks `mask_bytes` and `sdpa_mask_copies` count: (eager attention's mask kinds,
-    bytes per element of them, the sliding window of SDPA's boolean mask, bytes per element of
-    the copy SDPA makes of it, the layers that get it); zeros where none is built."""
+    """The `MaskRule` of the spec under the setup's attention and stack."""
     if setup.attention == "flash" or not load_stack(setup.stack).get("materialised_masks"):
         return NO_MASKS
     window = spec.sliding_window
@@ -671,11 +678,13 @@ def mask_rule(spec: ModelSpec, setup: TrainingSetup, ctx: Context) -> MaskRule:
     sliding = bool(window) and (LAYER_SLIDING in spec.layer_types or every_layer)
     if ctx.eager:
         kinds = 1 + (1 if sliding and any(t != LAYER_SLIDING for t in spec.layer_types) else 0)
-        return kinds, ctx.attn_bytes or ctx.compute_bytes, 0, 0, 0
+        return MaskRule(eager_kinds=kinds, eager_bytes=ctx.attn_bytes or ctx.compute_bytes)
     if not sliding:
         return NO_MASKS
-    layers = spec.layers if every_layer else spec.count_layers(LAYER_SLIDING)
-    return 0, 0, window or 0, ctx.attn_bytes or ctx.compute_bytes, layers or 0
+    layers = (spec.layers if every_layer else spec.count_layers(LAYER_SLIDING)) or 0
+    return MaskRule(
+        window=window or 0, copy_bytes=ctx.attn_bytes or ctx.compute_bytes, copy_layers=layers
+    )
 
 
 def sdpa_mask_copies(rule: MaskRule, seq: Any, layers: Any) -> Any:
@@ -688,10 +697,9 @@ def sdpa_mask_copies(rule: MaskRule, seq: Any, layers: Any) -> Any:
     sliding mask, kept by every such layer without checkpointing, by the recomputed layer
     with it. A CPU trace of a 2- and a 4-layer Gemma 3 (window 128, 1024 tokens) holds one
     bf16 (1, 1, 1024, 1024) copy per layer."""
-    _, _, window, per_element, _ = rule
-    if not per_element:
+    if not rule.copy_bytes:
         return seq * 0.0
-    return np.where(seq >= window, seq * seq * float(per_element), 0.0) * layers
+    return np.where(seq >= rule.window, seq * seq * float(rule.copy_bytes), 0.0) * layers
 
 
 def mask_bytes(rule: MaskRule, seq: Any, tokens: Any) -> Any:
@@ -703,11 +711,10 @@ def mask_bytes(rule: MaskRule, seq: Any, tokens: Any) -> Any:
     eager_mask). Made once per forward and alive through the backward (every checkpointed
     layer holds it as an input). Flash attention takes the window natively: none. `rule`:
     `mask_rule`."""
-    kinds, per_element, window, _, _ = rule
-    if kinds:
-        return kinds * tokens * seq * per_element
-    if window:
-        return np.where(seq >= window, seq * seq * 1.0, 0.0)
+    if rule.eager_kinds:
+        return rule.eager_kinds * tokens * seq * rule.eager_bytes
+    if rule.window:
+        return np.where(seq >= rule.window, seq * seq * 1.0, 0.0)
     return seq * 0.0
 
 
@@ -924,7 +931,7 @@ def _evaluation(f: _Fixed, spec: ModelSpec, seq: Any, tokens: Any) -> dict[str, 
     if dequant:
         layer = layer + eval_tokens * held + dequant
     layer = layer + mask_bytes(f.mask, seq, eval_tokens)
-    layer = layer + sdpa_mask_copies(f.mask, seq, min(f.mask[4], 1))  # during its SDPA call
+    layer = layer + sdpa_mask_copies(f.mask, seq, min(f.mask.copy_layers, 1))  # in its SDPA call
     layer_casts, head_cast = f.eval_casts
     resident = {"weights": zero + f.weights, "trainable_states": zero + f.trainable - f.grads}
     return eval_parts(resident, zero + loss + head_cast + layer_casts, zero + layer + layer_casts)
