@@ -137,6 +137,7 @@ SETUP_FIELDS: dict[str, Field] = {  # estimator.setup.TrainingSetup, in its orde
     "loss": _lit(choices.Loss, "full"),
     "loss_chunk": Field("int", None, optional=True, low=1, high=10**9),
     "batch": Field("int", 1, low=1, high=MAX_BATCH),
+    "padded_batches": Field("bool", False),
     "grad_accum": Field("int", None, optional=True, low=1, high=MAX_BATCH),
     "eval_batch": Field("int", None, optional=True, low=1, high=MAX_BATCH),
     "autocast": Field("bool", None, optional=True),

@@ -61,6 +61,10 @@ class TrainingSetup(BaseModel):
     loss: Loss = "full"  # placeholder: unset, the stack decides
     loss_chunk: int | None = Field(None, ge=1, le=10**9)
     batch: int = Field(1, ge=1, le=MAX_BATCH)
+    # the rows of a micro-batch carry padding (batch > 1 without packing, or padding to a fixed
+    # length): the attention mask has zeros, so transformers builds a (b, 1, s, s) mask for
+    # SDPA (estimator/memory/model.py `mask_rule`); False: every row is real tokens
+    padded_batches: bool = False
     grad_accum: int | None = Field(None, ge=1, le=MAX_BATCH)
     # rows per device of the evaluation pass the run makes between steps (transformers'
     # per_device_eval_batch_size, axolotl's eval_batch_size, torchtune's batch_size_val), at

@@ -372,7 +372,7 @@ def setup_summary(setup: dict[str, Any]) -> str:
     parts += [
         f"optimizer {setup.get('optimizer')}",
         f"precision {setup.get('precision')}",
-        f"batch {setup.get('batch')}",
+        f"batch {setup.get('batch')}" + (" (padded rows)" if setup.get("padded_batches") else ""),
     ]
     if (setup.get("grad_accum") or 1) > 1:
         parts.append(f"gradient accumulation {setup.get('grad_accum')}")

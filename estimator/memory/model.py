@@ -359,7 +359,7 @@ def _layer_terms(f: _Fixed, spec: ModelSpec, tokens: Any, seq: Any) -> tuple[Any
                 for a, count in acts
             )
             - tokens * f.first_norm_unsaved
-            + sdpa_mask_copies(f.mask, seq, f.mask.copy_layers)
+            + sdpa_mask_copies(f.mask, seq, tokens, f.mask.copy_layers)
         )
         recompute = np.max([_layer_transient(a, tokens, seq) for a, _ in acts], axis=0)
         held, dequant = f.dequant
@@ -381,7 +381,7 @@ def _layer_terms(f: _Fixed, spec: ModelSpec, tokens: Any, seq: Any) -> tuple[Any
         checkpoints / f.layer_split + mask_bytes(f.mask, seq, tokens) + f.rope_per_position * seq
     )
     if f.checkpointing != "none":  # the recomputed layer's copy
-        recompute = recompute + sdpa_mask_copies(f.mask, seq, min(f.mask.copy_layers, 1))
+        recompute = recompute + sdpa_mask_copies(f.mask, seq, tokens, min(f.mask.copy_layers, 1))
     recompute = recompute + f.tied_head_grad
     return checkpoints, recompute, host / f.layer_split, fwd_cache
 
@@ -662,6 +662,7 @@ class MaskRule(NamedTuple):
     window: int = 0  # the sliding window of SDPA's boolean mask
     copy_bytes: int = 0  # bytes per element of the copy SDPA makes of it
     copy_layers: int = 0  # the layers that get it
+    padded_kinds: int = 0  # padded rows: (b, 1, s, s) boolean masks for SDPA, at every length
 
 
 NO_MASKS = MaskRule()
@@ -676,9 +677,18 @@ def mask_rule(spec: ModelSpec, setup: TrainingSetup, ctx: Context) -> MaskRule:
     # (transformers 5.24.0 models/mistral/modeling_mistral.py:355)
     every_layer = spec.model_type == "mistral"
     sliding = bool(window) and (LAYER_SLIDING in spec.layer_types or every_layer)
+    kinds = 1 + (1 if sliding and any(t != LAYER_SLIDING for t in spec.layer_types) else 0)
     if ctx.eager:
-        kinds = 1 + (1 if sliding and any(t != LAYER_SLIDING for t in spec.layer_types) else 0)
         return MaskRule(eager_kinds=kinds, eager_bytes=ctx.attn_bytes or ctx.compute_bytes)
+    if setup.padded_batches:
+        # padding in the attention mask: no `is_causal` skip at any length (transformers
+        # 5.25.0 masking_utils.py:292-293), one boolean (b, 1, s, s) mask per mask kind
+        # (:530-539), given to every layer's SDPA, which copies it (`sdpa_mask_copies`)
+        return MaskRule(
+            copy_bytes=ctx.attn_bytes or ctx.compute_bytes,
+            copy_layers=spec.layers or 0,
+            padded_kinds=kinds,
+        )
     if not sliding:
         return NO_MASKS
     layers = (spec.layers if every_layer else spec.count_layers(LAYER_SLIDING)) or 0
@@ -687,18 +697,21 @@ def mask_rule(spec: ModelSpec, setup: TrainingSetup, ctx: Context) -> MaskRule:
     )
 
 
-def sdpa_mask_copies(rule: MaskRule, seq: Any, layers: Any) -> Any:
+def sdpa_mask_copies(rule: MaskRule, seq: Any, tokens: Any, layers: Any) -> Any:
     """The additive copies SDPA makes of a boolean mask, `layers` of them alive at once: torch
     aten/src/ATen/native/transformers/attention.cpp `scaled_dot_product_attention` converts a
     boolean `attn_mask` to the query's dtype (`convert_boolean_attn_mask`: 0 and -inf, the
     mask's (1, 1, s, s) shape) before choosing the kernel, and the memory-efficient kernel a
     masked call runs saves it as `attn_bias` for its backward (tools/autograd/
     derivatives.yaml `_scaled_dot_product_efficient_attention`): one per layer that gets the
-    sliding mask, kept by every such layer without checkpointing, by the recomputed layer
-    with it. A CPU trace of a 2- and a 4-layer Gemma 3 (window 128, 1024 tokens) holds one
-    bf16 (1, 1, 1024, 1024) copy per layer."""
+    mask (the sliding layers' (1, 1, s, s) window mask; every layer's (b, 1, s, s) mask when
+    the rows are padded), kept by every such layer without checkpointing, by the recomputed
+    layer with it. A CPU trace of a 2- and a 4-layer Gemma 3 (window 128, 1024 tokens) holds
+    one bf16 (1, 1, 1024, 1024) copy per layer."""
     if not rule.copy_bytes:
         return seq * 0.0
+    if rule.padded_kinds:  # the rows' own masks, (b, 1, s, s): tokens x seq elements
+        return tokens * seq * float(rule.copy_bytes) * layers
     return np.where(seq >= rule.window, seq * seq * float(rule.copy_bytes), 0.0) * layers
 
 
@@ -713,6 +726,8 @@ def mask_bytes(rule: MaskRule, seq: Any, tokens: Any) -> Any:
     `mask_rule`."""
     if rule.eager_kinds:
         return rule.eager_kinds * tokens * seq * rule.eager_bytes
+    if rule.padded_kinds:  # padded rows: a boolean (b, 1, s, s) mask per kind
+        return rule.padded_kinds * tokens * seq * 1.0
     if rule.window:
         return np.where(seq >= rule.window, seq * seq * 1.0, 0.0)
     return seq * 0.0
@@ -931,7 +946,7 @@ def _evaluation(f: _Fixed, spec: ModelSpec, seq: Any, tokens: Any) -> dict[str, 
     if dequant:
         layer = layer + eval_tokens * held + dequant
     layer = layer + mask_bytes(f.mask, seq, eval_tokens)
-    layer = layer + sdpa_mask_copies(f.mask, seq, min(f.mask.copy_layers, 1))  # in its SDPA call
+    layer = layer + sdpa_mask_copies(f.mask, seq, eval_tokens, min(f.mask.copy_layers, 1))
     layer_casts, head_cast = f.eval_casts
     resident = {"weights": zero + f.weights, "trainable_states": zero + f.trainable - f.grads}
     return eval_parts(resident, zero + loss + head_cast + layer_casts, zero + layer + layer_casts)

@@ -94,7 +94,7 @@ def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapp
     if m.get(data, "sample_packing"):
         m.set_run("packing", True, "sample_packing")
         m.set_run("packing_strategy", "multipack", "sample_packing")
-    m.get(data, "pad_to_sequence_len")
+    _padding(m, m.get(data, "pad_to_sequence_len"))
     words = m.get(data, "fsdp")  # the older list form: [full_shard, auto_wrap, offload]
     if words:
         map_fsdp_words(m, words, "fsdp")
@@ -127,6 +127,22 @@ def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapp
     _eval_batch(m, data)  # after the loss and the layout (AxolotlTrainer passes no skip_logits)
     m.warn_unread(data)
     return m
+
+
+def _padding(m: TrainConfigMapping, pad_to_length: object) -> None:
+    """Unpacked rows carry padding: axolotl 067b021c src/axolotl/core/builders/causal.py:383-394
+    builds DataCollatorForSeq2Seq with padding=True and pad_to_multiple_of 64 (sequence_len's
+    multiple with pad_to_sequence_len), so even one row is padded unless pad_to_sequence_len
+    is false, which pads only to the batch's longest row."""
+    if m.run.get("packing"):
+        return
+    batch = m.setup.get("batch")
+    if pad_to_length is False:
+        if isinstance(batch, int) and batch > 1:
+            m.set("padded_batches", True, "micro_batch_size > 1 without sample_packing")
+        return
+    key = "pad_to_sequence_len" if pad_to_length else "sample_packing off (padded to x64)"
+    m.set("padded_batches", True, key)
 
 
 def _batches(m: TrainConfigMapping, data: dict[str, Any]) -> None:

@@ -223,8 +223,14 @@ def map_sft(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     if m.get(data, "packing"):
         m.set_run("packing", True, "packing")
         m.set_run("packing_strategy", m.get(data, "packing_strategy") or "bfd", "packing_strategy")
-    if m.get(data, "padding_free"):
+    padding_free = m.get(data, "padding_free")
+    if padding_free:
         m.ignore("padding_free", "padding-free batches are not modelled (rows count as padded)")
+    batch = m.setup.get("batch")
+    if not m.run.get("packing") and not padding_free and isinstance(batch, int) and batch > 1:
+        # trl v1.9.0 trl/trainer/sft_trainer.py:504-505: DataCollatorForLanguageModeling pads
+        # attention_mask with 0 to the batch's longest row
+        m.set("padded_batches", True, "per_device_train_batch_size > 1 without packing")
     loss_type = m.get(data, "loss_type")
     if "loss" not in m.setup:
         if loss_type in (None, "chunked_nll"):

@@ -174,6 +174,31 @@ def test_the_evaluation_pass_over_rest(sqlite_client: TestClient) -> None:
         assert "eval_batch" in str(detail["loc"]) + detail["msg"]
 
 
+def test_padded_batches_over_rest(sqlite_client: TestClient) -> None:
+    """`setup.padded_batches`: echoed (false by default), a padded batch's masks priced; a
+    value that is not a boolean is 422 naming it."""
+    body: dict[str, Any] = {
+        "model": {"preset": "llama-3.1-8b"},
+        "setup": {"method": "lora", "batch": 4, "checkpointing": "none"},
+        "seq_lens": [4096],
+        "gpus": ["h200"],
+    }
+    plain = sqlite_client.post("/v1/estimate", json=body).json()
+    assert plain["setup"]["padded_batches"] is False
+    body["setup"] = {**body["setup"], "padded_batches": True}
+    padded = sqlite_client.post("/v1/estimate", json=body).json()
+    assert padded["setup"]["padded_batches"] is True
+    layers = 32  # a bf16 (4, 1, 4096, 4096) copy per layer and one boolean mask
+    masks = 4 * 4096 * 4096 * (1 + 2 * layers)
+    peak = padded["rows"][0]["fit"]["h200"]["peak_bytes"]
+    assert peak - plain["rows"][0]["fit"]["h200"]["peak_bytes"] >= masks
+    response = sqlite_client.post(
+        "/v1/estimate", json={**body, "setup": {"padded_batches": "sometimes"}}
+    )
+    assert response.status_code == 422, response.text
+    assert "padded_batches" in str(response.json()["detail"][0]["loc"])
+
+
 def test_a_training_config_s_evaluation_pass_and_its_null_override(
     sqlite_client: TestClient,
 ) -> None:

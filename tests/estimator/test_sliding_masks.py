@@ -34,3 +34,29 @@ def test_sdpa_keeps_an_additive_copy_of_the_sliding_mask_per_layer() -> None:
             )
             # the boolean mask (1 B) and the bf16 copies (2 B), each seq x seq
             assert added == expected * seq * seq * (1 + 2 * copies), (checkpointing, seq)
+
+
+def test_padded_rows_give_sdpa_a_mask_per_row_and_a_copy_per_layer() -> None:
+    """Padding in the attention mask (TRL's collator pads to the batch's longest row, axolotl's
+    to a multiple of 64): transformers builds a boolean (b, 1, s, s) mask at every length
+    (masking_utils.py:292-293) and every layer's SDPA copies it in the query's dtype."""
+    config = json.loads(
+        (Path(__file__).parents[2] / "bench" / "configs" / "small-llama.json").read_text()
+    )
+    spec = spec_from_config(config)
+    seq, batch = 512, 3
+    for checkpointing, copies in (("none", config["num_hidden_layers"]), ("gpu", 1)):
+        full = TrainingSetup(method="lora", checkpointing=checkpointing, batch=batch)
+        padded = full.model_copy(update={"padded_batches": True})
+        a, b = (memory_breakdown(spec, s, [seq], batch, DEFAULT) for s in (full, padded))
+        added = sum(
+            float(b.components[k][0] - a.components[k][0])
+            for k in ("checkpoints", "recompute_peak")
+        )
+        assert added == batch * seq * seq * (1 + 2 * copies), checkpointing
+    # flash attention takes padding as sequence lengths (no mask); eager masks are counted alike
+    for attention in ("flash", "eager"):
+        base = TrainingSetup(method="lora", batch=batch, attention=attention)
+        padded = base.model_copy(update={"padded_batches": True})
+        a, b = (memory_breakdown(spec, s, [seq], batch, DEFAULT) for s in (base, padded))
+        assert float(a.peak[0]) == float(b.peak[0]), attention

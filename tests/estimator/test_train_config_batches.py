@@ -135,3 +135,23 @@ def test_axolotl_kernel_and_embedding_switches_are_reported(key: str) -> None:
     mapping = read_train_config_text(AXOLOTL + f"{key}: true\n")
     assert key in ignored(mapping)
     assert not [w for w in mapping.warnings if key in w]
+
+
+@pytest.mark.parametrize(
+    ("text", "padded"),
+    [
+        (TRL + "per_device_train_batch_size: 4\n", True),
+        (TRL + "per_device_train_batch_size: 4\npacking: true\n", None),
+        (TRL + "per_device_train_batch_size: 4\npadding_free: true\n", None),
+        (TRL + "per_device_train_batch_size: 1\n", None),
+        ("base_model: m\nadapter: lora\nmicro_batch_size: 1\n", True),
+        ("base_model: m\nadapter: lora\nsample_packing: true\n", None),
+        ("base_model: m\nadapter: lora\npad_to_sequence_len: false\nmicro_batch_size: 1\n", None),
+        ("base_model: m\nadapter: lora\npad_to_sequence_len: false\nmicro_batch_size: 2\n", True),
+    ],
+)
+def test_unpacked_rows_are_read_as_padded(text: str, padded: bool | None) -> None:
+    """TRL's collator pads attention_mask to the batch's longest row (sft_trainer.py:504-505);
+    axolotl's pads to a multiple of 64 (core/builders/causal.py:383-394)."""
+    mapping = read_train_config_text(text)
+    assert mapping.setup.get("padded_batches") == padded

@@ -66,7 +66,8 @@ def test_an_axolotl_run_is_priced_with_the_trainer_s_logits(
     path = tmp_path / "axolotl.yml"
     path.write_text(AXOLOTL)
     read = _peak(capsys, "--train-config", str(path))
-    stated = ("--model", "llama-3.1-8b", "--method", "lora", "--seq", "8192")
+    # unpacked axolotl rows are padded (to a multiple of 64): SDPA gets a mask
+    stated = ("--model", "llama-3.1-8b", "--method", "lora", "--seq", "8192", "--padded-batches")
     assert read == _peak(capsys, *stated, "--loss", "full", "--lora-dropout", "0")
     chunked = _peak(capsys, *stated, "--loss", "chunked", "--lora-dropout", "0")
     logits = 8192 * 128256 * 4  # at least the fp32 upcast of every logit

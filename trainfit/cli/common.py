@@ -119,6 +119,13 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
     g.add_argument("--seq", default="4096", help="sequence lengths, e.g. 16000,32000,48000")
     g.add_argument("--batch", type=int, default=1, help="micro-batch per device")
     g.add_argument(
+        "--padded-batches",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the micro-batch's rows carry padding (batch > 1 without packing): transformers "
+        "builds a (b, 1, s, s) attention mask that SDPA copies per layer",
+    )
+    g.add_argument(
         "--num-gpus",
         "--gpus",
         dest="num_gpus",
@@ -223,6 +230,8 @@ def setup_input(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str
                 "offload": args.offload,
             }
         )
+    if getattr(args, "padded_batches", None) is not None:
+        setup["padded_batches"] = args.padded_batches
     if getattr(args, "pp_schedule", "1f1b") != "1f1b":
         setup["pp_schedule"] = args.pp_schedule
     if getattr(args, "pp_virtual", None) is not None:
