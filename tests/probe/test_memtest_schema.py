@@ -140,6 +140,7 @@ def test_setup_fields_are_the_estimators_training_setup_fields():
         ("eval_batch", 0),
         ("eval_batch", "eight"),
         ("pp_virtual", "2"),
+        ("padded_batches", "yes"),
     ],
 )
 def test_bad_stack_setup_fields_are_rejected_naming_the_field(key, value):
