@@ -90,6 +90,10 @@ def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfi
     if m.get(data, "packing") or m.get(data, "neat_packing"):
         m.set_run("packing", True, "neat_packing" if data.get("neat_packing") else "packing")
         m.set_run("packing_strategy", "greedy_knapsack", "packing")
+    elif stage in (None, "sft"):
+        # LLaMA-Factory ff6d4d12 src/llamafactory/train/sft/workflow.py:62-65: the SFT collator
+        # pads every batch to a multiple of 8 when training, so rows carry padding
+        m.set("padded_batches", True, "packing off (SFT rows padded to a multiple of 8)")
     for key in ("stage", "template", "dataset", "dataset_dir", "deepspeed", "train_on_prompt"):
         m.get(data, key)
     # model_args.py:177, model/loader.py:224-231: v1's `auto` kernels, NPU-only (v1

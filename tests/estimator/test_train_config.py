@@ -87,6 +87,7 @@ def test_llamafactory_8bit_lora() -> None:
         "checkpointing": "gpu",  # on unless disable_gradient_checkpointing
         "loss": "liger",
         "liger_kernels": True,  # enable_liger_kernel: the model's Liger defaults
+        "padded_batches": True,  # no packing: the SFT collator pads to a multiple of 8
     }
     assert m.seq_lens == [4096]
     assert m.run == {"epochs": 3.0}

@@ -148,10 +148,13 @@ def test_axolotl_kernel_and_embedding_switches_are_reported(key: str) -> None:
         ("base_model: m\nadapter: lora\nsample_packing: true\n", None),
         ("base_model: m\nadapter: lora\npad_to_sequence_len: false\nmicro_batch_size: 1\n", None),
         ("base_model: m\nadapter: lora\npad_to_sequence_len: false\nmicro_batch_size: 2\n", True),
+        ("model_name_or_path: m\nstage: sft\nfinetuning_type: lora\ncutoff_len: 1024\n", True),
+        ("model_name_or_path: m\nstage: sft\nfinetuning_type: lora\npacking: true\n", None),
     ],
 )
 def test_unpacked_rows_are_read_as_padded(text: str, padded: bool | None) -> None:
     """TRL's collator pads attention_mask to the batch's longest row (sft_trainer.py:504-505);
-    axolotl's pads to a multiple of 64 (core/builders/causal.py:383-394)."""
+    axolotl's pads to a multiple of 64 (core/builders/causal.py:383-394), LLaMA-Factory's SFT
+    collator to a multiple of 8 (train/sft/workflow.py:62-65)."""
     mapping = read_train_config_text(text)
     assert mapping.setup.get("padded_batches") == padded
