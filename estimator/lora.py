@@ -231,13 +231,12 @@ def lora_targets(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
     chosen = _lora_targets(spec, setup)
     bad = TUPLE_LINEARS.get(spec.model_type)
     if bad and any(lin.name == bad for lin in chosen):
-        named = list(dict.fromkeys(lin.name for lin in chosen if lin.name != bad))
         raise EstimatorInputError(
             "setup.lora_targets",
             f"these targets adapt {spec.model_type}'s {bad!r}, an nn.Linear whose forward "
             "returns a tuple; peft's LoRA forward fails on it at the first step (peft 0.21.2 "
             "tuners/lora/layer.py:1089 `result.dtype`); name the projections instead, e.g. "
-            + ",".join(named),
+            + ",".join(_names_but(chosen, bad)),
         )
     return chosen
 
@@ -248,8 +247,13 @@ def runnable_targets(spec: ModelSpec, setup: TrainingSetup) -> TrainingSetup:
     bad = TUPLE_LINEARS.get(spec.model_type)
     if not bad or not setup.is_adapter or "all-linear" not in setup.lora_targets:
         return setup
-    names = [lin.name for lin in _lora_targets(spec, setup) if lin.name != bad]
-    return setup.model_copy(update={"lora_targets": list(dict.fromkeys(names))})
+    names = _names_but(_lora_targets(spec, setup), bad)
+    return setup.model_copy(update={"lora_targets": names})
+
+
+def _names_but(linears: list[Linear], name: str) -> list[str]:
+    """The distinct Linear names of `linears`, in order, without `name`."""
+    return list(dict.fromkeys(lin.name for lin in linears if lin.name != name))
 
 
 def _lora_targets(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:

@@ -793,10 +793,7 @@ def _mlp_backward_tensors(ctx: Context, moe: bool) -> int:
     for the weight's gradient): fake traces of the hf stack's attention-only LoRA (small-llama:
     -4.6 % with two; Mixtral's frozen expert banks, the grouped_mm backward measured alone: three
     MLP-wide tensors beyond its forward's saved ones)."""
-    if moe:
-        down_saved = ctx.full or ctx.expert_lora
-    else:
-        down_saved = ctx.full or "down_proj" in ctx.targets or "mlp.c_proj" in ctx.targets
+    down_saved = ctx.full or (ctx.expert_lora if moe else "down_proj" in ctx.targets)
     return 2 if down_saved else 3
 
 

@@ -678,23 +678,18 @@ def mask_rule(spec: ModelSpec, setup: TrainingSetup, ctx: Context) -> MaskRule:
     every_layer = spec.model_type == "mistral"
     sliding = bool(window) and (LAYER_SLIDING in spec.layer_types or every_layer)
     kinds = 1 + (1 if sliding and any(t != LAYER_SLIDING for t in spec.layer_types) else 0)
+    mask_dtype = ctx.attn_bytes or ctx.compute_bytes  # the query's dtype
     if ctx.eager:
-        return MaskRule(eager_kinds=kinds, eager_bytes=ctx.attn_bytes or ctx.compute_bytes)
+        return MaskRule(eager_kinds=kinds, eager_bytes=mask_dtype)
     if setup.padded_batches:
         # padding in the attention mask: no `is_causal` skip at any length (transformers
         # 5.25.0 masking_utils.py:292-293), one boolean (b, 1, s, s) mask per mask kind
         # (:530-539), given to every layer's SDPA, which copies it (`sdpa_mask_copies`)
-        return MaskRule(
-            copy_bytes=ctx.attn_bytes or ctx.compute_bytes,
-            copy_layers=spec.layers or 0,
-            padded_kinds=kinds,
-        )
+        return MaskRule(copy_bytes=mask_dtype, copy_layers=spec.layers or 0, padded_kinds=kinds)
     if not sliding:
         return NO_MASKS
     layers = (spec.layers if every_layer else spec.count_layers(LAYER_SLIDING)) or 0
-    return MaskRule(
-        window=window or 0, copy_bytes=ctx.attn_bytes or ctx.compute_bytes, copy_layers=layers
-    )
+    return MaskRule(window=window or 0, copy_bytes=mask_dtype, copy_layers=layers)
 
 
 def sdpa_mask_copies(rule: MaskRule, seq: Any, tokens: Any, layers: Any) -> Any:
