@@ -138,7 +138,9 @@ def _parent(spec: ModelSpec, linear: Linear) -> str:
     if linear.group == "shared_expert":
         if llama4:
             return "feed_forward.shared_expert"
-        return "mlp.shared_experts" if spec.model_type == "deepseek_v3" else "mlp.shared_expert"
+        # DeepSeek-V3's block, which GLM-4.5 repeats, names them in the plural
+        sigmoid = spec.moe is not None and spec.moe.router == "grouped_sigmoid"
+        return "mlp.shared_experts" if sigmoid else "mlp.shared_expert"
     return "feed_forward" if llama4 else "mlp"
 
 
@@ -227,8 +229,15 @@ TUPLE_LINEARS = {"llama4_text": "router", "llama4": "router"}
 
 def lora_targets(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
     """The Linear kinds that get adapters; a setup that adapts a Linear peft cannot run
-    (`TUPLE_LINEARS`) is an error naming the target list."""
+    (`TUPLE_LINEARS`) is an error naming the target list, one that adapts an expert bank with
+    dropout (`expert_banks`) an error naming the dropout."""
     chosen = _lora_targets(spec, setup)
+    if setup.lora_dropout and expert_banks(spec, setup):
+        raise EstimatorInputError(
+            "setup.lora_dropout",
+            "these targets adapt the fused expert banks, which peft wraps in a ParamWrapper; "
+            "it refuses lora_dropout != 0 (peft 0.21.2 tuners/lora/layer.py:2363-2366): use 0",
+        )
     bad = TUPLE_LINEARS.get(spec.model_type)
     if bad and any(lin.name == bad for lin in chosen):
         raise EstimatorInputError(
@@ -262,7 +271,15 @@ def _lora_targets(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
     `all-linear` on an MoE model follows peft 0.21 with transformers v5: its weight-conversion
     tables turn the MLP names (gate_proj, up_proj, down_proj) into the fused expert parameters,
     so dense-MLP and shared-expert Linears of those names are not adapted, the expert banks
-    are (see `expert_lora_params`), and the routers are."""
+    are (see `expert_lora_params`), and the routers are. So do those MLP names in a target
+    list or regex on the models whose names peft remaps (`_remapped_names`)."""
+    chosen = _lora_targets_before_remap(spec, setup)
+    remapped = _remapped_names(spec, setup, chosen)
+    return [lin for lin in chosen if lin.name not in remapped] if remapped else chosen
+
+
+def _lora_targets_before_remap(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
+    """The Linear kinds the targets name, before peft's MoE remap."""
     if not spec.geometry_known:
         raise EstimatorInputError(
             "setup.lora_targets", "LoRA needs the model's geometry: give a config.json or preset"
@@ -281,12 +298,6 @@ def _lora_targets(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
             "setup.lora_targets",
             f"{spec.model_type} has no fused expert banks for the target parameters "
             f"({', '.join(t for t in setup.lora_targets if t in BANK_TARGETS)})",
-        )
-    if banks_named and setup.lora_dropout:
-        raise EstimatorInputError(
-            "setup.lora_dropout",
-            "peft's ParamWrapper, which adapts the expert banks named as target parameters, "
-            "refuses lora_dropout != 0 (peft 0.21.2 tuners/lora/layer.py:2363-2366): use 0",
         )
     for target in setup.lora_targets:
         if target in BANK_TARGETS:
@@ -329,15 +340,61 @@ def bank_kinds(setup: TrainingSetup) -> set[str]:
     return {kind for t in setup.lora_targets for kind in BANK_TARGETS.get(t, ())}
 
 
+def remaps_mlp_names(spec: ModelSpec) -> bool:
+    """Whether peft turns MLP target names into this model's fused expert parameters: peft
+    0.21.2 utils/transformers_weight_conversion.py:332-352 maps gate_proj / up_proj /
+    down_proj to gate_up_proj / down_proj for every model type transformers 5.25.0
+    conversion_mapping.py gives the qwen2_moe pattern (every `peft_fused_experts` family here
+    but Mixtral, whose mapped names are its v4 w1 / w3 / w2)."""
+    return spec.peft_fused_experts and spec.model_type != "mixtral"
+
+
+def _remapped_names(spec: ModelSpec, setup: TrainingSetup, chosen: list[Linear]) -> set[str]:
+    """The MLP names among the targets that peft moves from `target_modules` to the expert
+    parameters (:444-481): named exactly or as a dotted suffix, or the leaf names of the
+    modules a regex matched (`_resolve_string_target_modules`, :355-400; `chosen` holds
+    them). Such a name then adapts no dense-MLP or shared-expert Linear; naming gate_proj
+    without up_proj (fused into one parameter) is peft's ValueError (:461-469)."""
+    if not remaps_mlp_names(spec) or "all-linear" in setup.lora_targets:
+        return set()
+    named = {
+        leaf
+        for t in setup.lora_targets
+        if not t.startswith(REGEX)
+        for leaf in MLP_NAMES
+        if t == leaf or t.endswith(f".{leaf}")
+    }
+    named |= {lin.name for lin in chosen if lin.name in MLP_NAMES}
+    if len(named & {"gate_proj", "up_proj"}) == 1:
+        (one,) = named & {"gate_proj", "up_proj"}
+        other = "up_proj" if one == "gate_proj" else "gate_proj"
+        raise EstimatorInputError(
+            "setup.lora_targets",
+            f"peft cannot adapt {one} without {other} on {spec.model_type}: it turns both into "
+            "the experts' fused gate_up_proj (peft 0.21.2 "
+            "utils/transformers_weight_conversion.py:461-469): name both or neither",
+        )
+    return named
+
+
 def expert_banks(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
     """Expert banks adapted: every bank under `all-linear` (see lora_targets), the named ones
-    under `target_parameters` tokens (their Linear kinds: gate_up is gate_proj + up_proj)."""
+    under `target_parameters` tokens (their Linear kinds: gate_up is gate_proj + up_proj),
+    and those whose MLP names peft remaps (`remaps_mlp_names`)."""
     if "all-linear" in setup.lora_targets:
         if not spec.peft_fused_experts:
             return []
         return [lin for lin in spec.linears if lin.experts > 1]
     kinds = bank_kinds(setup)
+    if remaps_mlp_names(spec):
+        kinds |= {_BANK_OF[name] for name in _mlp_names_targeted(spec, setup)}
     return [lin for lin in spec.linears if lin.experts > 1 and _BANK_OF.get(lin.name) in kinds]
+
+
+def _mlp_names_targeted(spec: ModelSpec, setup: TrainingSetup) -> set[str]:
+    """`_remapped_names` of the setup's targets (regex hits included)."""
+    chosen = _lora_targets_before_remap(spec, setup)
+    return _remapped_names(spec, setup, chosen)
 
 
 def expert_adapter_tensors(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[int, int, int]]:
@@ -351,7 +408,13 @@ def expert_adapter_tensors(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[
     r = setup.lora_rank
     banks = expert_banks(spec, setup)
     gated = any(lin.name == "gate_proj" for lin in banks)
-    gate_up_rank = 2 * r if "all-linear" in setup.lora_targets else r
+    # peft's rank_pattern doubles the fused gate_up_proj's rank when both of its names were
+    # targets: all-linear, or gate_proj and up_proj remapped (peft 0.21.2
+    # utils/transformers_weight_conversion.py:471-474)
+    both = "all-linear" in setup.lora_targets or {"gate_proj", "up_proj"} <= _mlp_names_targeted(
+        spec, setup
+    )
+    gate_up_rank = 2 * r if both else r
     tensors = []
     for lin in banks:
         fused = gated and lin.name in ("gate_proj", "up_proj")

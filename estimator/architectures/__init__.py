@@ -9,7 +9,8 @@ Shapes follow the transformers modeling files (v5.x) of each architecture: `mode
 `modeling_olmo3.py` (no input norm, post-attention and post-feedforward norms, q_norm/k_norm over
 all heads), `modeling_granite.py`,
 `modeling_smollm3.py`, `modeling_phi3.py` (fused qkv_proj, gate_up_proj), `modeling_gpt2.py`
-(Conv1D c_attn/c_fc); Qwen3.5 / Qwen3-Next in `hybrid`, DeepSeek-V3 in `mla`,
+(Conv1D c_attn/c_fc); Qwen3.5 / Qwen3-Next in `hybrid`, DeepSeek-V3 in `mla`, GLM-4.5 in
+`glm_moe`,
 gpt-oss and Llama 4 in `moe`, vision towers in `vision`; shared builders in `parts`, attention
 geometry for the FLOP count in `attention`.
 Counts are checked against transformers itself in tests/estimator/test_architectures.py.
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from estimator.architectures.glm_moe import glm4_moe
 from estimator.architectures.hybrid import hybrid
 from estimator.architectures.mla import deepseek_v3
 from estimator.architectures.moe import gpt_oss, llama4_text
@@ -270,6 +272,7 @@ _BUILDERS.update(
         "gpt2": _gpt2,
         "gpt_oss": gpt_oss,
         "deepseek_v3": deepseek_v3,
+        "glm4_moe": glm4_moe,
         "llama4_text": llama4_text,
         "qwen3_5": hybrid,
         "qwen3_5_text": hybrid,

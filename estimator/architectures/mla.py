@@ -68,12 +68,14 @@ def _experts_count(c: ConfigReader) -> int:
     return c.integer(key)
 
 
-def deepseek_v3(c: ConfigReader, family: str) -> ModelSpec:
-    hidden = c.integer("hidden_size")
-    layers = c.integer("num_hidden_layers")
-    heads = c.integer("num_attention_heads")
-    geo = mla_geometry(c)
-    lins = mla_linears(c, geo, hidden, heads, layers)
+def sigmoid_moe(
+    c: ConfigReader, hidden: int, layers: int
+) -> tuple[list[Linear], list[bool], MoEGeometry]:
+    """DeepSeek-V3's MoE block, which GLM-4.5 (`glm4_moe`) repeats line for line
+    (transformers 5.25.0 modeling_glm4_moe.py:269-392, Glm4MoeTopkRouter / Glm4MoeExperts /
+    Glm4MoeMoE): dense MLPs of `intermediate_size` in the first `first_k_dense_replace`
+    layers, then the router's bare `weight`, the fused expert banks and the shared experts (one
+    MLP of moe_intermediate_size * n_shared_experts) in every later layer."""
     inter = c.integer("intermediate_size")
     n_exp = _experts_count(c)
     k = top_k(c, n_exp)
@@ -82,25 +84,39 @@ def deepseek_v3(c: ConfigReader, family: str) -> ModelSpec:
     first_dense = min(c.integer("first_k_dense_replace", 0, minimum=0), layers)
     sparse = [i >= first_dense for i in range(layers)]
     n_sparse = sum(sparse)
-    lins += [Linear("gate", hidden, n_exp, n_sparse, group="router", nn_linear=False)]
+    lins = [Linear("gate", hidden, n_exp, n_sparse, group="router", nn_linear=False)]
     lins += swiglu(hidden, e_inter, n_sparse, "experts", moe=(n_exp, k))
     if shared:
         lins += swiglu(hidden, shared, n_sparse, "shared_expert")
     lins += swiglu(hidden, inter, layers - n_sparse)
+    return lins, sparse, MoEGeometry(n_exp, k, e_inter, shared, router="grouped_sigmoid")
+
+
+def correction_bias(n_sparse: int, n_exp: int) -> ParamGroup:
+    return ParamGroup(
+        "e_score_correction_bias",
+        n_sparse * n_exp,
+        "router bias buffer (fp32, in the checkpoint, not a parameter, not trained)",
+    )
+
+
+def deepseek_v3(c: ConfigReader, family: str) -> ModelSpec:
+    hidden = c.integer("hidden_size")
+    layers = c.integer("num_hidden_layers")
+    heads = c.integer("num_attention_heads")
+    geo = mla_geometry(c)
+    lins = mla_linears(c, geo, hidden, heads, layers)
+    inter = c.integer("intermediate_size")
+    moe_lins, sparse, moe = sigmoid_moe(c, hidden, layers)
+    lins += moe_lins
     fields = base_fields(c, family, hidden, layers)
     tied = c.flag("tie_word_embeddings", False)
     groups, head = embeddings(hidden, fields["vocab"], tied)
     groups.append(norms(hidden, layers, 2, layers * (geo.q_lora_rank + geo.kv_lora_rank)))
-    extras = [
-        ParamGroup(
-            "e_score_correction_bias",
-            n_sparse * n_exp,
-            "router bias buffer (fp32, in the checkpoint, not a parameter, not trained)",
-        )
-    ]
+    extras = [correction_bias(sum(sparse), moe.num_experts)]
     mtp = c.integer("num_nextn_predict_layers", 0, minimum=0)
     if mtp:
-        extras.append(_mtp_group(lins, head, groups, hidden, geo, n_exp, mtp))
+        extras.append(_mtp_group(lins, head, groups, hidden, geo, moe.num_experts, mtp))
     return assemble(
         fields,
         (heads, heads, geo.qk_head_dim),
@@ -111,7 +127,7 @@ def deepseek_v3(c: ConfigReader, family: str) -> ModelSpec:
         intermediate=inter,
         extras=tuple(extras),
         tied_embeddings=tied,
-        moe=MoEGeometry(n_exp, k, e_inter, shared, router="grouped_sigmoid"),
+        moe=moe,
         mla=geo,
         peft_fused_experts=True,  # transformers conversion_mapping.py: deepseek_v3 -> qwen2_moe
         # the rotary part of the query/key heads (modeling_deepseek_v3.py:86-100)

@@ -196,6 +196,18 @@ TINY = {
         "n_group": 2,
         "topk_group": 1,
     },
+    "glm4_moe": {
+        **_BASE,
+        "num_hidden_layers": 3,
+        "head_dim": 24,
+        "attention_bias": True,
+        "use_qk_norm": True,
+        "first_k_dense_replace": 1,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "n_shared_experts": 2,
+    },
     "gpt_oss": {**_BASE, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2},
     "llama4_text": {
         **_BASE,
@@ -435,6 +447,7 @@ NEW_FAMILIES = [
     "glm4",
     "smollm3",
     "deepseek_v3",
+    "glm4_moe",
     "gpt_oss",
     "llama4_text",
     "qwen3_5_moe_text",
@@ -524,6 +537,21 @@ def test_deepseek_v3_with_mtp_and_gpt_oss_active_match_published() -> None:
     embed = sum(g.params for g in oss.others if g.name == "embed_tokens")
     assert oss.params_active - embed == pytest.approx(3.61e9, rel=0.002)
     assert oss.stored_bytes_by_dtype["mxfp4"] == 24 * 32 * 3 * 2880 * 2880
+
+
+def test_glm45_air_matches_transformers_and_its_model_card() -> None:
+    """GLM-4.5-Air's config (fields as transformers 4.54.1 printed zai-org/GLM-4.5-Air's
+    config.json, tests/data/configs/glm-4.5-air.json): transformers 5.25.0 instantiates
+    106,852,245,504 parameters from it on the meta device (the MTP layer is not loaded); the
+    model card says 106B total and 12B active parameters (the active figure without the
+    embedding and the output head)."""
+    config = json.loads((Path(__file__).parents[1] / "data/configs/glm-4.5-air.json").read_text())
+    spec = spec_from_config(config)
+    assert spec.params_total == 106_852_245_504
+    embed_and_head = 2 * 151_552 * 4096
+    assert spec.params_active - embed_and_head == pytest.approx(12e9, rel=0.02)
+    assert spec.mlp_types.count("moe") == 45 and spec.rope_width == 64
+    assert any("multi-token-prediction" in note for note in spec.notes)
 
 
 def test_multimodal_presets_match_published() -> None:

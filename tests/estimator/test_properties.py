@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from estimator.architectures import spec_from_config
 from estimator.dtypes import compute_bytes
+from estimator.errors import EstimatorInputError
 from estimator.memory import memory_breakdown
 from estimator.memory.activations import Context
 from estimator.presets import preset_config
@@ -71,11 +72,16 @@ common = dict(
 def _peak(
     model: str, setup: TrainingSetup, profile: str, seq: int, batch: int, devices: int = 1
 ) -> float:
-    return float(
-        memory_breakdown(
+    """The peak; a model x setup pair peft cannot run (dropout on the expert banks that
+    all-linear adapts on qwen3-30b-a3b: estimator.lora.lora_targets) is skipped."""
+    try:
+        breakdown = memory_breakdown(
             SPECS[model], setup, [seq], batch, load_profile(profile), devices=devices
-        ).peak[0]
-    )
+        )
+    except EstimatorInputError as err:
+        assume(err.field != "setup.lora_dropout")
+        raise
+    return float(breakdown.peak[0])
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -134,6 +140,7 @@ def test_offload_never_increases_gpu_memory(stack, data, model, profile, seq, ba
     on_gpu = setup.model_copy(update={"checkpointing": "gpu"})
     offload = setup.model_copy(update={"checkpointing": "offload"})
     spec = SPECS[model]
+    _peak(model, offload, profile, seq, batch)  # skips what peft cannot run
     ctx = Context.build(spec, offload, compute_bytes(offload.precision))
     held = ctx.held_output * (spec.hidden or 0) * seq * batch
     assert held == 0 or load_stack(stack).get_optional("offload_holds_output", False)
@@ -147,6 +154,7 @@ def test_offload_never_increases_gpu_memory(stack, data, model, profile, seq, ba
 @given(data=st.data(), **common)
 def test_every_component_is_non_negative(stack, data, model, profile, seq, batch):
     setup = data.draw(setups(stack))
+    _peak(model, setup, profile, seq, batch)  # skips what peft cannot run
     mem = memory_breakdown(SPECS[model], setup, [seq], batch, load_profile(profile))
     for name, value in mem.components.items():
         assert value is not None and float(value[0]) >= 0, name
