@@ -252,9 +252,28 @@ def _adapter(m: TrainConfigMapping, data: dict[str, Any]) -> None:
                 "8-bit expert banks dequantize to fp32 (monkeypatch/moe_quant.py:24-38) and run "
                 "the experts in fp32: not modelled; the banks are counted in the load dtype",
             )
+    if m.get(data, "llama4_linearized_experts"):
+        _linearized_experts(m)
     if m.get(data, "peft_use_dora"):
         m.ignore("peft_use_dora", "DoRA's extra magnitude vectors and activations not modelled")
     m.get(data, "lora_model_dir")
+
+
+def _linearized_experts(m: TrainConfigMapping) -> None:
+    """`llama4_linearized_experts` (config.py:1030; loaders/patch_manager.py:434-442): axolotl
+    swaps Llama 4's fused expert banks for one nn.Linear per expert and projection
+    (monkeypatch/models/llama4/modeling.py:13-87), which bitsandbytes quantizes under QLoRA
+    like any Linear: the banks' bytes are NF4, trainfit's `quantize_experts`. Approximation: the
+    per-expert Linear4bit dequantizes one expert at a time where trainfit's quantized banks
+    dequantize a layer's bank (over is the safe side)."""
+    if m.setup.get("method") == "qlora" and m.setup.get("quantize_experts") is None:
+        m.set("quantize_experts", True, "llama4_linearized_experts")
+    elif m.setup.get("method") != "qlora":
+        m.ignore(
+            "llama4_linearized_experts",
+            "per-expert Linear modules outside QLoRA: the banks are counted fused, in the load "
+            "dtype",
+        )
 
 
 def _nd_parallel(m: TrainConfigMapping, data: dict[str, Any], fsdp: bool) -> None:

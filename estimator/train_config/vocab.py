@@ -84,12 +84,37 @@ def set_trainer_loss(m: TrainConfigMapping, trainer: str) -> None:
         m.set("loss", "full", origin)
 
 
+# Hub kernels named as `attn_implementation` (transformers 5.25.0
+# integrations/hub_kernels.py:375-427 `load_and_register_attn_kernel`: `repo[@rev][:name]`, an
+# optional `paged|` prefix): a kernel repo that exports `flash_attn_varlen_func` is registered
+# through transformers' own `flash_attention_forward` with the flash_attention_2 mask
+# (:406-410), i.e. runs as flash attention. These repos are builds of FlashAttention 2 / 3 (the
+# vLLM fork of FA3 is the one transformers' gpt-oss docs name, as it takes the sinks); other
+# kernel repos stay unmodelled.
+FLASH_KERNEL_REPOS = frozenset(
+    {
+        "kernels-community/flash-attn",
+        "kernels-community/flash-attn2",
+        "kernels-community/flash-attn3",
+        "kernels-community/vllm-flash-attn3",
+    }
+)
+
+
+def _attention_kind(value: str) -> str | None:
+    if value in ATTENTION:
+        return ATTENTION[value]
+    name = value.split("|", 1)[-1].split(":", 1)[0].partition("@")[0].strip()
+    return "flash" if name.lower() in FLASH_KERNEL_REPOS else None
+
+
 def map_attention(m: TrainConfigMapping, value: object, key: str) -> None:
     """An attention implementation name (None: unset) as trainfit's `attention`, or ignored."""
     if value is None:
         return
-    if str(value) in ATTENTION:
-        m.set("attention", ATTENTION[str(value)], key)
+    kind = _attention_kind(str(value))
+    if kind is not None:
+        m.set("attention", kind, key)
     else:
         m.ignore(key, f"attention {value!r} is not modelled")
 

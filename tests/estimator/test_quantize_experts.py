@@ -120,3 +120,16 @@ def test_a_dumped_setup_validates_again(stack: str) -> None:
         assert TrainingSetup.model_validate(setup.model_dump()) == setup
     asked = TrainingSetup(method="qlora", quantize_experts=True)
     assert TrainingSetup.model_validate(asked.model_dump()) == asked
+
+
+def test_axolotl_s_linearized_llama4_experts_are_quantized_under_qlora() -> None:
+    """axolotl's examples/llama-4/scout-qlora-single-h100-flex.yaml: `llama4_linearized_experts`
+    makes every expert an nn.Linear that bitsandbytes quantizes (NF4 banks); outside QLoRA the
+    key is reported as ignored, never dropped silently."""
+    base = "base_model: meta-llama/Llama-4-Scout-17B-16E\nllama4_linearized_experts: true\n"
+    qlora = read_train_config_text(base + "adapter: qlora\nload_in_4bit: true\n")
+    assert qlora.setup["quantize_experts"] is True
+    assert qlora.origin["quantize_experts"] == "llama4_linearized_experts"
+    lora = read_train_config_text(base + "adapter: lora\n")
+    assert "quantize_experts" not in lora.setup
+    assert "llama4_linearized_experts" in {i.key for i in lora.ignored}

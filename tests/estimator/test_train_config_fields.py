@@ -194,6 +194,18 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
     ),
     (
         "axolotl",
+        "attention",  # a Hub kernel transformers registers as flash attention (gpt-oss examples)
+        "base_model: x/y\nattn_implementation: kernels-community/vllm-flash-attn3\n",
+        {"setup.attention": "flash"},
+    ),
+    (
+        "axolotl",
+        "attention",  # another Hub kernel: not modelled, said so
+        "base_model: x/y\nattn_implementation: kernels-community/flash-mla\n",
+        {"ignored": ["attn_implementation"]},
+    ),
+    (
+        "axolotl",
         "liger",
         "base_model: x/y\nliger_fused_linear_cross_entropy: true\nliger_rms_norm: true\n",
         {"setup.loss": "liger", "ignored": ["liger_rms_norm"]},
@@ -926,3 +938,20 @@ def test_deepspeeds_optimizer_acceptance_flags_are_read_without_a_warning() -> N
     )
     mapping = map_config(parse_text(text, "c.json"))
     assert mapping.warnings == [] and mapping.setup["sharding"] == "zero3"
+
+
+@pytest.mark.parametrize(
+    "value, kind",
+    [
+        ("kernels-community/flash-attn3", "flash"),
+        ("paged|kernels-community/vllm-flash-attn3@main:flash_attn", "flash"),
+        ("kernels-community/flash-mla", None),
+        ("sdpa", "sdpa"),
+    ],
+)
+def test_hub_kernel_names_are_read_as_transformers_registers_them(
+    value: str, kind: str | None
+) -> None:
+    from estimator.train_config.vocab import _attention_kind
+
+    assert _attention_kind(value) == kind
