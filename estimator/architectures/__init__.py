@@ -273,6 +273,7 @@ _BUILDERS.update(
         "gpt_oss": gpt_oss,
         "deepseek_v3": deepseek_v3,
         "glm4_moe": glm4_moe,
+        "glm4_moe_lite": deepseek_v3,
         "llama4_text": llama4_text,
         "qwen3_5": hybrid,
         "qwen3_5_text": hybrid,

@@ -1,5 +1,7 @@
 """DeepSeek-V3: Multi-head Latent Attention, and MoE layers with shared experts after the first
-`first_k_dense_replace` dense layers (transformers v5 `modeling_deepseek_v3.py`).
+`first_k_dense_replace` dense layers (transformers v5 `modeling_deepseek_v3.py`). GLM-4.7-Flash
+(`glm4_moe_lite`, transformers 5.25.0 modeling_glm4_moe_lite.py) builds the same layers (its
+modeling file is DeepSeek-V3's with `mlp_layer_types` choosing the dense layers).
 
 Per layer (DeepseekV3Attention): q_a_proj (hidden -> q_lora_rank, `attention_bias`), q_a_layernorm,
 q_b_proj (q_lora_rank -> heads * (nope + rope)) — or a plain q_proj when `q_lora_rank` is null —,
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from estimator.architectures.parts import assemble, base_fields, embeddings, norms, swiglu, top_k
 from estimator.config_fields import ConfigReader
+from estimator.errors import EstimatorInputError
 from estimator.spec import (
     LAYER_FULL,
     Linear,
@@ -69,20 +72,19 @@ def _experts_count(c: ConfigReader) -> int:
 
 
 def sigmoid_moe(
-    c: ConfigReader, hidden: int, layers: int
+    c: ConfigReader, hidden: int, layers: int, family: str = "deepseek_v3"
 ) -> tuple[list[Linear], list[bool], MoEGeometry]:
-    """DeepSeek-V3's MoE block, which GLM-4.5 (`glm4_moe`) repeats line for line
-    (transformers 5.25.0 modeling_glm4_moe.py:269-392, Glm4MoeTopkRouter / Glm4MoeExperts /
-    Glm4MoeMoE): dense MLPs of `intermediate_size` in the first `first_k_dense_replace`
-    layers, then the router's bare `weight`, the fused expert banks and the shared experts (one
-    MLP of moe_intermediate_size * n_shared_experts) in every later layer."""
+    """DeepSeek-V3's MoE block, which GLM-4.5 (`glm4_moe`) and GLM-4.7-Flash
+    (`glm4_moe_lite`) repeat line for line (transformers 5.25.0 modeling_glm4_moe.py:269-392,
+    Glm4MoeTopkRouter / Glm4MoeExperts / Glm4MoeMoE): dense MLPs of `intermediate_size` in the
+    layers `_sparse_layers` says, the router's bare `weight`, the fused expert banks and the
+    shared experts (one MLP of moe_intermediate_size * n_shared_experts) in the others."""
     inter = c.integer("intermediate_size")
     n_exp = _experts_count(c)
     k = top_k(c, n_exp)
     e_inter = c.integer("moe_intermediate_size")
     shared = e_inter * c.integer("n_shared_experts", 0, minimum=0)
-    first_dense = min(c.integer("first_k_dense_replace", 0, minimum=0), layers)
-    sparse = [i >= first_dense for i in range(layers)]
+    sparse = _sparse_layers(c, layers, family)
     n_sparse = sum(sparse)
     lins = [Linear("gate", hidden, n_exp, n_sparse, group="router", nn_linear=False)]
     lins += swiglu(hidden, e_inter, n_sparse, "experts", moe=(n_exp, k))
@@ -90,6 +92,30 @@ def sigmoid_moe(
         lins += swiglu(hidden, shared, n_sparse, "shared_expert")
     lins += swiglu(hidden, inter, layers - n_sparse)
     return lins, sparse, MoEGeometry(n_exp, k, e_inter, shared, router="grouped_sigmoid")
+
+
+def _sparse_layers(c: ConfigReader, layers: int, family: str) -> list[bool]:
+    """Which layers hold the MoE block. GLM-4.7-Flash's config class reads `mlp_layer_types`
+    ("dense" / "sparse" per layer), by default one dense layer then sparse ones
+    (configuration_glm4_moe_lite.py:114-117; modeling_glm4_moe_lite.py:491); the others the
+    first `first_k_dense_replace` layers dense (modeling_deepseek_v3.py,
+    modeling_glm4_moe.py:402)."""
+    if family != "glm4_moe_lite":
+        first_dense = min(c.integer("first_k_dense_replace", 0, minimum=0), layers)
+        return [i >= first_dense for i in range(layers)]
+    kinds = c.str_list("mlp_layer_types")
+    if kinds is None:
+        return [i >= 1 for i in range(layers)]
+    if len(kinds) != layers:
+        raise EstimatorInputError(
+            c.field("mlp_layer_types"), f"has {len(kinds)} entries for {layers} layers"
+        )
+    for i, kind in enumerate(kinds):
+        if kind not in ("dense", "sparse"):
+            raise EstimatorInputError(
+                f"{c.field('mlp_layer_types')}[{i}]", f"expected dense or sparse, got {kind!r}"
+            )
+    return [kind == "sparse" for kind in kinds]
 
 
 def correction_bias(n_sparse: int, n_exp: int) -> ParamGroup:
@@ -107,7 +133,7 @@ def deepseek_v3(c: ConfigReader, family: str) -> ModelSpec:
     geo = mla_geometry(c)
     lins = mla_linears(c, geo, hidden, heads, layers)
     inter = c.integer("intermediate_size")
-    moe_lins, sparse, moe = sigmoid_moe(c, hidden, layers)
+    moe_lins, sparse, moe = sigmoid_moe(c, hidden, layers, family)
     lins += moe_lins
     fields = base_fields(c, family, hidden, layers)
     tied = c.flag("tie_word_embeddings", False)
@@ -115,8 +141,14 @@ def deepseek_v3(c: ConfigReader, family: str) -> ModelSpec:
     groups.append(norms(hidden, layers, 2, layers * (geo.q_lora_rank + geo.kv_lora_rank)))
     extras = [correction_bias(sum(sparse), moe.num_experts)]
     mtp = c.integer("num_nextn_predict_layers", 0, minimum=0)
-    if mtp:
+    notes: tuple[str, ...] = ()
+    if mtp and family == "deepseek_v3":
         extras.append(_mtp_group(lins, head, groups, hidden, geo, moe.num_experts, mtp))
+    elif mtp:  # GLM-4.7-Flash: its MTP layer's checkpoint layout is not read here
+        notes = (
+            f"the checkpoint's {mtp} multi-token-prediction layer(s) are not built by "
+            "transformers and are not counted",
+        )
     return assemble(
         fields,
         (heads, heads, geo.qk_head_dim),
@@ -129,7 +161,9 @@ def deepseek_v3(c: ConfigReader, family: str) -> ModelSpec:
         tied_embeddings=tied,
         moe=moe,
         mla=geo,
-        peft_fused_experts=True,  # transformers conversion_mapping.py: deepseek_v3 -> qwen2_moe
+        notes=notes,
+        # transformers conversion_mapping.py: deepseek_v3, glm4_moe_lite -> qwen2_moe
+        peft_fused_experts=True,
         # the rotary part of the query/key heads (modeling_deepseek_v3.py:86-100)
         rope_width=geo.qk_rope_head_dim,
     )

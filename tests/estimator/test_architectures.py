@@ -208,6 +208,21 @@ TINY = {
         "moe_intermediate_size": 32,
         "n_shared_experts": 2,
     },
+    "glm4_moe_lite": {
+        **_BASE,
+        "num_hidden_layers": 3,
+        "num_key_value_heads": 4,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "n_shared_experts": 1,
+        "q_lora_rank": 48,
+        "kv_lora_rank": 32,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 16,
+        "mlp_layer_types": ["dense", "sparse", "dense"],
+    },
     "gpt_oss": {**_BASE, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2},
     "llama4_text": {
         **_BASE,
@@ -448,6 +463,7 @@ NEW_FAMILIES = [
     "smollm3",
     "deepseek_v3",
     "glm4_moe",
+    "glm4_moe_lite",
     "gpt_oss",
     "llama4_text",
     "qwen3_5_moe_text",
@@ -552,6 +568,31 @@ def test_glm45_air_matches_transformers_and_its_model_card() -> None:
     assert spec.params_active - embed_and_head == pytest.approx(12e9, rel=0.02)
     assert spec.mlp_types.count("moe") == 45 and spec.rope_width == 64
     assert any("multi-token-prediction" in note for note in spec.notes)
+
+
+def test_glm47_flash_defaults_equal_transformers_and_bad_layer_kinds_name_the_field() -> None:
+    """GLM-4.7-Flash (`glm4_moe_lite`, DeepSeek-V3's layers): the config class's defaults
+    (30B total, one dense layer then MoE layers) build what transformers builds, with or
+    without `mlp_layer_types` written out; a bad entry names the field."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model("glm4_moe_lite")
+    with torch.device("meta"):
+        expected = sum(
+            p.numel() for p in transformers.AutoModelForCausalLM.from_config(config).parameters()
+        )
+    raw = config.to_dict()
+    assert spec_from_config(raw).params_total == expected == pytest.approx(30e9, rel=0.01)
+    implicit = {k: v for k, v in raw.items() if k != "mlp_layer_types"}
+    assert spec_from_config(implicit).params_total == expected
+    bad = {**raw, "mlp_layer_types": ["dense", "moe", *raw["mlp_layer_types"][2:]]}
+    with pytest.raises(EstimatorInputError) as err:
+        spec_from_config(bad)
+    assert err.value.field == "config.mlp_layer_types[1]"
+    short = {**raw, "mlp_layer_types": ["dense"]}
+    with pytest.raises(EstimatorInputError) as err:
+        spec_from_config(short)
+    assert err.value.field == "config.mlp_layer_types"
 
 
 def test_multimodal_presets_match_published() -> None:

@@ -30,6 +30,7 @@ CASES = [
     ("qwen3_next", ["q_proj", "gate_proj", "up_proj", "down_proj"]),
     ("deepseek_v3", [*MLA, "gate_proj", "up_proj", "down_proj"]),
     ("glm4_moe", SEVEN),
+    ("glm4_moe_lite", [*MLA, "gate_proj", "up_proj", "down_proj"]),
     ("glm4_moe", ["q_proj", "down_proj"]),
     ("qwen2_moe", SEVEN),  # not remapped: its dense and shared MLPs are adapted
     ("mixtral", SEVEN),  # mixtral's remapped names are w1 / w3 / w2
