@@ -310,14 +310,33 @@ def _lora_targets_before_remap(spec: ModelSpec, setup: TrainingSetup) -> list[Li
             chosen += [lin for lin in found if lin not in chosen]
             continue
         hits = [lin for lin in candidates if _matches(lin, target)]
-        if not hits and not any(_matches(lin, target) for lin in spec.linears):
-            raise EstimatorInputError(
-                "setup.lora_targets",
-                f"{target!r} matches no Linear of {spec.model_type}; "
-                f"known: {', '.join(spec.linear_names)}",
-            )
         chosen += [lin for lin in hits if lin not in chosen]
+    unmatched = unmatched_targets(spec, setup)
+    if unmatched and len(unmatched) == len(setup.lora_targets):
+        raise EstimatorInputError(
+            "setup.lora_targets",
+            f"{unmatched[0]!r} matches no Linear of {spec.model_type}; "
+            f"known: {', '.join(spec.linear_names)}",
+        )
     return chosen
+
+
+def unmatched_targets(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
+    """Target names (not patterns, bank parameters or the all-linear / peft-default words)
+    that match no Linear of the model. peft leaves such names out as long as another target
+    matches, and raises only when none does (peft 0.21.2 tuners/tuners_utils.py:1051-1071):
+    axolotl's GLM-4.7-Flash examples name q_proj, k_proj, v_proj and o_proj on an MLA model,
+    where only o_proj exists. trainfit does the same and says which names it left out
+    (`rows.model_summary` notes); all unmatched is an error naming the target list."""
+    if "all-linear" in setup.lora_targets or setup.lora_targets == [PEFT_DEFAULT]:
+        return []
+    return [
+        t
+        for t in setup.lora_targets
+        if t not in BANK_TARGETS
+        and not t.startswith(REGEX)
+        and not any(_matches(lin, t) for lin in spec.linears)
+    ]
 
 
 MLP_NAMES = ("gate_proj", "up_proj", "down_proj")

@@ -10,7 +10,7 @@ from estimator import lazy_numpy as np
 from estimator.dict_display import row_dict
 from estimator.fit import VERDICTS, verdict_code_list
 from estimator.gpu_options import GpuOption, devices_for
-from estimator.lora import PEFT_DEFAULT, peft_default_targets, peft_model_type
+from estimator.lora import PEFT_DEFAULT, peft_default_targets, peft_model_type, unmatched_targets
 from estimator.memo import Memo
 from estimator.memory import memory_breakdown
 from estimator.memory.model import (
@@ -221,9 +221,19 @@ def model_summary(
 
 def _target_notes(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
     """What `peft-default` resolved to for this model (estimator.lora.peft_default_targets),
-    so the document names the modules it priced."""
-    if not setup.is_adapter or setup.lora_targets != [PEFT_DEFAULT]:
+    so the document names the modules it priced; target names the model lacks, which peft
+    leaves out (estimator.lora.unmatched_targets)."""
+    if not setup.is_adapter:
         return []
+    if setup.lora_targets != [PEFT_DEFAULT]:
+        unmatched = unmatched_targets(spec, setup)
+        if not unmatched:
+            return []
+        return [
+            f"lora_targets {', '.join(unmatched)}: no such module in {spec.model_type}; peft "
+            "leaves them out while another target matches (peft 0.21.2 "
+            "tuners/tuners_utils.py:1051-1071), and so does this estimate"
+        ]
     names = ", ".join(peft_default_targets(spec))
     model_type = peft_model_type(spec)
     return [f"lora_targets peft-default: {names} (peft's targets for model_type {model_type!r})"]
