@@ -702,6 +702,7 @@ def layer_activations(
         other = grad + moe_combine_transient(ctx, spec)
     elif mlp_type == MLP_MOE:
         transient = max(transient, grad + moe_combine_transient(ctx, spec))
+        transient = max(transient, moe_forward_moment(ctx, spec))
     if moe and ctx.dequantized_banks and not ctx.expert_lora:
         per_layer += _dequantized_banks(spec)  # peft's merged banks replace them
     per_layer += ctx.weight_casts
@@ -839,6 +840,36 @@ def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_pro
         if ctx.full or (adapted and ctx.adapter_shared):
             held -= cb * h  # the MLP input: saved already, counted there
     return float(held)
+
+
+def moe_forward_moment(ctx: Context, spec: ModelSpec) -> float:
+    """Bytes per token alive besides the layer's saved tensors when the recomputed forward of
+    transformers' grouped_mm experts applies the routing weights (transformers 5.25.0
+    integrations/moe.py:524-529): `proj_out * sample_weights_g` and its gather back to token
+    order, `weighted_out[inv_perm]`, both (tokens x top_k, hidden), neither saved, while the
+    decoder layer holds its residual and the block's input and the backward's incoming and
+    residual gradients are alive (as `_forward_transient`: four hidden-wide tensors, three
+    under full fine-tuning, where the block's input is saved for the router's weight). The
+    product takes the wider dtype of the two: DeepSeek-V3's and GLM-4.5's grouped-sigmoid
+    router returns fp32 weights (`F.linear` of fp32 copies, modeling_glm4_moe.py:282-308),
+    which autocast runs in bf16 (F.linear is on its lower-precision list); Qwen3-MoE's are
+    cast to the logits' dtype (modeling_qwen3_moe.py:266). Found in the fake trace of
+    small-glm4-moe's bf16 attention-only LoRA step without autocast, whose activations peak at
+    this moment with both tensors fp32 (the estimate was 10.6 % under). Not for Llama 4's
+    dense bmm experts, gpt-oss's own, or the MoE modules of torchtitan and torchtune."""
+    moe = spec.moe
+    assert moe is not None
+    # transformers' experts only: not torchtitan's or torchtune's own modules
+    if moe.dense_compute or moe.activation != "swiglu" or ctx.liger:
+        return 0.0
+    if ctx.torch_norm or ctx.torchtune:
+        return 0.0
+    eb = expert_bytes(ctx, spec)
+    routing = FP32 if moe.router == "grouped_sigmoid" and not ctx.autocast else eb
+    h = spec.hidden or 0
+    # the block's input is a saved tensor when the router or the experts train (full)
+    held = (3 if ctx.full else 4) * ctx.compute_bytes * h
+    return float(held + 2 * max(eb, routing) * moe.experts_per_token * h)
 
 
 def moe_combine_transient(ctx: Context, spec: ModelSpec) -> float:
