@@ -42,7 +42,7 @@ def glm4_moe(c: ConfigReader, family: str) -> ModelSpec:
     lins, heads, kv_heads, head_dim = attention_linears(
         c, hidden, layers, qkv_bias=c.flag("attention_bias", False), o_bias=False
     )
-    moe_lins, sparse, moe = sigmoid_moe(c, hidden, layers)
+    moe_lins, sparse, moe = sigmoid_moe(c, hidden, layers, family)
     qk = layers * 2 * head_dim if c.flag("use_qk_norm", False) else 0
     fields = base_fields(c, family, hidden, layers)
     tied = c.flag("tie_word_embeddings", False)

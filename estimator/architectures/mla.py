@@ -71,8 +71,15 @@ def _experts_count(c: ConfigReader) -> int:
     return c.integer(key)
 
 
+# the config classes' defaults where a config.json leaves the key out (save_pretrained writes
+# only what differs from them): transformers 5.25.0 configuration_deepseek_v3.py:90, :102,
+# configuration_glm4_moe.py:105, :110, configuration_glm4_moe_lite.py (n_shared_experts 1)
+SHARED_DEFAULT = 1
+FIRST_DENSE_DEFAULTS = {"deepseek_v3": 3, "glm4_moe": 1}
+
+
 def sigmoid_moe(
-    c: ConfigReader, hidden: int, layers: int, family: str = "deepseek_v3"
+    c: ConfigReader, hidden: int, layers: int, family: str
 ) -> tuple[list[Linear], list[bool], MoEGeometry]:
     """DeepSeek-V3's MoE block, which GLM-4.5 (`glm4_moe`) and GLM-4.7-Flash
     (`glm4_moe_lite`) repeat line for line (transformers 5.25.0 modeling_glm4_moe.py:269-392,
@@ -83,7 +90,7 @@ def sigmoid_moe(
     n_exp = _experts_count(c)
     k = top_k(c, n_exp)
     e_inter = c.integer("moe_intermediate_size")
-    shared = e_inter * c.integer("n_shared_experts", 0, minimum=0)
+    shared = e_inter * c.integer("n_shared_experts", SHARED_DEFAULT, minimum=0)
     sparse = _sparse_layers(c, layers, family)
     n_sparse = sum(sparse)
     lins = [Linear("gate", hidden, n_exp, n_sparse, group="router", nn_linear=False)]
@@ -101,7 +108,8 @@ def _sparse_layers(c: ConfigReader, layers: int, family: str) -> list[bool]:
     first `first_k_dense_replace` layers dense (modeling_deepseek_v3.py,
     modeling_glm4_moe.py:402)."""
     if family != "glm4_moe_lite":
-        first_dense = min(c.integer("first_k_dense_replace", 0, minimum=0), layers)
+        default = FIRST_DENSE_DEFAULTS.get(family, 0)
+        first_dense = min(c.integer("first_k_dense_replace", default, minimum=0), layers)
         return [i >= first_dense for i in range(layers)]
     kinds = c.str_list("mlp_layer_types")
     if kinds is None:

@@ -677,3 +677,24 @@ def test_deepseek_without_q_lora_uses_a_plain_q_proj() -> None:
     spec = spec_from_config(config.to_dict())
     assert [lin.name for lin in spec.linears][:1] == ["q_proj"]
     assert spec.params_total == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "glm4_moe", "glm4_moe_lite"])
+def test_a_config_without_the_moe_layout_keys_takes_the_config_class_defaults(
+    model_type: str,
+) -> None:
+    """save_pretrained writes only what differs from the config class, so a config.json may
+    leave out `first_k_dense_replace` (DeepSeek-V3 3, GLM-4.5 1) and `n_shared_experts` (1):
+    trainfit reads them as transformers does (it took 0 for both)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    raw = {
+        k: v
+        for k, v in {**TINY[model_type], "num_hidden_layers": 5}.items()
+        if k not in ("first_k_dense_replace", "n_shared_experts", "mlp_layer_types")
+    }
+    config = transformers.CONFIG_MAPPING[model_type](**raw)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    expected = sum(p.numel() for p in model.parameters())
+    assert spec_from_config({**raw, "model_type": model_type}).params_total == expected
