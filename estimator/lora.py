@@ -330,13 +330,21 @@ def unmatched_targets(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
     (`rows.model_summary` notes); all unmatched is an error naming the target list."""
     if "all-linear" in setup.lora_targets or setup.lora_targets == [PEFT_DEFAULT]:
         return []
-    return [
+    targets = tuple(setup.lora_targets)
+    return list(_UNMATCHED.call((spec,), targets, _unmatched, spec, targets))
+
+
+def _unmatched(spec: ModelSpec, targets: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(
         t
-        for t in setup.lora_targets
+        for t in targets
         if t not in BANK_TARGETS
         and not t.startswith(REGEX)
         and not any(_matches(lin, t) for lin in spec.linears)
-    ]
+    )
+
+
+_UNMATCHED: Memo[tuple[str, ...]] = Memo()  # per (spec, targets): once, not per estimate
 
 
 MLP_NAMES = ("gate_proj", "up_proj", "down_proj")
