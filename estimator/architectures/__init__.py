@@ -8,7 +8,8 @@ Shapes follow the transformers modeling files (v5.x) of each architecture: `mode
 `modeling_glm4.py` (four norms, fused gate_up_proj, q/k/v bias), `modeling_olmo2.py` /
 `modeling_olmo3.py` (no input norm, post-attention and post-feedforward norms, q_norm/k_norm over
 all heads), `modeling_granite.py`,
-`modeling_smollm3.py`, `modeling_phi3.py` (fused qkv_proj, gate_up_proj), `modeling_gpt2.py`
+`modeling_smollm3.py`, `modeling_ministral.py` (Mistral's layers, sliding per `layer_types`),
+`modeling_phi3.py` (fused qkv_proj, gate_up_proj), `modeling_gpt2.py`
 (Conv1D c_attn/c_fc); Qwen3.5 / Qwen3-Next in `hybrid`, DeepSeek-V3 in `mla`, GLM-4.5 in
 `glm_moe`,
 gpt-oss and Llama 4 in `moe`, vision towers in `vision`; shared builders in `parts`, attention
@@ -152,7 +153,22 @@ def _sparse_mlp(
     return routed_moe(hidden, n_sparse, moe), sparse, moe
 
 
+# MinistralConfig's `sliding_window` default (transformers 5.25.0
+# models/ministral/configuration_ministral.py:82); its `layer_types` default is every layer
+# sliding when a window is set, else every layer full (:91-94)
+MINISTRAL_WINDOW = 4096
+
+
+def _sliding_window(c: ConfigReader, family: str) -> int | None:
+    if family == "ministral" and "sliding_window" not in c.data:  # absent, not null
+        return MINISTRAL_WINDOW
+    return (c.integer("sliding_window", 0, minimum=0) if c.has("sliding_window") else 0) or None
+
+
 def _decoder_types(c: ConfigReader, family: str, layers: int) -> list[str]:
+    if family == "ministral" and c.str_list("layer_types") is None:
+        kind = LAYER_SLIDING if _sliding_window(c, family) else LAYER_FULL
+        return [kind] * layers
     if family == "gemma2" and c.str_list("layer_types") is None:
         return [LAYER_SLIDING if i % 2 == 0 else LAYER_FULL for i in range(layers)]
     if family == "olmo3":
@@ -187,7 +203,7 @@ def _decoder(c: ConfigReader, family: str) -> ModelSpec:
     fields = base_fields(c, family, hidden, layers)
     groups, head = embeddings(hidden, fields["vocab"], tied)
     groups.append(norms(hidden, layers, per_layer, qk))
-    sliding = c.integer("sliding_window", 0, minimum=0) if c.has("sliding_window") else None
+    sliding = _sliding_window(c, family)
     return assemble(
         fields,
         (heads, kv_heads, head_dim),
@@ -198,7 +214,7 @@ def _decoder(c: ConfigReader, family: str) -> ModelSpec:
         intermediate=inter,
         tied_embeddings=tied,
         qk_norm=bool(qk),
-        sliding_window=sliding or None,
+        sliding_window=sliding,
         moe=moe,
         norms_per_layer=per_layer,
         peft_fused_experts=family in PEFT_FUSED_EXPERTS,
@@ -250,6 +266,7 @@ _DECODER_FAMILIES = (
     "llama",
     "gemma",
     "mistral",
+    "ministral",
     "qwen2",
     "qwen2_moe",
     "qwen3",
@@ -371,7 +388,7 @@ def spec_from_config(config: Any, name: str | None = None) -> ModelSpec:
     if model_type in COMPOSITES:
         text, family = _composite(root, model_type)
     else:
-        text, family = root, _TEXT_FAMILIES.get(model_type, model_type)
+        text, family = root, model_type  # _TEXT_FAMILIES maps a composite's inner types
     spec = _BUILDERS[family](text, family)
     if model_type in COMPOSITES:
         assert spec.hidden is not None

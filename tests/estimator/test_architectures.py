@@ -223,6 +223,13 @@ TINY = {
         "v_head_dim": 16,
         "mlp_layer_types": ["dense", "sparse", "dense"],
     },
+    "ministral": {
+        **_BASE,
+        "num_hidden_layers": 3,
+        "head_dim": 16,
+        "sliding_window": 32,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+    },
     "gpt_oss": {**_BASE, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2},
     "llama4_text": {
         **_BASE,
@@ -698,3 +705,20 @@ def test_a_config_without_the_moe_layout_keys_takes_the_config_class_defaults(
         model = transformers.AutoModelForCausalLM.from_config(config)
     expected = sum(p.numel() for p in model.parameters())
     assert spec_from_config({**raw, "model_type": model_type}).params_total == expected
+
+
+def test_ministral_windows_follow_its_config_class() -> None:
+    """MinistralConfig: `sliding_window` 4096 when absent, every layer sliding unless
+    `layer_types` says otherwise, every layer full when the window is null (transformers 5.25.0
+    configuration_ministral.py:82, :91-94)."""
+    transformers = pytest.importorskip("transformers")
+    for raw in (
+        {**_BASE},
+        {**_BASE, "sliding_window": None},
+        {**_BASE, "sliding_window": 64},
+        TINY["ministral"],
+    ):
+        config = transformers.CONFIG_MAPPING["ministral"](**raw)
+        spec = spec_from_config({**raw, "model_type": "ministral"})
+        assert list(spec.layer_types) == list(config.layer_types), raw
+        assert spec.sliding_window == config.sliding_window, raw

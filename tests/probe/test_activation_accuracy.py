@@ -134,8 +134,17 @@ def test_gemma_activations_within_tolerance_of_the_trainer_step(name, change, to
         ("small-gemma3", {"autocast": False, "precision": "bf16"}, 3.0),
         ("small-mistral-sliding", {}, 3.0),
         ("small-mistral-sliding", {"method": "full", "precision": "bf16"}, 4.0),
+        ("small-ministral", {}, 3.0),
+        ("small-ministral", {"method": "full", "precision": "bf16"}, 4.0),
     ],
-    ids=["gemma3-lora", "gemma3-no-autocast", "mistral-sliding-lora", "mistral-sliding-full"],
+    ids=[
+        "gemma3-lora",
+        "gemma3-no-autocast",
+        "mistral-sliding-lora",
+        "mistral-sliding-full",
+        "ministral-mixed-layers-lora",
+        "ministral-mixed-layers-full",
+    ],
 )
 def test_sliding_window_masks_within_tolerance_of_the_trainer_step(name, change, tolerance):
     """A sliding window as long as the sequence or shorter makes transformers build a boolean
