@@ -28,6 +28,10 @@ PRESET_SOURCES = {
     "qwen2.5-vl-7b": "Qwen/Qwen2.5-VL-7B-Instruct config.json (vision tower in extras)",
     "gemma-3-27b": "google/gemma-3-27b-it config.json (vision tower in extras)",
     "llama-4-scout": "meta-llama/Llama-4-Scout-17B-16E-Instruct config.json (vision in extras)",
+    "glm-4.5-air": (
+        "zai-org/GLM-4.5-Air config.json, its fields as transformers 4.54.1 printed them "
+        "(106,852,245,504 parameters = transformers 5.25.0; the MTP layer it skips not counted)"
+    ),
 }
 
 

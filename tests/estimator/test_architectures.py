@@ -563,13 +563,14 @@ def test_deepseek_v3_with_mtp_and_gpt_oss_active_match_published() -> None:
 
 
 def test_glm45_air_matches_transformers_and_its_model_card() -> None:
-    """GLM-4.5-Air's config (fields as transformers 4.54.1 printed zai-org/GLM-4.5-Air's
-    config.json, tests/data/configs/glm-4.5-air.json): transformers 5.25.0 instantiates
+    """GLM-4.5-Air's config (the `glm-4.5-air` preset: fields as transformers 4.54.1 printed
+    zai-org/GLM-4.5-Air's config.json): transformers 5.25.0 instantiates
     106,852,245,504 parameters from it on the meta device (the MTP layer is not loaded); the
     model card says 106B total and 12B active parameters (the active figure without the
     embedding and the output head)."""
-    config = json.loads((Path(__file__).parents[1] / "data/configs/glm-4.5-air.json").read_text())
-    spec = spec_from_config(config)
+    from estimator.presets import preset_config
+
+    spec = spec_from_config(preset_config("glm-4.5-air"))
     assert spec.params_total == 106_852_245_504
     embed_and_head = 2 * 151_552 * 4096
     assert spec.params_active - embed_and_head == pytest.approx(12e9, rel=0.02)
@@ -626,6 +627,7 @@ def test_multimodal_presets_match_published() -> None:
         ("qwen2.5-vl-7b", "Qwen2_5_VLForConditionalGeneration"),
         ("gemma-3-27b", "Gemma3ForConditionalGeneration"),
         ("llama-4-scout", "Llama4ForConditionalGeneration"),
+        ("glm-4.5-air", "Glm4MoeForCausalLM"),
     ],
 )
 def test_new_presets_equal_transformers_meta_model(preset: str, cls: str) -> None:
