@@ -7,7 +7,7 @@ Shapes follow the transformers modeling files (v5.x) of each architecture: `mode
 `modeling_gemma2.py` / `modeling_gemma3.py` (four norms per layer, softcapping),
 `modeling_glm4.py` (four norms, fused gate_up_proj, q/k/v bias), `modeling_olmo2.py` /
 `modeling_olmo3.py` (no input norm, post-attention and post-feedforward norms, q_norm/k_norm over
-all heads), `modeling_granite.py`,
+all heads), `modeling_granite.py`, `modeling_qwen2_vl.py` (Qwen2-VL: Qwen2's decoder, flat or nested config),
 `modeling_smollm3.py`, `modeling_ministral.py` (Mistral's layers, sliding per `layer_types`),
 `modeling_phi3.py` (fused qkv_proj, gate_up_proj), `modeling_gpt2.py`
 (Conv1D c_attn/c_fc); Qwen3.5 / Qwen3-Next in `hybrid`, DeepSeek-V3 in `mla`, GLM-4.5 in
@@ -59,12 +59,13 @@ from estimator.spec import (
 FOUR_NORMS = ("gemma2", "gemma3_text", "glm4")  # pre/post attention and pre/post MLP
 POST_NORMS = ("olmo2", "olmo3")  # post-attention and post-feedforward only, q/k norm full width
 QK_NORM = ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_vl_text")  # per-head q_norm/k_norm
-QKV_BIAS = ("qwen2", "qwen2_moe", "qwen2_5_vl_text")  # q/k/v with bias, o_proj without
+# q/k/v with bias, o_proj without
+QKV_BIAS = ("qwen2", "qwen2_moe", "qwen2_5_vl_text", "qwen2_vl_text")
 # peft 0.21 adapts these types' fused experts under all-linear (transformers conversion_mapping.py)
 PEFT_FUSED_EXPERTS = ("mixtral", "qwen3_moe", "qwen3_next", "deepseek_v3")
 TIED_DEFAULT = ("gemma", "gemma2", "gemma3_text", "smollm3")
 # rotary tables per forward not read for these (multimodal RoPE sections): rope_width 0
-ROPE_NOT_READ = ("qwen2_5_vl_text", "qwen3_vl_text")
+ROPE_NOT_READ = ("qwen2_5_vl_text", "qwen2_vl_text", "qwen3_vl_text")
 
 
 def _rope_width(c: ConfigReader, family: str, head_dim: int) -> int:
@@ -281,6 +282,7 @@ _DECODER_FAMILIES = (
     "glm4",
     "smollm3",
     "qwen2_5_vl_text",
+    "qwen2_vl_text",
     "qwen3_vl_text",
 )
 _BUILDERS: dict[str, Builder] = {name: _decoder for name in _DECODER_FAMILIES}
@@ -310,8 +312,12 @@ COMPOSITES: dict[str, tuple[str, bool]] = {
     "mistral3": ("mistral", True),
     "llama4": ("llama4_text", False),
     "qwen2_5_vl": ("qwen2_5_vl_text", False),
+    "qwen2_vl": ("qwen2_vl_text", False),
     "qwen3_vl": ("qwen3_vl_text", False),
 }
+# composites whose published config.json keeps the text fields at the top level (Qwen2-VL and
+# Qwen2.5-VL; transformers 5.25.0 configuration_qwen2_vl.py:170-177 moves them into text_config)
+FLAT_LAYOUT = ("qwen2_vl", "qwen2_5_vl")
 # where a composite's decoder layers sit (transformers 5.25.0: Llama4ForConditionalGeneration
 # holds a Llama4ForCausalLM as `language_model`, the others a base model as
 # `model.language_model`; tests/estimator/test_lora_regex.py builds each on the meta device)
@@ -322,6 +328,7 @@ _LAYERS = {
     "mistral3": "model.language_model.layers",
     "llama4": "language_model.model.layers",
     "qwen2_5_vl": "model.language_model.layers",
+    "qwen2_vl": "model.language_model.layers",
     "qwen3_vl": "model.language_model.layers",
 }
 # text_config model_types accepted inside a composite, mapped to a builder family
@@ -352,7 +359,7 @@ def _reject_non_finite(value: Any, path: str, depth: int = 0) -> None:
 def _composite(root: ConfigReader, model_type: str) -> tuple[ConfigReader, str]:
     """The text config of a multimodal config, with the composite's tying rule applied."""
     text = root.nested("text_config")
-    if text is None and model_type == "qwen2_5_vl" and root.has("hidden_size"):
+    if text is None and model_type in FLAT_LAYOUT and root.has("hidden_size"):
         text = root  # the published flat layout: text fields at the top (Qwen2_5_VLConfig BC)
     if text is None:
         raise EstimatorInputError("config.text_config", f"{model_type} needs a text_config")
@@ -361,7 +368,7 @@ def _composite(root: ConfigReader, model_type: str) -> tuple[ConfigReader, str]:
         tied = text.flag("tie_word_embeddings", root.flag("tie_word_embeddings", tie_default))
     else:
         tied = root.flag("tie_word_embeddings", tie_default)
-        if model_type == "qwen2_5_vl":
+        if model_type in FLAT_LAYOUT:  # Qwen2VLConfig.__post_init__ forwards text_config's
             tied = tied or text.flag("tie_word_embeddings", False)
     if model_type == "mistral3":
         inner = text.text("model_type", "mistral") or "mistral"

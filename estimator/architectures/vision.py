@@ -6,6 +6,8 @@ the weights only when a profile names them.
 Sources, per family (transformers v5 modeling files):
 - qwen3_5, qwen3_5_moe, qwen3_vl: `Qwen3_5VisionModel` / `Qwen3VLVisionModel` (3-D patch conv
   with bias, learned positions, LayerNorm ViT blocks with fused qkv, GELU MLP, patch mergers).
+- qwen2_vl: `Qwen2VisionTransformerPretrainedModel` (conv without bias, LayerNorm blocks, fc1 /
+  fc2 MLP, merger `ln_q` + two Linear).
 - qwen2_5_vl: `Qwen2_5_VisionTransformerPretrainedModel` (conv without bias, RMSNorm blocks,
   gated SiLU MLP with biases, one merger `ln_q` + two Linear with bias).
 - mistral3: `PixtralVisionModel` (conv without bias, RMSNorm, bias-free attention and gated MLP)
@@ -76,6 +78,22 @@ def qwen2_5_vision(v: ConfigReader) -> int:
     return channels * temporal * patch * patch * vh + v.integer("depth") * block + merger
 
 
+def qwen2_vision(v: ConfigReader) -> int:
+    """Qwen2-VL vision tower (transformers 5.25.0 models/qwen2_vl/modeling_qwen2_vl.py:253-300,
+    :427-436, :653-668): bias-free 3-D patch conv of `embed_dim`, LayerNorm blocks (fused qkv
+    and proj with bias, fc1 / fc2 MLP of embed_dim * mlp_ratio with bias), merger: LayerNorm
+    `ln_q` and two Linear with bias into the text model's `hidden_size`."""
+    vh = v.integer("embed_dim")
+    vi = vh * v.integer("mlp_ratio", 4)
+    patch, temporal = v.integer("patch_size"), v.integer("temporal_patch_size", 2)
+    channels = v.integer("in_channels", 3)
+    out_h, merge = v.integer("hidden_size"), v.integer("spatial_merge_size", 2)
+    block = _vit_block(vh, vi, bias=True, norm_bias=True)
+    merged = vh * merge * merge
+    merger = 2 * vh + _linear(merged, merged) + _linear(merged, out_h)
+    return channels * temporal * patch * patch * vh + v.integer("depth") * block + merger
+
+
 def pixtral_vision(root: ConfigReader, v: ConfigReader, text_hidden: int) -> int:
     """Pixtral tower (Mistral 3) plus `Mistral3MultiModalProjector`."""
     vh, vi = v.integer("hidden_size"), v.integer("intermediate_size")
@@ -142,6 +160,8 @@ def vision_tower(model_type: str, root: ConfigReader, text_hidden: int) -> list[
         count = qwen3_vision(v)
     elif model_type == "qwen2_5_vl":
         count = qwen2_5_vision(v)
+    elif model_type == "qwen2_vl":
+        count = qwen2_vision(v)
     elif model_type == "mistral3":
         count = pixtral_vision(root, v, text_hidden)
     elif model_type == "gemma3":

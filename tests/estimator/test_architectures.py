@@ -336,6 +336,12 @@ _TOKENS = {
 _QWEN_VISION = {"hidden_size": 32, "intermediate_size": 48, "num_heads": 2, "out_hidden_size": 64}
 # model_type: (ForConditionalGeneration class, text_config, vision_config, top-level overrides)
 MULTIMODAL: dict[str, tuple[str, dict, dict, dict]] = {
+    "qwen2_vl": (
+        "Qwen2VLForConditionalGeneration",
+        {**_BASE},
+        {"embed_dim": 32, "hidden_size": 64, "num_heads": 2, "depth": 2},
+        _TOKENS,
+    ),
     "qwen2_5_vl": (
         "Qwen2_5_VLForConditionalGeneration",
         {**_BASE},
@@ -654,8 +660,25 @@ VARIANTS = [
     ("mistral3", {"tie_word_embeddings": True}),
     ("llama4", {"text_config": {"moe_layers": [0, 3], "attention_chunk_size": 16}}),
     ("qwen2_5_vl", {"text_config": {"tie_word_embeddings": True}}),
+    ("qwen2_vl", {"text_config": {"tie_word_embeddings": True}}),
     ("qwen3_vl", {"tie_word_embeddings": True}),
 ]
+
+
+def test_qwen2_vl_in_its_published_flat_layout_equals_transformers() -> None:
+    """Qwen2-VL's published config.json keeps the text fields at the top level (transformers
+    5.25.0 configuration_qwen2_vl.py:170-177 moves them into text_config)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    nested = _multimodal_config("qwen2_vl")
+    flat = {k: v for k, v in nested.items() if k != "text_config"}
+    flat.update({k: v for k, v in nested["text_config"].items() if k != "model_type"})
+    config = transformers.CONFIG_MAPPING["qwen2_vl"].from_dict(flat)
+    with torch.device("meta"):
+        model = transformers.Qwen2VLForConditionalGeneration(config)
+    spec = spec_from_config(flat)
+    assert spec.params_total + spec.params_extras == sum(p.numel() for p in model.parameters())
+    assert spec.layers_module == "model.language_model.layers"
 
 
 @pytest.mark.parametrize("model_type,changes", VARIANTS)

@@ -38,7 +38,11 @@ def _lora(targets: list[str]) -> TrainingSetup:
     return TrainingSetup.model_validate({"method": "lora", "lora_targets": targets})
 
 
-_MODEL_TYPES_WITHOUT_A_MODEL = ("qwen2_5_vl_text", "qwen3_vl_text")  # only nested in a composite
+_MODEL_TYPES_WITHOUT_A_MODEL = (
+    "qwen2_5_vl_text",
+    "qwen2_vl_text",
+    "qwen3_vl_text",
+)  # only nested in a composite
 # Glm4MoeConfig's defaults (hidden 4096, 96 heads, no head_dim) leave transformers to floor
 # 4096 / 96; trainfit refuses such a config (test_architectures), the published ones say 128
 # MinistralConfig's default head_dim is None, which its attention cannot build with
