@@ -7,7 +7,8 @@ Shapes follow the transformers modeling files (v5.x) of each architecture: `mode
 `modeling_gemma2.py` / `modeling_gemma3.py` (four norms per layer, softcapping),
 `modeling_glm4.py` (four norms, fused gate_up_proj, q/k/v bias), `modeling_olmo2.py` /
 `modeling_olmo3.py` (no input norm, post-attention and post-feedforward norms, q_norm/k_norm over
-all heads), `modeling_granite.py`, `modeling_qwen2_vl.py` (Qwen2-VL: Qwen2's decoder, flat or nested config),
+all heads), `modeling_granite.py`, `modeling_qwen2_vl.py` (Qwen2-VL: Qwen2's decoder, flat or
+nested config),
 `modeling_smollm3.py`, `modeling_ministral.py` (Mistral's layers, sliding per `layer_types`),
 `modeling_phi3.py` (fused qkv_proj, gate_up_proj), `modeling_gpt2.py`
 (Conv1D c_attn/c_fc); Qwen3.5 / Qwen3-Next in `hybrid`, DeepSeek-V3 in `mla`, GLM-4.5 in
