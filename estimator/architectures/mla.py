@@ -71,8 +71,9 @@ def _experts_count(c: ConfigReader) -> int:
     return c.integer(key)
 
 
-# the config classes' defaults where a config.json leaves the key out (save_pretrained writes
-# only what differs from them): transformers 5.25.0 configuration_deepseek_v3.py:90, :102,
+# the config classes' defaults where a config.json leaves the key out (a hand-written or trimmed
+# file; save_pretrained writes model-specific keys): transformers 5.25.0
+# configuration_deepseek_v3.py:90, :102,
 # configuration_glm4_moe.py:105, :110, configuration_glm4_moe_lite.py (n_shared_experts 1)
 SHARED_DEFAULT = 1
 FIRST_DENSE_DEFAULTS = {"deepseek_v3": 3, "glm4_moe": 1}

@@ -715,9 +715,9 @@ def test_deepseek_without_q_lora_uses_a_plain_q_proj() -> None:
 def test_a_config_without_the_moe_layout_keys_takes_the_config_class_defaults(
     model_type: str,
 ) -> None:
-    """save_pretrained writes only what differs from the config class, so a config.json may
-    leave out `first_k_dense_replace` (DeepSeek-V3 3, GLM-4.5 1) and `n_shared_experts` (1):
-    trainfit reads them as transformers does (it took 0 for both)."""
+    """A hand-written or trimmed config.json may leave out `first_k_dense_replace`
+    (DeepSeek-V3 3, GLM-4.5 1) and `n_shared_experts` (1): trainfit reads them as transformers
+    does (it took 0 for both)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     raw = {
