@@ -309,6 +309,7 @@ def test_moe_activations_against_the_trainer_step(name, change, low, high):
     -7.0 % with it; now -1.3 %, -3.7 %, -4.0 % at 256 tokens. The attention-only LoRA of
     axolotl's GLM-4.5-Air example (examples/glm45/glm-45-air-qlora.yaml) is +2.9 / +3.0 % at
     256 / 512 tokens. Full fine-tuning of the sigmoid-routed models is over, +6.4 % and +8.3 %
-    (the estimate's MoE backward moment exceeds the trace's; one-sided bounds)."""
-    errors = _activation_errors({**BASE, **change}, name)
+    (the estimate's MoE backward moment exceeds the trace's; one-sided bounds). One length
+    each (CI time): the errors at 512 tokens were within 0.3 points of these."""
+    errors = _activation_errors({**BASE, **change}, name, [256])
     assert all(low <= e <= high for e in errors), errors
