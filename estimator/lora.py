@@ -418,10 +418,21 @@ def expert_banks(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
     return [lin for lin in spec.linears if lin.experts > 1 and _BANK_OF.get(lin.name) in kinds]
 
 
-def _mlp_names_targeted(spec: ModelSpec, setup: TrainingSetup) -> set[str]:
-    """`_remapped_names` of the setup's targets (regex hits included)."""
-    chosen = _lora_targets_before_remap(spec, setup)
-    return _remapped_names(spec, setup, chosen)
+def _mlp_names_targeted(spec: ModelSpec, setup: TrainingSetup) -> frozenset[str]:
+    """`_remapped_names` of the setup's targets (regex hits included): empty where peft
+    remaps nothing, else resolved once per (spec, targets) (`expert_banks` and
+    `expert_adapter_tensors` ask on every Context and adapter count)."""
+    if not remaps_mlp_names(spec) or "all-linear" in setup.lora_targets:
+        return frozenset()
+    targets = tuple(setup.lora_targets)
+    return _TARGETED.call((spec,), targets, _names_targeted, spec, setup)
+
+
+def _names_targeted(spec: ModelSpec, setup: TrainingSetup) -> frozenset[str]:
+    return frozenset(_remapped_names(spec, setup, _lora_targets_before_remap(spec, setup)))
+
+
+_TARGETED: Memo[frozenset[str]] = Memo()
 
 
 def expert_adapter_tensors(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[int, int, int]]:

@@ -859,10 +859,8 @@ def moe_forward_moment(ctx: Context, spec: ModelSpec) -> float:
     dense bmm experts, gpt-oss's own, or the MoE modules of torchtitan and torchtune."""
     moe = spec.moe
     assert moe is not None
-    # transformers' experts only: not torchtitan's or torchtune's own modules
-    if moe.dense_compute or moe.activation != "swiglu" or ctx.liger:
-        return 0.0
-    if ctx.torch_norm or ctx.torchtune:
+    transformers_experts = not (ctx.torch_norm or ctx.torchtune or ctx.liger)
+    if moe.dense_compute or moe.activation != "swiglu" or not transformers_experts:
         return 0.0
     eb = expert_bytes(ctx, spec)
     routing = FP32 if moe.router == "grouped_sigmoid" and not ctx.autocast else eb
