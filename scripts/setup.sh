@@ -4,6 +4,36 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+
+# The probe's torchtune stack runs in a venv of its own, .venv-torchtune: torchtune 0.6.1 imports
+# torchao.dtypes.nf4tensor (gone from torchao 0.16), and peft 0.21 refuses to apply LoRA at all
+# beside a torchao older than 0.16 (peft/import_utils.py:162 raises ImportError), so the two
+# cannot share .venv. `make test` runs tests/probe/test_torchtune_stack.py with it (~50 s here).
+# It is installed beside .venv, in the background (pip is mostly one core; CI's setup time).
+setup_torchtune_venv() {
+  if [ ! -x .venv-torchtune/bin/python ]; then
+    "$PY" -m venv .venv-torchtune
+  fi
+  if ! .venv-torchtune/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
+    .venv-torchtune/bin/python -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
+  fi
+  # trainfit's own dependencies and the torchtune extra, read from pyproject.toml; the project
+  # itself is not installed there (the tests import it from the tree), so this pip never builds
+  # trainfit.egg-info beside the main install's.
+  mapfile -t requirements < <("$PY" -c 'import tomllib
+p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+print("\n".join(p["dependencies"] + p["optional-dependencies"]["torchtune"]))')
+  .venv-torchtune/bin/python -m pip install -q "${requirements[@]}" "pytest>=8" 2>&1 | grep -v "^WARNING: Location" || true
+  version=$(.venv-torchtune/bin/python -m pip show torch | awk '/^Version:/{print $2}')
+  case "$version" in
+    2.13.0*) ;;
+    *) echo "setup: expected torch 2.13.0 in .venv-torchtune, found $version" >&2; exit 1 ;;
+  esac
+}
+
+setup_torchtune_venv > .venv-torchtune.log 2>&1 &
+torchtune_pid=$!
+
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
@@ -22,19 +52,8 @@ case "$version" in
   *) echo "setup: expected torch 2.13.0, found $version" >&2; exit 1 ;;
 esac
 
-# The probe's torchtune stack runs in a venv of its own, .venv-torchtune: torchtune 0.6.1 imports
-# torchao.dtypes.nf4tensor (gone from torchao 0.16), and peft 0.21 refuses to apply LoRA at all
-# beside a torchao older than 0.16 (peft/import_utils.py:162 raises ImportError), so the two
-# cannot share .venv. `make test` runs tests/probe/test_torchtune_stack.py with it (~50 s here).
-if [ ! -x .venv-torchtune/bin/python ]; then
-  "$PY" -m venv .venv-torchtune
+if ! wait "$torchtune_pid"; then
+  cat .venv-torchtune.log >&2
+  exit 1
 fi
-if ! .venv-torchtune/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
-  .venv-torchtune/bin/python -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
-fi
-.venv-torchtune/bin/python -m pip install -q -e ".[torchtune]" "pytest>=8" 2>&1 | grep -v "^WARNING: Location" || true
-version=$(.venv-torchtune/bin/python -m pip show torch | awk '/^Version:/{print $2}')
-case "$version" in
-  2.13.0*) ;;
-  *) echo "setup: expected torch 2.13.0 in .venv-torchtune, found $version" >&2; exit 1 ;;
-esac
+grep -v "^$" .venv-torchtune.log || true
