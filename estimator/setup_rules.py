@@ -83,18 +83,19 @@ def resolve_from_stack(s: Any, fields_set: set[str]) -> None:
 
 
 def check_quantized_experts(s: Any, stack: Any) -> None:
-    """`quantize_experts` asked for: an NF4 base on a stack whose expert banks bitsandbytes'
-    parametrization dequantizes (the stack's `experts_dequant`); the message names the field."""
-    if s.base != "nf4":
+    """`quantize_experts` asked for: a quantized base (NF4 under qlora, int8 under lora with
+    `base: int8`) on a stack whose expert banks bitsandbytes' parametrization dequantizes (the
+    stack's `experts_dequant`: axolotl 067b021c monkeypatch/moe_quant.py:108-131 quantizes each
+    3-D expert parameter on load, with `replace_parameter_4bit` under load_in_4bit and its own
+    int8 parametrization under load_in_8bit); the message names the field."""
+    if s.base not in ("nf4", "int8"):
         raise ValueError(
-            f"quantize_experts: only a 4-bit base (qlora) stores its expert banks in NF4; base "
-            f"{s.base} keeps them in the load dtype (8-bit banks dequantize to fp32 and run the "
-            "experts in fp32: bitsandbytes functional.py:1641-1652, transformers integrations/"
-            "moe.py:379-381; not modelled)"
+            f"quantize_experts: only a quantized base stores its expert banks quantized (qlora's "
+            f"NF4, or lora with base int8); base {s.base} keeps them in the load dtype"
         )
     if stack.get_optional("experts_dequant", None) is None:
         raise ValueError(
-            f"quantize_experts: stack {s.stack} has no 4-bit expert banks (axolotl's "
+            f"quantize_experts: stack {s.stack} has no quantized expert banks (axolotl's "
             "quantize_moe_experts runs transformers' models: use --stack hf or deepspeed)"
         )
 

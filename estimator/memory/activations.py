@@ -82,9 +82,10 @@ class Context:
     liger: bool = False  # Liger's RMSNorm / SwiGLU / RoPE kernels (memory/liger.py)
     xformers: bool = False  # Unsloth's xformers backend: k, v expanded to the query heads
     held_output: int = 0  # bytes per element of the recomputed layer output its backward holds
-    # NF4 expert banks that bitsandbytes' parametrization dequantizes per forward (`quantize_
-    # experts` on a stack with `experts_dequant`): each MoE layer saves its dequantized banks
-    dequantized_banks: bool = False
+    # quantized expert banks that a parametrization dequantizes per forward (`quantize_experts`
+    # on a stack with `experts_dequant`): each MoE layer saves its dequantized banks, this many
+    # bytes per element (bf16 from NF4, fp32 from int8: `dequantized_bank_bytes`); 0 if none
+    dequantized_banks: int = 0
     # transformers' RMSNorm multiplies the weight into the fp32 normalised tensor
     # (`FP32_PRODUCT_NORMS`): a trained weight's mul saves that fp32 tensor
     norm_product_fp32: bool = False
@@ -141,12 +142,23 @@ class Context:
             liger.liger_applies(spec, setup.liger_kernels),
             setup.attention == "xformers",
             _held_output(setup, FP32 if amp_full(setup) else stream),
-            bool(setup.quantize_experts)
-            and setup.base == "nf4"
-            and stack.get_optional("experts_dequant", None) == "bnb_parametrize",
+            dequantized_bank_bytes(setup, stack.get_optional("experts_dequant", None)),
             spec.model_type in FP32_PRODUCT_NORMS
             and not stack.get_optional("torchtune_modules", False),
         )
+
+
+def dequantized_bank_bytes(setup: TrainingSetup, experts_dequant: str | None) -> int:
+    """Bytes per element of a quantized expert bank as its parametrization dequantizes it
+    (stack fact `experts_dequant`), 0 where the banks are not quantized that way. NF4:
+    bitsandbytes 0.50.2 nn/parametrize.py:28-39, `F.dequantize_4bit` to the dtype the bank was
+    quantized from (bf16 as loaded). int8 (axolotl's `quantize_moe_experts` under
+    `load_in_8bit`): axolotl 067b021c monkeypatch/moe_quant.py:24-38, Bnb8bitParametrization
+    returns bitsandbytes' `int8_vectorwise_dequant`, fp32 (bitsandbytes 0.50.2
+    functional.py:1641-1652)."""
+    if not setup.quantize_experts or experts_dequant != "bnb_parametrize":
+        return 0
+    return {"nf4": BF16, "int8": FP32}.get(setup.base or "", 0)
 
 
 def _held_output(setup: TrainingSetup, stream: int) -> int:
@@ -429,8 +441,12 @@ def expert_bytes(ctx: Context, spec: ModelSpec) -> int:
     `amp_fp32_stream` the banks are fp32 (`amp_full`) and so is the norm output they read
     (`rms_norm_saved`), hence the gathered tokens (moe.py:441), the gate_up output, silu and
     its product (:501, :568-579), the down output and the routing-weight product (:524, the
-    bf16 routing weights promote to fp32) are fp32; otherwise the compute dtype."""
-    return FP32 if amp_fp32_stream(ctx) and grouped_mm_experts(spec) else ctx.compute_bytes
+    bf16 routing weights promote to fp32) are fp32; so they are with int8 banks, which their
+    parametrization dequantizes to fp32 (`dequantized_bank_bytes`): the same cast of the
+    gathered tokens to the weight's dtype makes every expert tensor fp32, whatever autocast
+    says; otherwise the compute dtype."""
+    fp32_banks = amp_fp32_stream(ctx) or ctx.dequantized_banks == FP32
+    return FP32 if fp32_banks and grouped_mm_experts(spec) else ctx.compute_bytes
 
 
 def rms_norm_saved(ctx: Context, width: int, rows: int = 1, stream: bool = False) -> float:
@@ -704,7 +720,7 @@ def layer_activations(
         transient = max(transient, grad + moe_combine_transient(ctx, spec))
         transient = max(transient, moe_forward_moment(ctx, spec))
     if moe and ctx.dequantized_banks and not ctx.expert_lora:
-        per_layer += _dequantized_banks(spec)  # peft's merged banks replace them
+        per_layer += _dequantized_banks(ctx, spec)  # peft's merged banks replace them
     per_layer += ctx.weight_casts
     softmax_tok = softmax_seq = 0.0
     if ctx.eager and layer_type != LAYER_LINEAR and spec.mla is None:
@@ -990,18 +1006,20 @@ def _merged_expert_weights(ctx: Context, spec: ModelSpec) -> tuple[float, float]
     """peft's ParamWrapper adapts a fused expert parameter by parametrization: each forward
     builds W + scale * B @ A, a tensor the size of the whole expert bank in the weight's
     dtype, kept for the backward; the backward materialises its gradient of the same size
-    (for the gradients of A and B). (saved, transient) bytes of one layer."""
+    (for the gradients of A and B). (saved, transient) bytes of one layer; an int8 bank's
+    fp32 dequantized weight (`dequantized_bank_bytes`) makes the sum fp32."""
     assert spec.moe is not None and spec.hidden
     bank = spec.moe.num_experts * spec.hidden * spec.moe.expert_intermediate
     gate_up, down = 2 * bank, bank
-    return ctx.compute_bytes * (gate_up + down), ctx.compute_bytes * gate_up
+    width = max(ctx.compute_bytes, ctx.dequantized_banks)
+    return width * (gate_up + down), width * gate_up
 
 
-def _dequantized_banks(spec: ModelSpec) -> float:
-    """Bytes of one MoE layer's expert banks as bitsandbytes' parametrization dequantizes them
-    (bitsandbytes 0.50.2 nn/parametrize.py:28-39: `F.dequantize_4bit` to the dtype the bank
-    was quantized from: bf16 as loaded; peft's kbit preparation casts no uint8 storage, so an
-    fp32 residual stream leaves it bf16). transformers' grouped_mm experts pass the
+def _dequantized_banks(ctx: Context, spec: ModelSpec) -> float:
+    """Bytes of one MoE layer's expert banks as their parametrization dequantizes them
+    (`dequantized_bank_bytes`: bf16 from NF4, the dtype the bank was quantized from; peft's
+    kbit preparation casts no uint8 or int8 storage, so an fp32 residual stream leaves it so;
+    fp32 from int8). transformers' grouped_mm experts pass the
     whole bank to the matmul (5.25.0 integrations/moe.py:479, 507), whose backward needs it for
     the input's gradient, so autograd keeps it until the layer's backward: every MoE layer's
     banks at the end of a forward without checkpointing, the recomputed layer's under it (the
@@ -1009,7 +1027,7 @@ def _dequantized_banks(spec: ModelSpec) -> float:
     banks = sum(
         lin.experts * lin.in_features * lin.out_features for lin in spec.linears if lin.experts > 1
     )
-    return float(BF16 * banks)
+    return float(ctx.dequantized_banks * banks)
 
 
 def _gpt2_layer(ctx: Context, spec: ModelSpec) -> LayerActivations:

@@ -19,8 +19,8 @@ Option names and defaults read from axolotl 067b021c (2026-07-24), `src/axolotl/
   `integrations/cut_cross_entropy/args.py` line 33 `cut_cross_entropy`.
 - `src/axolotl/loaders/model.py` line 718: QLoRA's BitsAndBytesConfig sets
   `bnb_4bit_use_double_quant: True` (overridable through `bnb_config_kwargs`).
-- `config.py` 923 `quantize_moe_experts` (QLoRA: the 3-D expert banks in NF4 as well,
-  `monkeypatch/moe_quant.py`), trainfit's `quantize_experts`.
+- `config.py` 923 `quantize_moe_experts` (the 3-D expert banks in NF4 under QLoRA, in int8
+  under `load_in_8bit`, `monkeypatch/moe_quant.py`), trainfit's `quantize_experts`.
 axolotl runs the HF Trainer, so the stack is `hf`.
 """
 
@@ -244,13 +244,15 @@ def _adapter(m: TrainConfigMapping, data: dict[str, Any]) -> None:
             else "(axolotl QLoRA default, loaders/model.py:718)",
         )
     if m.get(data, "quantize_moe_experts"):
-        if m.setup["method"] == "qlora":
+        # NF4 banks under load_in_4bit, int8 ones under load_in_8bit (monkeypatch/moe_quant.py:
+        # 73-75 picks the mode, :24-66 the int8 parametrization)
+        if m.setup["method"] == "qlora" or m.setup.get("base") == "int8":
             m.set("quantize_experts", True, "quantize_moe_experts")
         else:  # config.py:1876-1887 asks for load_in_4bit or load_in_8bit
             m.ignore(
                 "quantize_moe_experts",
-                "8-bit expert banks dequantize to fp32 (monkeypatch/moe_quant.py:24-38) and run "
-                "the experts in fp32: not modelled; the banks are counted in the load dtype",
+                "needs load_in_4bit or load_in_8bit (axolotl config.py:1876-1887); the banks are "
+                "counted in the load dtype",
             )
     if m.get(data, "llama4_linearized_experts"):
         _linearized_experts(m)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from estimator.architectures import spec_from_config
-from estimator.dtypes import nf4_bytes_per_param
+from estimator.dtypes import int8_bytes_per_param, nf4_bytes_per_param
 from estimator.memory import memory_breakdown
 from estimator.presets import preset_config
 from estimator.profile import load_profile
@@ -85,8 +85,9 @@ def test_the_default_is_the_stack_s() -> None:
     "setup",
     [
         {"method": "lora"},
-        {"method": "lora", "base": "int8"},
+        {"method": "full"},
         {"method": "qlora", "stack": "torchtune"},
+        {"method": "lora", "base": "int8", "stack": "unsloth"},
     ],
 )
 def test_what_cannot_quantize_banks_is_refused_naming_the_field(
@@ -108,8 +109,11 @@ def test_axolotl_s_quantize_moe_experts() -> None:
     assert four.origin["quantize_experts"] == "quantize_moe_experts"
     assert not [w for w in four.warnings if w.startswith("quantize_moe_experts")]
     eight = read_train_config_text(base.replace("qlora", "lora") + "load_in_8bit: true\n")
-    assert "quantize_experts" not in eight.setup
-    assert "quantize_moe_experts" in {i.key for i in eight.ignored}
+    assert eight.setup["base"] == "int8" and eight.setup["quantize_experts"] is True
+    assert eight.origin["quantize_experts"] == "quantize_moe_experts"
+    bf16 = read_train_config_text(base.replace("qlora", "lora"))  # axolotl refuses this one
+    assert "quantize_experts" not in bf16.setup
+    assert "quantize_moe_experts" in {i.key for i in bf16.ignored}
 
 
 @pytest.mark.parametrize("stack", ["probe", "hf"])
@@ -133,3 +137,60 @@ def test_axolotl_s_linearized_llama4_experts_are_quantized_under_qlora() -> None
     lora = read_train_config_text(base + "adapter: lora\n")
     assert "quantize_experts" not in lora.setup
     assert "llama4_linearized_experts" in {i.key for i in lora.ignored}
+
+
+def _int8(checkpointing: str, quantize: bool, targets: list[str] | None = None) -> Any:
+    setup = TrainingSetup(
+        method="lora",
+        base="int8",
+        lora_targets=targets or ATTENTION,
+        checkpointing=checkpointing,
+        quantize_experts=quantize,
+    )
+    return memory_breakdown(SPEC, setup, float(SEQ), 1, PROFILE)
+
+
+def test_int8_banks_are_one_byte_and_a_row_scale() -> None:
+    """axolotl's `quantize_moe_experts` under `load_in_8bit` (monkeypatch/moe_quant.py:49-66):
+    bitsandbytes' int8_vectorwise_quant of each bank reshaped to (-1, last dim): an int8
+    element and an fp32 scale per row, checked against the library itself."""
+    import bitsandbytes.functional as bnb_f
+    import torch
+
+    experts, rows, width = 4, 6, 8
+    bank = torch.randn(experts, rows, width, dtype=torch.bfloat16)
+    data, stats, _ = bnb_f.int8_vectorwise_quant(bank.reshape(-1, width).to(torch.float16))
+    stored = data.numel() * data.element_size() + stats.numel() * stats.element_size()
+    assert stored == bank.numel() * int8_bytes_per_param(width)
+
+    bf16, int8 = _int8("gpu", False), _int8("gpu", True)
+    hidden, inter = CONFIG["hidden_size"], CONFIG["moe_intermediate_size"]
+    per_layer = CONFIG["num_experts"] * (
+        2 * inter * hidden * (2 - int8_bytes_per_param(hidden))  # gate_up: rows of `hidden`
+        + hidden * inter * (2 - int8_bytes_per_param(inter))  # down: rows of `inter`
+    )
+    saved = per_layer * CONFIG["num_hidden_layers"]
+    assert bf16.components["weights"] - int8.components["weights"] == pytest.approx(saved, rel=1e-9)
+
+
+def test_int8_banks_dequantize_to_fp32_and_run_the_experts_in_fp32() -> None:
+    """Bnb8bitParametrization returns `int8_vectorwise_dequant`, fp32 (checked on the library);
+    transformers' grouped_mm casts the tokens to the weight's dtype, so the recomputed layer
+    keeps the fp32 banks (twice the NF4 case's bf16 copy) and fp32 expert tensors."""
+    import bitsandbytes.functional as bnb_f
+    import torch
+
+    data, stats, _ = bnb_f.int8_vectorwise_quant(torch.randn(6, 8, dtype=torch.float16))
+    assert bnb_f.int8_vectorwise_dequant(data, stats).dtype == torch.float32
+
+    bf16, int8 = _int8("gpu", False), _int8("gpu", True)
+    extra = int8.components["recompute_peak"] - bf16.components["recompute_peak"]
+    banks = 4 * _bank_elements()
+    assert extra > banks  # the fp32 banks and the expert tensors widened from bf16
+    nf4 = _memory("gpu", True)
+    nf4_extra = nf4.components["recompute_peak"] - _memory("gpu", False).components[
+        "recompute_peak"
+    ]
+    assert extra > 2 * nf4_extra
+    # beyond the banks' copy: the expert tensors widened from bf16 to fp32
+    assert extra - banks > 0.05 * bf16.components["recompute_peak"]
