@@ -194,3 +194,52 @@ def test_int8_banks_dequantize_to_fp32_and_run_the_experts_in_fp32() -> None:
     assert extra > 2 * nf4_extra
     # beyond the banks' copy: the expert tensors widened from bf16 to fp32
     assert extra - banks > 0.05 * bf16.components["recompute_peak"]
+
+
+# axolotl 067b021c examples/glm47-flash/lora.yaml, the keys trainfit reads (datasets, logging and
+# scheduler keys left out); its README: "LoRA, no target experts (1x48GB @ ~35GiB/GPU)"
+GLM47_FLASH_8BIT_LORA = """base_model: zai-org/GLM-4.7-Flash
+plugins:
+  - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin
+load_in_8bit: true
+quantize_moe_experts: true
+adapter: lora
+sequence_len: 2048
+sample_packing: true
+lora_r: 32
+lora_alpha: 16
+lora_dropout: 0
+lora_target_modules: [q_proj, v_proj, k_proj, o_proj]
+gradient_accumulation_steps: 4
+micro_batch_size: 2
+optimizer: adamw_torch_8bit
+bf16: auto
+gradient_checkpointing: true
+attn_implementation: flash_attention_2
+"""
+
+
+@pytest.mark.parametrize(("quantize", "gib"), [(True, 33.9), (False, 57.0)])
+def test_the_readme_s_glm_4_7_flash_8bit_lora_figures(
+    quantize: bool, gib: float, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's figures for that example: GLM-4.7-Flash as transformers' Glm4MoeLiteConfig
+    defaults it (the model's 30B-A3B shape), with and without quantize_moe_experts."""
+    import json
+
+    from transformers import Glm4MoeLiteConfig
+
+    config = tmp_path / "glm-4.7-flash.json"
+    config.write_text(json.dumps(Glm4MoeLiteConfig().to_dict()))
+    text = GLM47_FLASH_8BIT_LORA
+    if not quantize:
+        text = text.replace("quantize_moe_experts: true\n", "")
+    yaml = tmp_path / "lora.yaml"
+    yaml.write_text(text)
+    args = ["estimate", "--model", str(config), "--train-config", str(yaml), "--gpu", "l40s"]
+    capsys.readouterr()
+    assert main([*args, "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["setup"]["base"] == "int8"
+    assert document["setup"]["quantize_experts"] is quantize
+    assert round(document["rows"][0]["peak_bytes"] / 2**30, 1) == gib
