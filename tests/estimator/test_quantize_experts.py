@@ -188,9 +188,9 @@ def test_int8_banks_dequantize_to_fp32_and_run_the_experts_in_fp32() -> None:
     banks = 4 * _bank_elements()
     assert extra > banks  # the fp32 banks and the expert tensors widened from bf16
     nf4 = _memory("gpu", True)
-    nf4_extra = nf4.components["recompute_peak"] - _memory("gpu", False).components[
-        "recompute_peak"
-    ]
+    nf4_extra = (
+        nf4.components["recompute_peak"] - _memory("gpu", False).components["recompute_peak"]
+    )
     assert extra > 2 * nf4_extra
     # beyond the banks' copy: the expert tensors widened from bf16 to fp32
     assert extra - banks > 0.05 * bf16.components["recompute_peak"]
