@@ -104,6 +104,7 @@ def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapp
     m.get(data, "fsdp_version")
     _nd_parallel(m, data, bool(words or fsdp))
     m.get(data, "deepspeed")
+    _full_fine_tuning_dtype(m, data, bool(words or fsdp))
     compiled = m.get(data, "torch_compile")
     if compiled is not None:
         m.set("compile", bool(compiled), "torch_compile")
@@ -314,6 +315,51 @@ def _precision(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         m.set("autocast", True, "bf16" if bf16 else "fp16")
         m.set("precision", "mixed", "bf16" if bf16 else "fp16")
     m.get(data, "tf32")
+
+
+def _fsdp_version(data: dict[str, Any]) -> str:
+    """utils/schemas/validation.py:882-887: the top-level `fsdp_version`, else
+    `fsdp_config.fsdp_version`, else 1."""
+    version = data.get("fsdp_version")
+    config = data.get("fsdp_config")
+    if version is None and isinstance(config, dict):
+        version = config.get("fsdp_version")
+    return str(1 if version is None else version)
+
+
+def _full_fine_tuning_dtype(m: TrainConfigMapping, data: dict[str, Any], fsdp: bool) -> None:
+    """Full fine-tuning under `bf16`: axolotl loads the model in bf16 (utils/config/__init__.py:
+    191-192 `cfg.torch_dtype = torch.bfloat16`, loaders/model.py:611-612 `dtype`) and nothing
+    upcasts the trained weights on one device or under DDP (the HF Trainer and accelerate's
+    prepare_model only wrap the forward in autocast), nor under FSDP2, where axolotl replaces
+    accelerate's fsdp2_prepare_model with its own (monkeypatch/accelerate/fsdp2.py:539-700,
+    installed at :970-973 by loaders/patch_manager.py:344-351) that has no fp32 upcast (accelerate
+    1.16.0 utils/fsdp_utils.py:798-806 has one) and passes `MixedPrecisionPolicy()` when none is
+    set (:618): bf16 weights, gradients and optimizer states, trainfit's `bf16` precision. FSDP1
+    (accelerate's own prepare, which upcasts) and DeepSpeed (fp32 master partitions) keep
+    `mixed`. Without FSDP, eager / SDPA attention and no Cut Cross-Entropy, axolotl also leaves
+    the embeddings, lm_head and norms in fp32 (loaders/model.py:428-436, :458-476): not
+    modelled, reported."""
+    if (
+        m.setup.get("method") != "full"
+        or m.setup.get("precision") != "mixed"
+        or not data.get("bf16")
+    ):
+        return
+    if data.get("deepspeed") or (fsdp and _fsdp_version(data) != "2"):
+        return
+    key = "bf16 + fsdp_version 2" if fsdp else "bf16"
+    m.set("precision", "bf16", f"{key} (axolotl loads bf16 weights and keeps them)")
+    cast_back = m.setup.get("attention") not in (None, "sdpa", "eager") or any(
+        data.get(key) for key in ("flex_attention", "xformers_attention")
+    )  # utils/schemas/enums.py:159, config.py:1500-1503 `attn_needs_dtype_cast`
+    if not fsdp and not cast_back and m.setup.get("loss") != "cce":
+        m.ignore(
+            "bf16",
+            "full fine-tuning without FSDP, Cut Cross-Entropy or a flash / flex attention: "
+            "axolotl keeps embed_tokens, lm_head and the norms in fp32 (loaders/model.py:428-436, "
+            "458-476); counted in bf16",
+        )
 
 
 def _checkpointing(m: TrainConfigMapping, data: dict[str, Any]) -> None:

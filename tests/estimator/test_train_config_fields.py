@@ -158,8 +158,14 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
     (
         "axolotl",
         "bf16",
-        "base_model: x/y\nbf16: true\n",
+        "base_model: x/y\nadapter: lora\nbf16: true\n",
         {"setup.autocast": True, "setup.precision": "mixed", "origin.precision": "bf16"},
+    ),
+    (  # a full fine-tune keeps the bf16 weights it loaded (test_train_config_axolotl_precision)
+        "axolotl",
+        "bf16",
+        "base_model: x/y\nbf16: true\n",
+        {"setup.autocast": True, "setup.precision": "bf16"},
     ),
     (
         "axolotl",
