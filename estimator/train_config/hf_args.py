@@ -300,5 +300,38 @@ def read_hf(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
         set_trainer_loss(m, "transformers Trainer")
     m.get(data, "deepspeed")
     map_eval_batch(m, data, sft)
+    _loaded_dtype(m, data)
     m.warn_unread(data)
     return m
+
+
+BF16_NAMES = ("bfloat16", "bf16", "torch.bfloat16")
+
+
+def _loaded_dtype(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    """The dtype the model is loaded in: TRL's `dtype` (ModelConfig, passed on by trl/scripts/
+    sft.py:78) or `model_init_kwargs.dtype` (trl@f2cd577 trl/trainer/utils.py:1144-1149
+    `create_model_from_path`: float32 unless given). A full fine-tune loaded in bf16 trains
+    bf16 weights with bf16 gradients and optimizer states (the Trainer and accelerate's
+    autocast never upcast them): trainfit's `bf16` precision, where `mixed` on the hf stack is
+    the fp32 load (stack fact `mixed_precision`). Not under FSDP (accelerate 1.16.0 upcasts
+    the trained parameters to fp32 for FSDP1, accelerator.py:1960-2023, and FSDP2,
+    utils/fsdp_utils.py:798-806) nor DeepSpeed (fp32 master partitions): `mixed` there. `auto`
+    takes the checkpoint's dtype, which the file does not say: reported, `mixed` kept."""
+    sharded = m.setup.get("sharding") not in (None, "none", "device_map")
+    if sharded or m.setup.get("parallel") or data.get("deepspeed"):
+        return
+    init = data.get("model_init_kwargs")
+    sources = [("", data)] + ([("model_init_kwargs.", init)] if isinstance(init, dict) else [])
+    for prefix, where in sources:
+        for key in ("dtype", "torch_dtype"):
+            value = str(where.get(key) or "")
+            full = m.setup.get("method", "full") == "full"
+            if value in BF16_NAMES and full and m.setup.get("precision") != "fp32":
+                m.set("precision", "bf16", prefix + key)
+            elif value == "auto" and full and m.setup.get("precision") == "mixed":
+                m.ignore(
+                    prefix + key,
+                    "auto: the checkpoint's own dtype (bf16 for most, which trains as --precision "
+                    "bf16); this file does not say it, so trainfit keeps the fp32 load of `mixed`",
+                )

@@ -1,9 +1,11 @@
-"""axolotl's full fine-tuning under `bf16`: the model is loaded in bf16 and its weights stay
-bf16 on one device, under DDP and under FSDP2 (axolotl's own fsdp2_prepare_model has no fp32
-upcast), so the run is trainfit's `bf16` precision (bf16 weights, gradients and optimizer
-states). FSDP1 (accelerate's prepare upcasts the flat parameters) and DeepSpeed (fp32 master
-partitions) keep `mixed`. Before, every axolotl full fine-tune was priced as `mixed`, which the
-hf stack on one device reads as fp32 weights under AMP: twice the model states."""
+"""Full fine-tuning of a model loaded in bf16. axolotl under `bf16` loads the model in bf16
+and its weights stay bf16 on one device, under DDP and under FSDP2 (axolotl's own
+fsdp2_prepare_model has no fp32 upcast), so the run is trainfit's `bf16` precision (bf16
+weights, gradients and optimizer states). FSDP1 (accelerate's prepare upcasts the flat
+parameters) and DeepSpeed (fp32 master partitions) keep `mixed`. Before, every axolotl full
+fine-tune was priced as `mixed`, which the hf stack on one device reads as fp32 weights under
+AMP: twice the model states. TRL: `dtype` (ModelConfig) or `model_init_kwargs.dtype` bfloat16
+loads bf16 (its default is float32)."""
 
 from __future__ import annotations
 
@@ -120,3 +122,31 @@ def test_gpt_oss_fsdp2_on_four_h100s_against_axolotl_s_readme(
     assert document["setup"]["precision"] == "bf16"
     reserved = document["rows"][0]["reserved_bytes"] / 2**30
     assert reserved == pytest.approx(46, rel=0.05)  # was 65.6 GiB with fp32 flat parameters
+
+
+TRL = "model_name_or_path: meta-llama/Llama-3.1-8B\nmax_length: 2048\nbf16: true\n"
+
+
+@pytest.mark.parametrize(
+    ("extra", "precision"),
+    [
+        ("", "mixed"),  # TRL's own default: float32 (trl/trainer/utils.py create_model_from_path)
+        ("dtype: bfloat16\n", "bf16"),  # ModelConfig, passed on by trl/scripts/sft.py
+        ("model_init_kwargs:\n  dtype: bfloat16\n", "bf16"),
+        ("model_init_kwargs:\n  torch_dtype: bfloat16\n", "bf16"),
+        ("dtype: float32\n", "mixed"),  # AMP over fp32 weights: bf16 is set
+        ("dtype: bfloat16\nuse_peft: true\n", "mixed"),  # an adapter: the base is frozen
+        ("dtype: bfloat16\nfsdp: full_shard auto_wrap\n", "mixed"),  # accelerate upcasts
+        ("dtype: bfloat16\ndeepspeed: ds.json\n", "mixed"),  # fp32 master partitions
+    ],
+)
+def test_trl_s_load_dtype(extra: str, precision: str) -> None:
+    mapping = read_train_config_text(TRL + extra)
+    assert mapping.setup.get("precision") == precision
+
+
+def test_trl_s_auto_dtype_is_reported() -> None:
+    mapping = read_train_config_text(TRL + "model_init_kwargs:\n  dtype: auto\n")
+    assert mapping.setup["precision"] == "mixed"
+    ignored = {i.key: i.reason for i in mapping.ignored}
+    assert "checkpoint's own dtype" in ignored["model_init_kwargs.dtype"]
