@@ -75,6 +75,8 @@ def resolve_from_stack(s: Any, fields_set: set[str]) -> None:
     for name in OPTIONAL_OVERRIDES:
         if name not in fields_set:
             setattr(s, name, stack.get_optional(name, getattr(s, name)))
+    if s.method == "full" and "precision" not in fields_set:  # Unsloth trains bf16 weights
+        s.precision = stack.get_optional("full_precision", s.precision)
     if s.base is None:
         s.base = "nf4" if s.method == "qlora" else "bf16"
     check_combinations(s)

@@ -51,7 +51,7 @@ class FormValues:
     lora_rank: str = "16"
     lora_targets: str = "all-linear"
     optimizer: str = "adamw"
-    precision: str = "mixed"
+    precision: str = ""  # blank: the stack's (mixed; a full fine-tune on unsloth: bf16)
     checkpointing: list[str] = field(default_factory=lambda: ["gpu"])
     loss: list[str] = field(default_factory=lambda: ["chunked"])
     batch: str = "1"
@@ -302,7 +302,7 @@ def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]
                     "stack": values.stack or "hf",
                     "method": values.method,
                     "optimizer": values.optimizer,
-                    "precision": values.precision,
+                    **({"precision": values.precision} if values.precision else {}),
                     "checkpointing": ckpt,
                     "loss": loss,
                     "batch": batch,

@@ -80,6 +80,7 @@ OPTIONAL_FACTS = (
     "loss_target_free_fraction",
     "experts_dequant",
     "final_logit_softcap",
+    "full_precision",
 )
 
 

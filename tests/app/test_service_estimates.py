@@ -218,3 +218,18 @@ def test_a_training_config_s_evaluation_pass_and_its_null_override(
     assert dropped.status_code == 200, dropped.text
     assert dropped.json()["setup"]["eval_batch"] is None
     assert "evaluation" not in dropped.json()["rows"][0]["phases"]
+
+
+def test_an_unsloth_full_fine_tune_takes_the_stack_s_precision(sqlite_client: TestClient) -> None:
+    """`setup.precision` left out: the stack's (unsloth full fine-tuning: bf16, Unsloth's own
+    default; tests/estimator/test_stack_full_precision.py); given, it wins."""
+    body: dict[str, Any] = {
+        "model": {"preset": "llama-3.1-8b"},
+        "setup": {"stack": "unsloth", "method": "full"},
+        "gpus": ["h200"],
+    }
+    response = sqlite_client.post("/v1/estimate", json=body)
+    assert response.status_code == 200 and response.json()["setup"]["precision"] == "bf16"
+    body["setup"]["precision"] = "mixed"
+    response = sqlite_client.post("/v1/estimate", json=body)
+    assert response.status_code == 200 and response.json()["setup"]["precision"] == "mixed"

@@ -385,3 +385,27 @@ def test_the_form_prices_an_evaluation_pass(sqlite_client: TestClient) -> None:
     assert 'id="eval_batch-error"' in bad.text and 'value="lots"' in bad.text
     zero = sqlite_client.post("/estimate", data={**form, "eval_batch": "0"})
     assert zero.status_code == 422 and 'id="eval_batch-error"' in zero.text
+
+
+def test_the_form_s_precision_defaults_to_the_stack_s(sqlite_client: TestClient) -> None:
+    """Blank precision ("stack default", the form's default): a full fine-tune on the unsloth
+    stack is priced in bf16, Unsloth's own (tests/estimator/test_stack_full_precision.py);
+    a chosen precision wins."""
+    page = sqlite_client.get("/")
+    assert '<option value="" selected>stack default</option>' in page.text
+    form = seed_form(
+        preset="llama-3.1-8b",
+        lora_targets="all-linear",
+        stack="unsloth",
+        method="full",
+        precision="",
+        seq_lens="2048",
+        gpus=["h200"],
+        gpus_extra="",
+        profile="default",
+    )
+    page = sqlite_client.post("/estimate", data=form)
+    assert page.status_code == 200, page.text[:2000]
+    assert "precision bf16" in page.text
+    page = sqlite_client.post("/estimate", data={**form, "precision": "mixed"})
+    assert page.status_code == 200 and "precision mixed" in page.text

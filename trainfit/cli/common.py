@@ -101,9 +101,9 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
     )
     g.add_argument(
         "--precision",
-        default="mixed",
         choices=["mixed", "bf16", "fp32"],
-        help="mixed = bf16 compute + fp32 master weights",
+        help="mixed = bf16 compute + fp32 master weights (the default; a full fine-tune on the "
+        "unsloth stack: bf16, Unsloth's own)",
     )
     g.add_argument(
         "--checkpointing",
@@ -214,7 +214,7 @@ def setup_input(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str
         "lora_targets": split_targets(args.lora_targets),
         "adapter_dtype": args.adapter_dtype,
         "optimizer": args.optimizer,
-        "precision": args.precision,
+        **({"precision": args.precision} if args.precision is not None else {}),
         **stack_overrides(args),
         "batch": args.batch,
         "num_gpus": args.num_gpus,
