@@ -104,8 +104,8 @@ def check_quantized_experts(s: Any, stack: Any) -> None:
 
 # the losses whose evaluation pass estimator/memory/evaluation.py models (their evaluation
 # paths were read: transformers' loss, TRL's chunked_nll, torchtune's chunked output, Liger's
-# lce_forward, Unsloth's fused loss); Cut Cross-Entropy's (axolotl's fork) was not
-EVAL_LOSSES = ("full", "chunked", "liger", "unsloth")
+# lce_forward, Unsloth's fused loss, Cut Cross-Entropy's patched forward in axolotl's fork)
+EVAL_LOSSES = ("full", "chunked", "liger", "unsloth", "cce")
 
 
 def eval_loss_unmodelled(loss: str) -> str | None:

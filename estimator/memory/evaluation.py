@@ -23,6 +23,15 @@ torchtune :881), so no activation is saved; the most alive is the larger of
   `chunked` otherwise (TRL's chunked_nll runs whenever labels are given, training or not,
   trl sft_trainer.py:270-330): one chunk's loss as in training, without the hidden states'
   gradient. A compiled loss is counted eager (an overestimate).
+  `cce`: axolotl's Cut Cross-Entropy fork (axolotl-ai-cloud/ml-cross-entropy@5f0c7a7) runs
+  its loss in eval mode too: `use_lce` is true whenever labels are given unless `train_only`
+  (cut_cross_entropy/transformers/utils.py:87-94), which `cce_patch` defaults to False
+  (transformers/patch.py:146-202) and axolotl does not pass (axolotl 067b021c
+  integrations/cut_cross_entropy/__init__.py:107-110); the patched forward then makes no
+  logits (transformers/llama.py:70-79, the pattern of every patched model). Its forward keeps
+  an fp32 log-sum-exp and an fp32 target dot per token (cce.py:59-108, cce_lse_forward.py:196),
+  the int64 targets (padded copy, cce.py:272-275) and the int32 valid indices (utils.py:35,
+  made through nonzero's int64): at most 4 + 4 + 8 + 8 + 4 bytes per token; no gradient.
   `unsloth`: Unsloth's causal-LM forward calls its fused loss whenever labels are given, in
   eval mode too (unsloth 015bdef0d9 models/llama.py:1464-1514: no `self.training` test), and
   that autograd Function's forward allocates the hidden states' gradient and runs each chunk's
@@ -89,6 +98,8 @@ def eval_loss_bytes(
         return tokens * vocab * per_logit + last_hidden
     if rule.loss == "unsloth":
         return loss_bytes(rule, tokens, seq, shape, dtypes) + last_hidden
+    if rule.loss == "cce":  # no logits; per token: lse, target dot, targets, valid indices
+        return tokens * (2 * FP32 + 8 + 8 + 4) + last_hidden
     if rule.fixed_chunked:  # a profile's hand rule for the chunked loss (seed 000)
         return tokens * 0.0 + rule.fixed_chunked + last_hidden
     chunk = chunk_positions(rule, tokens, seq)

@@ -15,8 +15,7 @@ LLaMA-Factory's CustomSeq2SeqTrainer, whose SFT stage keeps the fused loss:
 model/loader.py:142) pass none, so their evaluation makes the full logits.
 
 Where the pass is not modelled (`estimator.setup_rules.eval_loss_unmodelled` and
-`eval_split_unmodelled`: Cut Cross-Entropy's loss, tensor / pipeline / context / expert
-parallel layouts) and where TRL's
+`eval_split_unmodelled`: tensor / pipeline / context / expert parallel layouts) and where TRL's
 SFTTrainer asks Liger to skip the logits in evaluation (trl f2cd5771 sft_trainer.py:1718-1732:
 its fused pass is not modelled), the batch is reported under `ignored` when it exceeds the
 training one, naming the key.

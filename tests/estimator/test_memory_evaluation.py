@@ -162,7 +162,6 @@ def test_under_fsdp_each_rank_evaluates_its_rows_and_more_ranks_never_hold_more(
     [
         (["--eval-batch", "0"], "setup.eval_batch"),
         (["--eval-batch", "x"], "--eval-batch"),
-        (["--eval-batch", "2", "--loss", "cce"], "eval_batch: the evaluation pass of the cce"),
         (
             ["--eval-batch", "2", "--gpu", "8xh100-80gb", "--parallel", "fsdp=4,tp=2"],
             "eval_batch: an evaluation pass under tp=2",
@@ -227,7 +226,7 @@ def test_no_eval_drops_the_pass_a_training_config_runs(
     tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A config's evaluation set becomes eval_batch; `--no-eval` prices the step alone (e.g.
-    to try a loss whose evaluation is not modelled)."""
+    to try a layout whose evaluation is not modelled)."""
     import json
 
     from trainfit.cli import main
@@ -242,9 +241,10 @@ def test_no_eval_drops_the_pass_a_training_config_runs(
     assert main(base) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["setup"]["eval_batch"] == 8 and "evaluation" in doc["rows"][0]["phases"]
-    assert main([*base, "--loss", "cce"]) == 2
-    assert "eval_batch: the evaluation pass of the cce loss" in capsys.readouterr().err
-    assert main([*base, "--loss", "cce", "--no-eval"]) == 0
+    split = ["--gpu", "8xh100-80gb", "--parallel", "fsdp=4,tp=2"]
+    assert main([*base, *split]) == 2
+    assert "eval_batch: an evaluation pass under tp=2" in capsys.readouterr().err
+    assert main([*base, *split, "--no-eval"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["setup"]["eval_batch"] is None and "evaluation" not in doc["rows"][0]["phases"]
 
@@ -265,3 +265,19 @@ def test_unsloth_s_fused_loss_runs_in_evaluation_too() -> None:
     loss = float(loss_bytes(rule, tokens, 8192.0, (128256, 4096), (2, 2)))
     assert working >= loss + tokens * 4096 * 2  # + the last hidden states
     assert working < tokens * 128256 * 2  # never the bf16 logits of the pass
+
+
+def test_cut_cross_entropy_evaluates_without_logits() -> None:
+    """axolotl's Cut Cross-Entropy fork runs its loss in eval mode too (`use_lce` unless
+    `train_only`, which axolotl leaves False) and makes no logits: the pass holds the last
+    hidden states and a few bytes per token where transformers' loss holds every logit."""
+    profile = load_profile("default")
+    tokens, vocab = 8 * 4096, 128_256
+    parts = {}
+    for loss in ("full", "cce"):
+        spec, setup = llama8b(method="lora", loss=loss, eval_batch=8)
+        mem = memory_breakdown(spec, setup, 4096.0, 1, profile)
+        parts[loss] = float(mem.phases["evaluation"]["evaluation"])
+    assert parts["full"] - parts["cce"] > tokens * vocab * 2  # at least the bf16 logits
+    assert parts["cce"] < tokens * vocab * 2  # below the bf16 logits alone
+    assert parts["cce"] >= tokens * (spec.hidden or 0) * 2  # the last hidden states at least

@@ -116,16 +116,26 @@ def test_axolotl_evaluation_batch(extra: str, eval_batch: int | None) -> None:
 
 
 def test_an_evaluation_pass_not_modelled_is_reported_when_larger() -> None:
-    """Cut Cross-Entropy's evaluation path is not modelled (setup_rules.check_evaluation)."""
-    cce = "plugins:\n  - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\n"
+    """An evaluation under a tensor-parallel split is not modelled (setup_rules
+    .eval_split_unmodelled): reported where its batch is larger than the training's."""
+    tp = "fsdp_version: 2\nfsdp_config:\n  reshard_after_forward: true\ntensor_parallel_size: 2\n"
     larger = read_train_config_text(
-        AXOLOTL + cce + "micro_batch_size: 1\neval_batch_size: 4\nval_set_size: 0.05\n"
+        AXOLOTL + tp + "micro_batch_size: 1\neval_batch_size: 4\nval_set_size: 0.05\n"
     )
     assert "eval_batch" not in larger.setup
     reason = {i.key: i.reason for i in larger.ignored}["eval_batch_size"]
-    assert "cce loss is not modelled" in reason
-    same = read_train_config_text(AXOLOTL + cce + "micro_batch_size: 2\nval_set_size: 0.05\n")
+    assert "tp=2" in reason
+    same = read_train_config_text(AXOLOTL + tp + "micro_batch_size: 2\nval_set_size: 0.05\n")
     assert "eval_batch" not in same.setup and "eval_batch_size" not in ignored(same)
+
+
+def test_cut_cross_entropy_s_evaluation_is_priced() -> None:
+    """Its eval path was read (estimator/memory/evaluation.py): the config's eval batch stands."""
+    cce = "plugins:\n  - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\n"
+    mapping = read_train_config_text(
+        AXOLOTL + cce + "micro_batch_size: 1\neval_batch_size: 4\nval_set_size: 0.05\n"
+    )
+    assert mapping.setup["loss"] == "cce" and mapping.setup["eval_batch"] == 4
 
 
 @pytest.mark.parametrize(
