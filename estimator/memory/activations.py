@@ -696,11 +696,14 @@ def layer_activations(
     # Liger's SwiGLU backward writes d(gate), d(up) into its saved gate / up (memory/liger.py)
     mlp_grads = 0 if ctx.liger and not moe else _mlp_backward_tensors(ctx, moe)
     transient = grad + mlp_grads * (expert_bytes(ctx, spec) if moe else cb) * width
+    adapter_grad = 0.0
     if not ctx.full and "down_proj" in ctx.targets and ctx.adapter_each not in (0, cb):
-        transient += ctx.adapter_each * width  # d(adapter-dtype copy of down's input), cast
+        adapter_grad = ctx.adapter_each * width  # d(adapter-dtype copy of down's input), cast
+    transient += adapter_grad
     if mlp_type != MLP_MOE:
         transient = max(transient, _forward_transient(ctx, spec))
-    transient = max(transient, trailing_norm_transient(ctx, spec, grad))
+    trailing = trailing_norm_transient(ctx, spec, grad)
+    transient = max(transient, trailing)
     per_layer = transient_layer = other = 0.0
     if moe and ctx.liger and liger.fused_experts(spec):
         # LigerFusedMoEFunction's backward buffers and its banks' gradients (memory/liger.py);
@@ -716,6 +719,10 @@ def layer_activations(
         # backward than the combine's temporaries, which are gone by then: two moments
         per_layer, transient_layer = _merged_expert_weights(ctx, spec)
         other = grad + moe_combine_transient(ctx, spec)
+    elif mlp_type == MLP_MOE and shared_after_routed(spec):
+        transient = max(
+            trailing, _late_shared_moments(ctx, spec, grad, mlp_grads, width, adapter_grad)
+        )
     elif mlp_type == MLP_MOE:
         transient = max(transient, grad + moe_combine_transient(ctx, spec))
         transient = max(transient, moe_forward_moment(ctx, spec))
@@ -863,9 +870,14 @@ def moe_forward_moment(ctx: Context, spec: ModelSpec) -> float:
     transformers' grouped_mm experts applies the routing weights (transformers 5.25.0
     integrations/moe.py:524-529): `proj_out * sample_weights_g` and its gather back to token
     order, `weighted_out[inv_perm]`, both (tokens x top_k, hidden), neither saved, while the
-    decoder layer holds its residual and the block's input and the backward's incoming and
-    residual gradients are alive (as `_forward_transient`: four hidden-wide tensors, three
-    under full fine-tuning, where the block's input is saved for the router's weight). The
+    decoder layer holds its residual and the block's input, the backward's incoming gradient is
+    alive, and so is the function's `selected_hidden_states_g` (moe.py:441, the tokens gathered
+    per expert, top_k x hidden), which frozen banks do not save: three hidden-wide tensors and
+    the gathered tokens, two under full fine-tuning, where the block's input and the gathered
+    tokens are saved (the fake trace of small GLM-4.5's attention-only LoRA under autocast at
+    this moment: the residual, the block's input, the incoming gradient, the gathered tokens,
+    the product and its gather; before, a fourth hidden-wide tensor stood for the gathered
+    tokens). The
     product takes the wider dtype of the two: DeepSeek-V3's and GLM-4.5's grouped-sigmoid
     router returns fp32 weights (`F.linear` of fp32 copies, modeling_glm4_moe.py:282-308),
     which autocast runs in bf16 (F.linear is on its lower-precision list); Qwen3-MoE's are
@@ -878,12 +890,56 @@ def moe_forward_moment(ctx: Context, spec: ModelSpec) -> float:
     transformers_experts = not (ctx.torch_norm or ctx.torchtune or ctx.liger)
     if moe.dense_compute or moe.activation != "swiglu" or not transformers_experts:
         return 0.0
+    h, k = spec.hidden or 0, moe.experts_per_token
+    # the residual, the block's input (a saved tensor when the router or the experts train:
+    # full) and the incoming gradient
+    held = (2 if ctx.full else 3) * ctx.compute_bytes * h
+    if not (ctx.full or ctx.expert_lora):  # the gathered tokens: saved where the banks train
+        held += expert_bytes(ctx, spec) * k * h
+    return float(held + 2 * routing_product_bytes(ctx, spec) * k * h)
+
+
+def routing_product_bytes(ctx: Context, spec: ModelSpec) -> int:
+    """Bytes per element of `proj_out * sample_weights_g` (transformers 5.25.0
+    integrations/moe.py:524) and of what its backward makes: the wider of the experts' dtype
+    and the routing weights', which DeepSeek-V3's and GLM-4.5's grouped-sigmoid router returns
+    in fp32 without autocast (`moe_forward_moment`)."""
+    assert spec.moe is not None
     eb = expert_bytes(ctx, spec)
-    routing = FP32 if moe.router == "grouped_sigmoid" and not ctx.autocast else eb
-    h = spec.hidden or 0
-    # the block's input is a saved tensor when the router or the experts train (full)
-    held = (3 if ctx.full else 4) * ctx.compute_bytes * h
-    return float(held + 2 * max(eb, routing) * moe.experts_per_token * h)
+    routing = FP32 if spec.moe.router == "grouped_sigmoid" and not ctx.autocast else eb
+    return max(eb, routing)
+
+
+def shared_after_routed(spec: ModelSpec) -> bool:
+    """The MoE block adds its shared experts after the routed ones: the `grouped_sigmoid`
+    families, whose blocks are DeepseekV3MoE's (activations_deepseek.py docstring). Qwen2-MoE
+    and Qwen3-Next run theirs first (modeling_qwen3_next.py:947-953)."""
+    return spec.moe is not None and spec.moe.router == "grouped_sigmoid"
+
+
+def _late_shared_moments(
+    ctx: Context, spec: ModelSpec, grad: float, mlp_grads: int, width: float, adapter: float
+) -> float:
+    """The MoE block's moments where its shared experts run after the routed ones
+    (`shared_after_routed`): the shared experts' own SwiGLU backward
+    comes first, with every saved tensor alive; by the routed experts' backward, the combine's
+    and the recomputed forward's routing product (`moe_combine_transient`,
+    `moe_forward_moment`) their saved tensors are freed, or not yet made, and the gradient of
+    their input (the block's input, in the norm output's dtype) waits for the routed experts'
+    and the router's to be summed with it: two hidden-wide gradients in the backward moments.
+    The fake trace of small GLM-4.5's full fine-tuning at its most (the combine's backward):
+    the layer's incoming gradient and the shared experts' input gradient (the `add` of
+    gate_proj's and up_proj's), no shared-expert tensor."""
+    from estimator.memory.activations_deepseek import shared_expert_saved
+
+    assert spec.moe is not None
+    s, h = spec.moe.shared_intermediate, spec.hidden or 0
+    late = shared_expert_saved(ctx, spec)
+    pending = (FP32 if amp_fp32_stream(ctx) else ctx.compute_bytes) * h if s else 0
+    shared_own = grad + mlp_grads * ctx.compute_bytes * s + adapter * s / max(width, 1.0)
+    routed = grad + pending + mlp_grads * expert_bytes(ctx, spec) * (width - s) - late
+    combine = grad + pending + moe_combine_transient(ctx, spec) - late
+    return max(shared_own, routed, combine, moe_forward_moment(ctx, spec) - late)
 
 
 def moe_combine_transient(ctx: Context, spec: ModelSpec) -> float:
@@ -899,10 +955,13 @@ def moe_combine_transient(ctx: Context, spec: ModelSpec) -> float:
     (tokens x top_k, 1) shape; tools/autograd/derivatives.yaml `mul.Tensor`) while the zeros
     are alive: three top_k x hidden tensors, in the experts' dtype (`expert_bytes`: fp32
     under AMP full fine-tuning, where the CPU run of small-qwen3-moe at 1024 tokens shows the
-    zeros and both products as fp32 (2048, 256) tensors). Checked to the byte on
-    small-qwen3-moe full fine-tuning at 256 tokens (fake trace)."""
+    zeros and both products as fp32 (2048, 256) tensors); fp32 as well where the routing
+    weights are (`routing_product_bytes`: small GLM-4.5's attention-only LoRA without autocast,
+    fake trace: three fp32 (512, 256) tensors). Checked to the byte on small-qwen3-moe full
+    fine-tuning at 256 tokens (fake trace)."""
     assert spec.moe is not None
-    return float(3 * expert_bytes(ctx, spec) * spec.moe.executed_per_token * (spec.hidden or 0))
+    width = routing_product_bytes(ctx, spec)
+    return float(3 * width * spec.moe.executed_per_token * (spec.hidden or 0))
 
 
 def _compilable(ctx: Context, spec: ModelSpec, layer_type: str, mlp_type: str) -> bool:

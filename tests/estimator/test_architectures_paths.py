@@ -289,10 +289,19 @@ def test_gpt_oss_moe_saved_bytes_equal_torch_saved_tensor_hooks(method: str) -> 
     assert _mlp(ctx, spec, True)[0] * batch * seq + per_layer_counts == measured
 
 
-@pytest.mark.parametrize("method", ["full", "lora"])
-def test_deepseek_moe_saved_bytes_equal_torch_saved_tensor_hooks(method: str) -> None:
+@pytest.mark.parametrize(
+    ("method", "autocast"), [("full", False), ("lora", False), ("full", True), ("lora", True)]
+)
+def test_deepseek_moe_saved_bytes_equal_torch_saved_tensor_hooks(
+    method: str, autocast: bool
+) -> None:
     """DeepseekV3MoE (grouped-sigmoid router in fp32, grouped_mm experts, shared experts)
-    against `deepseek_moe`; `lora` adapts q_b_proj only, so the whole block is frozen."""
+    against `deepseek_moe`; `lora` adapts q_b_proj only, so the whole block is frozen. Under
+    (CPU) autocast the router's F.linear casts its fp32 copies to bf16 and saves those, and the
+    scores and weights it derives are bf16 (`router_bytes`); autocast's bf16 copy of the fp32
+    router weight, saved for the input's gradient, is per layer, not per token (added here)."""
+    import contextlib
+
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds
@@ -308,15 +317,22 @@ def test_deepseek_moe_saved_bytes_equal_torch_saved_tensor_hooks(method: str) ->
         moe.requires_grad_(False)
     batch, seq = 2, 64
     x = torch.randn(batch, seq, 64, dtype=torch.bfloat16, requires_grad=True)
-    measured = _saved_bytes(moe, x)
+    mode = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+    with mode:
+        measured = _saved_bytes(moe, x)
     spec = spec_from_config(config.to_dict())
     precision = "bf16" if method == "full" else "mixed"  # a bf16 module, not AMP's fp32 banks
     setup = TrainingSetup(
-        method=method, lora_rank=4, lora_targets=["q_b_proj"], precision=precision
+        method=method,
+        lora_rank=4,
+        lora_targets=["q_b_proj"],
+        precision=precision,
+        autocast=autocast,
     )
     ctx = Context.build(spec, setup, 2)
     offsets = 4 * 8  # grouped_mm's int32 offsets, one per expert: not per token
-    assert _mlp(ctx, spec, True)[0] * batch * seq + offsets == measured
+    router_weight = 2 * 64 * config.n_routed_experts if autocast else 0  # saved for d(input)
+    assert _mlp(ctx, spec, True)[0] * batch * seq + offsets + router_weight == measured
 
 
 def test_qwen3_moe_amp_experts_saved_bytes_equal_torch_saved_tensor_hooks() -> None:

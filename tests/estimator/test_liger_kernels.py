@@ -145,9 +145,11 @@ def test_liger_experts_keep_pre_activations_and_make_whole_bank_gradients() -> N
     assert full.transient_per_layer == 0  # trained banks take the gradient as .grad
 
 
-def test_deepseek_v3_routed_experts_are_liger_experts_too() -> None:
+@pytest.mark.parametrize("autocast", [False, True])
+def test_deepseek_v3_routed_experts_are_liger_experts_too(autocast: bool) -> None:
     """liger-kernel 0.8.5 monkey_patch.py:3723 swaps DeepseekV3Experts for LigerExperts under
-    transformers 5; the router's top-k weights stay fp32 (its logits are fp32)."""
+    transformers 5; the router's top-k weights are in its logits' dtype: fp32 as written, bf16
+    under autocast (activations_deepseek.py `router_bytes`)."""
     from estimator.memory.activations import Context
     from estimator.memory.activations_deepseek import deepseek_moe
 
@@ -155,10 +157,13 @@ def test_deepseek_v3_routed_experts_are_liger_experts_too() -> None:
     assert spec.moe is not None
     h, me, k = spec.hidden or 0, spec.moe.expert_intermediate, spec.moe.experts_per_token
     e, s = spec.moe.num_experts, spec.moe.shared_intermediate or 0
-    setup = TrainingSetup(method="lora", lora_targets=["q_a_proj"], liger_kernels=True)
+    setup = TrainingSetup(
+        method="lora", lora_targets=["q_a_proj"], liger_kernels=True, autocast=autocast
+    )
     saved, _ = deepseek_moe(Context.build(spec, setup, 2), spec)
-    router = 4 * e + 8 * k + 4 * k + 4  # fp32 scores, int64 top-k, weights and their sum
-    experts = 2 * h + k * (2 * 2 * me + 4 + 3 * 4)  # x, pre_act, fp32 weights, int32 indices
+    rb = 2 if autocast else 4
+    router = rb * e + 8 * k + rb * k + rb  # scores, int64 top-k, weights and their sum
+    experts = 2 * h + k * (2 * 2 * me + rb + 3 * 4)  # x, pre_act, weights, int32 indices
     assert saved == router + experts + 3 * 2 * s  # the shared expert's eager SwiGLU
     eager, _ = deepseek_moe(
         Context.build(spec, setup.model_copy(update={"liger_kernels": False}), 2), spec

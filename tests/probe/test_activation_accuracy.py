@@ -277,15 +277,16 @@ NO_AUTOCAST = {"autocast": False, "precision": "bf16", "lora_dropout": 0.0}
 @pytest.mark.parametrize(
     "name, change, low, high",
     [
-        ("small-glm4-moe", {"lora_targets": ATTENTION_TARGETS}, -3.0, 4.0),
-        ("small-glm4-moe", {"lora_targets": ATTENTION_TARGETS, "lora_dropout": 0.0}, -3.0, 4.0),
-        ("small-glm4-moe", {"lora_targets": ATTENTION_TARGETS, **NO_AUTOCAST}, -3.0, 3.0),
-        ("small-glm4-moe", {"method": "full", "precision": "bf16"}, 0.0, 7.0),
-        ("small-glm4-moe-lite", {"lora_targets": MLA_TARGETS}, -3.0, 4.0),
-        ("small-glm4-moe-lite", {"lora_targets": MLA_TARGETS, **NO_AUTOCAST}, -3.0, 3.0),
-        ("small-glm4-moe-lite", {"method": "full", "precision": "bf16"}, 0.0, 9.0),
-        ("small-qwen3-moe", {"lora_targets": ATTENTION_TARGETS}, -5.0, 3.0),
-        ("small-qwen3-moe", {"lora_targets": ATTENTION_TARGETS, **NO_AUTOCAST}, -5.0, 3.0),
+        ("small-glm4-moe", {"lora_targets": ATTENTION_TARGETS}, -2.0, 2.0),
+        ("small-glm4-moe", {"lora_targets": ATTENTION_TARGETS, "lora_dropout": 0.0}, -2.0, 2.0),
+        ("small-glm4-moe", {"lora_targets": ATTENTION_TARGETS, **NO_AUTOCAST}, -2.0, 2.0),
+        # the fake kernel's copy of SDPA's output (docstring): -3.2 points of this trace
+        ("small-glm4-moe", {"method": "full", "precision": "bf16"}, -4.5, 0.0),
+        ("small-glm4-moe-lite", {"lora_targets": MLA_TARGETS}, -2.0, 2.0),
+        ("small-glm4-moe-lite", {"lora_targets": MLA_TARGETS, **NO_AUTOCAST}, -2.0, 2.0),
+        ("small-glm4-moe-lite", {"method": "full", "precision": "bf16"}, -2.0, 2.0),
+        ("small-qwen3-moe", {"lora_targets": ATTENTION_TARGETS}, -2.0, 2.0),
+        ("small-qwen3-moe", {"lora_targets": ATTENTION_TARGETS, **NO_AUTOCAST}, -2.0, 2.0),
     ],
     ids=[
         "glm45-attention-lora",
@@ -308,8 +309,21 @@ def test_moe_activations_against_the_trainer_step(name, change, low, high):
     attention-only LoRA without autocast -10.6 %, Qwen3-MoE -6.5 % without autocast and
     -7.0 % with it; now -1.3 %, -3.7 %, -4.0 % at 256 tokens. The attention-only LoRA of
     axolotl's GLM-4.5-Air example (examples/glm45/glm-45-air-qlora.yaml) is +2.9 / +3.0 % at
-    256 / 512 tokens. Full fine-tuning of the sigmoid-routed models is over, +6.4 % and +8.3 %
-    (the estimate's MoE backward moment exceeds the trace's; one-sided bounds). One length
-    each (CI time): the errors at 512 tokens were within 0.3 points of these."""
+    256 / 512 tokens. Full fine-tuning of the sigmoid-routed models was over, +6.4 % and
+    +8.3 %: their blocks add the shared experts last, so those are not yet made at the
+    forward's routing product and already freed at the routed experts' backward, whose moments
+    hold the shared experts' input gradient instead; their routers run in bf16 under autocast;
+    the combine's backward takes the routing product's dtype; the forward moment holds the
+    gathered tokens, not a fourth hidden-wide tensor (activations.py `_late_shared_moments`,
+    `routing_product_bytes`, `moe_forward_moment`; activations_deepseek.py `router_bytes`). Now
+    all within 1 % at 256 tokens but GLM-4.5's full fine-tuning, -3.3 %: the fake device's
+    kernel for CPU flash attention allocates its output like the query (torch 2.13.0
+    _meta_registrations.py meta__scaled_dot_product_flash_attention_for_cpu, `empty_like(query)`),
+    a contiguous (b, h, s, d) tensor after partial rotary's torch.cat, so transformers'
+    `transpose(1, 2).contiguous()` (integrations/sdpa_attention.py:196) copies it there and the
+    trained o_proj saves the copy (tokens x heads x head_dim, 3.2 % of this trace), where both
+    real kernels write (b, s, h, d) and return its transpose (aten attention.cpp / cuda
+    attention.cu: a view, as `sdpa_output_reused` counts it). One length each (CI time): the
+    errors at 512 tokens are within 0.1 points of these."""
     errors = _activation_errors({**BASE, **change}, name, [256])
     assert all(low <= e <= high for e in errors), errors
