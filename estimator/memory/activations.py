@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from estimator.dtypes import BF16, FP32, compute_bytes
-from estimator.lora import expert_banks, lora_targets
+from estimator.lora import expert_adapter_tensors, expert_banks, lora_targets
 from estimator.memory import liger
 from estimator.memory.activations_compiled import adapted_count, compiled_layer_saved
 from estimator.memory.torchtitan import (
@@ -89,6 +89,9 @@ class Context:
     # transformers' RMSNorm multiplies the weight into the fp32 normalised tensor
     # (`FP32_PRODUCT_NORMS`): a trained weight's mul saves that fp32 tensor
     norm_product_fp32: bool = False
+    # lora_A + lora_B values of one MoE layer's adapted expert banks (estimator.lora
+    # `expert_adapter_tensors`; `_merged_expert_weights`)
+    expert_factors: float = 0.0
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -145,7 +148,15 @@ class Context:
             dequantized_bank_bytes(setup, stack.get_optional("experts_dequant", None)),
             spec.model_type in FP32_PRODUCT_NORMS
             and not stack.get_optional("torchtune_modules", False),
+            _expert_factors(spec, setup),
         )
+
+
+def _expert_factors(spec: ModelSpec, setup: TrainingSetup) -> float:
+    """lora_A + lora_B values of one MoE layer's adapted expert banks (`Context`)."""
+    if not setup.is_adapter or not expert_banks(spec, setup):
+        return 0.0
+    return float(sum(a + b for a, b, _ in expert_adapter_tensors(spec, setup)))
 
 
 def dequantized_bank_bytes(setup: TrainingSetup, experts_dequant: str | None) -> int:
@@ -715,10 +726,8 @@ def layer_activations(
             per_layer = _merged_expert_weights(ctx, spec)[0]
         transient_layer = 0.0 if ctx.full else banks
     elif mlp_type == MLP_MOE and ctx.expert_lora:
-        # peft's merged expert weights: their gradient (per layer) comes later in the block's
-        # backward than the combine's temporaries, which are gone by then: two moments
         per_layer, transient_layer = _merged_expert_weights(ctx, spec)
-        other = grad + moe_combine_transient(ctx, spec)
+        transient, other = _expert_lora_moments(ctx, spec, grad, mlp_grads, width)
     elif mlp_type == MLP_MOE and shared_after_routed(spec):
         transient = max(
             trailing, _late_shared_moments(ctx, spec, grad, mlp_grads, width, adapter_grad)
@@ -1064,14 +1073,49 @@ def _down_output_unread(spec: ModelSpec) -> bool:
 def _merged_expert_weights(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
     """peft's ParamWrapper adapts a fused expert parameter by parametrization: each forward
     builds W + scale * B @ A, a tensor the size of the whole expert bank in the weight's
-    dtype, kept for the backward; the backward materialises its gradient of the same size
-    (for the gradients of A and B). (saved, transient) bytes of one layer; an int8 bank's
-    fp32 dequantized weight (`dequantized_bank_bytes`) makes the sum fp32."""
+    dtype, kept for the backward (peft 0.21.2 tuners/lora/layer.py:2319-2323, `baddbmm` with
+    autocast off), with lora_A and lora_B cast to that dtype (`get_delta_factors`,
+    :2530-2541: `lhs.to(param.dtype)`, copies where the adapters are fp32), which the baddbmm
+    saves for their gradients; the backward materialises each bank's gradient, the size of the
+    bank. (saved, transient) bytes of one layer: the merged banks and the factor copies; the
+    down bank's gradient, made while the merged gate_up bank and the routed experts' saved
+    tensors are alive (`_expert_lora_moments`; gate_up's gradient, twice its size, comes once
+    the routed experts' tensors and the down bank are freed: smaller by the fake trace of small
+    GLM-4.5's all-linear LoRA). An int8 bank's fp32 dequantized weight
+    (`dequantized_bank_bytes`) makes the sum fp32."""
     assert spec.moe is not None and spec.hidden
     bank = spec.moe.num_experts * spec.hidden * spec.moe.expert_intermediate
     gate_up, down = 2 * bank, bank
     width = max(ctx.compute_bytes, ctx.dequantized_banks)
-    return width * (gate_up + down), width * gate_up
+    copies = ctx.expert_factors * width if ctx.adapter_bytes != width else 0.0
+    return width * (gate_up + down) + copies, width * down
+
+
+def _expert_lora_moments(
+    ctx: Context, spec: ModelSpec, grad: float, mlp_grads: int, width: float
+) -> tuple[float, float]:
+    """Per token, the MoE block's backward moments under peft's expert-bank LoRA
+    (`_merged_expert_weights`): (at the down bank's gradient, the other moments' most). The
+    down projection's grouped_mm backward ends with the bank's gradient and its input's
+    (top_k x expert width) alive, the routed experts' output gradient standing in for their
+    output; the combine's temporaries (`moe_combine_transient`) and the SwiGLU backward's
+    gradients come before and after it, without a bank's gradient. Where the shared experts run
+    after the routed ones (`shared_after_routed`) they are freed by then and their input
+    gradient waits (`_late_shared_moments`). Fake traces of the all-linear LoRA step at 256
+    tokens: small GLM-4.5 peaks at the combine, small Mixtral at the down bank's gradient."""
+    from estimator.memory.activations_deepseek import shared_expert_saved
+
+    assert spec.moe is not None
+    late = pending = 0.0
+    s = spec.moe.shared_intermediate
+    if shared_after_routed(spec):
+        late = shared_expert_saved(ctx, spec)
+        pending = (FP32 if amp_fp32_stream(ctx) else ctx.compute_bytes) * (spec.hidden or 0)
+    base = grad + pending - late
+    eb, k, m = expert_bytes(ctx, spec), spec.moe.executed_per_token, spec.moe.expert_intermediate
+    combine = base + moe_combine_transient(ctx, spec)
+    swiglu = base + mlp_grads * eb * (width - s)
+    return base + eb * k * m, max(combine, swiglu)
 
 
 def _dequantized_banks(ctx: Context, spec: ModelSpec) -> float:
