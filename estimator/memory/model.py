@@ -663,6 +663,7 @@ class MaskRule(NamedTuple):
     copy_bytes: int = 0  # bytes per element of the copy SDPA makes of it
     copy_layers: int = 0  # the layers that get it
     padded_kinds: int = 0  # padded rows: (b, 1, s, s) boolean masks for SDPA, at every length
+    repeat_kv: int = 0  # bytes per token a masked SDPA layer's repeated K and V add
 
 
 NO_MASKS = MaskRule()
@@ -681,15 +682,37 @@ def mask_rule(spec: ModelSpec, setup: TrainingSetup, ctx: Context) -> MaskRule:
     mask_dtype = ctx.attn_bytes or ctx.compute_bytes  # the query's dtype
     if ctx.eager:
         return MaskRule(eager_kinds=kinds, eager_bytes=mask_dtype)
+    repeat = _masked_repeat_kv(spec, ctx)
     if setup.padded_batches:
         # padding in the attention mask: no `is_causal` skip at any length (transformers
         # 5.25.0 masking_utils.py:292-293), one boolean (b, 1, s, s) mask per mask kind
         # (:530-539), given to every layer's SDPA, which copies it (`sdpa_mask_copies`)
-        return MaskRule(copy_bytes=mask_dtype, copy_layers=spec.layers or 0, padded_kinds=kinds)
+        return MaskRule(
+            copy_bytes=mask_dtype,
+            copy_layers=spec.layers or 0,
+            padded_kinds=kinds,
+            repeat_kv=repeat,
+        )
     if not sliding:
         return NO_MASKS
     layers = (spec.layers if every_layer else spec.count_layers(LAYER_SLIDING)) or 0
-    return MaskRule(window=window or 0, copy_bytes=mask_dtype, copy_layers=layers)
+    return MaskRule(window=window or 0, copy_bytes=mask_dtype, copy_layers=layers, repeat_kv=repeat)
+
+
+def _masked_repeat_kv(spec: ModelSpec, ctx: Context) -> int:
+    """Bytes per token a grouped-query SDPA layer given a mask adds: transformers passes
+    `enable_gqa` to SDPA only without a mask on CUDA (5.25.0 integrations/sdpa_attention.py:
+    42-51 `use_gqa_in_sdpa`: `attention_mask is None`), and otherwise repeats K and V to the
+    query heads (:118-128 `repeat_kv`, copies), which SDPA saves instead of the kv-wide ones
+    (`_attention_core` counts kv width). 0 where K and V are at query width already (eager,
+    torchtitan's and torchtune's repeats, MHA) or the stack has no such attention. Found in
+    the fake trace of small Mistral with a sliding window, full fine-tuning (-3.1 % before)."""
+    heads, kv_heads, head_dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    if not (heads and kv_heads and head_dim) or kv_heads >= heads or spec.mla is not None:
+        return 0
+    if ctx.eager or ctx.repeats_kv or ctx.torchtune or spec.attention_sinks:
+        return 0
+    return 2 * (ctx.attn_bytes or ctx.compute_bytes) * (heads - kv_heads) * head_dim
 
 
 def sdpa_mask_copies(rule: MaskRule, seq: Any, tokens: Any, layers: Any) -> Any:
@@ -702,12 +725,14 @@ def sdpa_mask_copies(rule: MaskRule, seq: Any, tokens: Any, layers: Any) -> Any:
     mask (the sliding layers' (1, 1, s, s) window mask; every layer's (b, 1, s, s) mask when
     the rows are padded), kept by every such layer without checkpointing, by the recomputed
     layer with it. A CPU trace of a 2- and a 4-layer Gemma 3 (window 128, 1024 tokens) holds
-    one bf16 (1, 1, 1024, 1024) copy per layer."""
+    one bf16 (1, 1, 1024, 1024) copy per layer. Such a layer's K and V are repeated to the
+    query heads as well (`_masked_repeat_kv`)."""
     if not rule.copy_bytes:
         return seq * 0.0
+    repeated = tokens * float(rule.repeat_kv)  # K and V repeated to the query heads
     if rule.padded_kinds:  # the rows' own masks, (b, 1, s, s): tokens x seq elements
-        return tokens * seq * float(rule.copy_bytes) * layers
-    return np.where(seq >= rule.window, seq * seq * float(rule.copy_bytes), 0.0) * layers
+        return (tokens * seq * float(rule.copy_bytes) + repeated) * layers
+    return np.where(seq >= rule.window, seq * seq * float(rule.copy_bytes) + repeated, 0.0) * layers
 
 
 def mask_bytes(rule: MaskRule, seq: Any, tokens: Any) -> Any:

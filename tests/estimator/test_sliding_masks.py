@@ -32,8 +32,22 @@ def test_sdpa_keeps_an_additive_copy_of_the_sliding_mask_per_layer() -> None:
                 float(a.components[k][0] - b.components[k][0])
                 for k in ("checkpoints", "recompute_peak")
             )
-            # the boolean mask (1 B) and the bf16 copies (2 B), each seq x seq
-            assert added == expected * seq * seq * (1 + 2 * copies), (checkpointing, seq)
+            # the boolean mask (1 B) and the bf16 copies (2 B), each seq x seq; each masked
+            # layer's K and V repeated to the query heads (bf16, per token)
+            repeated = copies * seq * _repeat_kv_bytes(config)
+            assert added == expected * (seq * seq * (1 + 2 * copies) + repeated), (
+                checkpointing,
+                seq,
+            )
+
+
+def _repeat_kv_bytes(config: dict[str, int]) -> int:
+    """transformers' repeat_kv of K and V for a masked grouped-query SDPA call, bf16, per token
+    (sdpa_attention.py `use_gqa_in_sdpa` needs no mask; estimator/memory/model.py
+    `_masked_repeat_kv`)."""
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    return 2 * 2 * (heads - kv_heads) * head_dim
 
 
 def test_padded_rows_give_sdpa_a_mask_per_row_and_a_copy_per_layer() -> None:
@@ -53,7 +67,8 @@ def test_padded_rows_give_sdpa_a_mask_per_row_and_a_copy_per_layer() -> None:
             float(b.components[k][0] - a.components[k][0])
             for k in ("checkpoints", "recompute_peak")
         )
-        assert added == batch * seq * seq * (1 + 2 * copies), checkpointing
+        repeated = copies * batch * seq * _repeat_kv_bytes(config)
+        assert added == batch * seq * seq * (1 + 2 * copies) + repeated, checkpointing
     # flash attention takes padding as sequence lengths (no mask); eager masks are counted alike
     for attention in ("flash", "eager"):
         base = TrainingSetup(method="lora", batch=batch, attention=attention)
