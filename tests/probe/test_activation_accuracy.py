@@ -132,10 +132,10 @@ def test_gemma_activations_within_tolerance_of_the_trainer_step(name, change, to
     [
         ("small-gemma3", {}, 3.0),
         ("small-gemma3", {"autocast": False, "precision": "bf16"}, 3.0),
-        ("small-mistral-sliding", {}, 3.0),
-        ("small-mistral-sliding", {"method": "full", "precision": "bf16"}, 4.0),
-        ("small-ministral", {}, 3.0),
-        ("small-ministral", {"method": "full", "precision": "bf16"}, 4.0),
+        ("small-mistral-sliding", {}, 1.5),
+        ("small-mistral-sliding", {"method": "full", "precision": "bf16"}, 1.5),
+        ("small-ministral", {}, 1.5),
+        ("small-ministral", {"method": "full", "precision": "bf16"}, 1.5),
     ],
     ids=[
         "gemma3-lora",
@@ -152,7 +152,8 @@ def test_sliding_window_masks_within_tolerance_of_the_trainer_step(name, change,
     had `>`), and SDPA saves its own additive copy of it in every layer that gets it
     (`sdpa_mask_copies`). Before, at 256 / 512 tokens (window 128 and 256): Gemma 3 LoRA
     -0.9 / -2.5 %, without autocast -3.9 / -5.2 %; Mistral LoRA -4.7 / -5.6 %, full -7.6 /
-    -8.6 %."""
+    -8.6 %. A masked grouped-query SDPA call also gets K and V repeated to the query heads
+    (model.py `_masked_repeat_kv`): Mistral full -3.1 -> -0.1 %, Ministral -3.0 -> -0.1 %."""
     errors = _activation_errors({**BASE, **change}, name)
     assert all(abs(e) <= tolerance for e in errors), errors
 
