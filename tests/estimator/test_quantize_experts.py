@@ -32,9 +32,12 @@ def _bank_elements() -> int:
     return int(CONFIG["num_experts"] * 3 * CONFIG["moe_intermediate_size"] * CONFIG["hidden_size"])
 
 
-def _memory(checkpointing: str, quantize: bool, targets: list[str] | None = None) -> Any:
+def _memory(
+    checkpointing: str, quantize: bool, targets: list[str] | None = None, **base: str
+) -> Any:
+    """QLoRA, or `base` (method and base) as given."""
     setup = TrainingSetup(
-        method="qlora",
+        **{"method": "qlora", **base},
         lora_targets=targets or ATTENTION,
         checkpointing=checkpointing,
         quantize_experts=quantize,
@@ -139,15 +142,8 @@ def test_axolotl_s_linearized_llama4_experts_are_quantized_under_qlora() -> None
     assert "llama4_linearized_experts" in {i.key for i in lora.ignored}
 
 
-def _int8(checkpointing: str, quantize: bool, targets: list[str] | None = None) -> Any:
-    setup = TrainingSetup(
-        method="lora",
-        base="int8",
-        lora_targets=targets or ATTENTION,
-        checkpointing=checkpointing,
-        quantize_experts=quantize,
-    )
-    return memory_breakdown(SPEC, setup, float(SEQ), 1, PROFILE)
+def _int8(checkpointing: str, quantize: bool) -> Any:
+    return _memory(checkpointing, quantize, method="lora", base="int8")
 
 
 def test_int8_banks_are_one_byte_and_a_row_scale() -> None:
