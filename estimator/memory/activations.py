@@ -713,7 +713,10 @@ def layer_activations(
     transient += adapter_grad
     if mlp_type != MLP_MOE:
         transient = max(transient, _forward_transient(ctx, spec))
-    trailing = trailing_norm_transient(ctx, spec, grad)
+    # a trailing norm's backward starts the layer's: its incoming gradient has the layer
+    # output's dtype (fp32 under `amp_fp32_stream`), whatever the MLP's backward holds later
+    incoming = ctx.input_bytes * h if amp_fp32_stream(ctx) and not moe else grad
+    trailing = trailing_norm_transient(ctx, spec, incoming)
     transient = max(transient, trailing)
     per_layer = transient_layer = other = 0.0
     if moe and ctx.liger and liger.fused_experts(spec):
