@@ -373,7 +373,9 @@ def input_reused(ctx: Context, spec: ModelSpec) -> float:
     h = spec.hidden or 0
     if spec.model_type == "gpt2":
         return 0.0 if ctx.autocast else float(ctx.input_bytes * h)
-    if ctx.fused or ctx.compiled:
+    if ctx.fused or ctx.compiled or spec.model_type in POST_NORM_MODEL_TYPES:
+        # OLMo 2's layers norm the sublayers' outputs, never their input (transformers 5.25.0
+        # models/olmo2/modeling_olmo2.py Olmo2DecoderLayer.forward): no norm saves the input
         return 0.0
     if ctx.liger:  # the input layernorm keeps X, the layer input itself (memory/liger.py)
         return float(ctx.input_bytes * h)

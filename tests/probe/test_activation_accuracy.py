@@ -366,13 +366,15 @@ def test_fused_gate_up_lora_without_autocast_against_the_trainer_step(name):
     assert all(-2.0 <= e <= 2.0 for e in errors), errors
 
 
-@pytest.mark.parametrize("name", ["small-olmo2", "small-glm4"])
-def test_amp_full_fine_tuning_of_post_norm_layers_at_1024_tokens(name):
+@pytest.mark.parametrize("name, low", [("small-olmo2", -1.0), ("small-glm4", -4.0)])
+def test_amp_full_fine_tuning_of_post_norm_layers_at_1024_tokens(name, low):
     """AMP full fine-tuning (the hf stack's `mixed`: fp32 weights under autocast) of layers
     whose backward starts in a norm of the MLP's output: that norm's incoming gradient is the
-    fp32 layer output's (activations.py `layer_activations`, `trailing_norm_transient`).
-    Before: -5.9 % (OLMo 2), -5.0 % (GLM-4) at 1024 tokens; about 1.5 points of small-model
-    per-token terms are still missing (-3.9 %, -3.0 %); at 256 tokens autocast's per-layer
-    weight copies weigh more."""
+    fp32 layer output's (activations.py `layer_activations`, `trailing_norm_transient`), and
+    OLMo 2's layers, which norm only their sublayers' outputs, save no fp32 input of a norm
+    that would be the layer input itself (`input_reused`). Before: -5.9 % (OLMo 2), -5.0 %
+    (GLM-4) at 1024 tokens; now +0.0 % and -3.0 %, GLM-4's rest being the fake kernel's copy
+    of SDPA's output after partial rotary (`test_moe_activations_against_the_trainer_step`),
+    which its trained o_proj saves."""
     errors = _activation_errors({**BASE, "method": "full"}, name, [1024])
-    assert all(-4.5 <= e <= 1.0 for e in errors), errors
+    assert all(low <= e <= 1.0 for e in errors), errors
