@@ -681,7 +681,12 @@ def mask_rule(spec: ModelSpec, setup: TrainingSetup, ctx: Context) -> MaskRule:
     kinds = 1 + (1 if sliding and any(t != LAYER_SLIDING for t in spec.layer_types) else 0)
     mask_dtype = ctx.attn_bytes or ctx.compute_bytes  # the query's dtype
     if ctx.eager:
-        return MaskRule(eager_kinds=kinds, eager_bytes=mask_dtype)
+        # eager masks take the input embeddings' dtype (transformers 5.25.0 masking_utils.py:965
+        # `dtype = inputs_embeds.dtype`, passed to eager_mask, :1014, :617): fp32 under AMP's
+        # fp32 weights or after peft's kbit preparation (the stream's dtype), where autocast
+        # leaves the query bf16 (the fake trace of small Gemma 2's AMP step: fp32 masks)
+        embeds = ctx.input_bytes or ctx.compute_bytes
+        return MaskRule(eager_kinds=kinds, eager_bytes=embeds)
     repeat = _masked_repeat_kv(spec, ctx)
     if setup.padded_batches:
         # padding in the attention mask: no `is_causal` skip at any length (transformers
