@@ -118,6 +118,7 @@ class Context:
             setup.attention in ("sdpa", "xformers")
             and (spec.requires_eager or spec.model_type in stack.get("eager_models"))
         )
+        expert_lora = setup.is_adapter and bool(expert_banks(spec, setup))
         return cls(
             stream,
             not setup.is_adapter,
@@ -125,7 +126,7 @@ class Context:
             targets,
             setup.lora_rank,
             eager,
-            setup.is_adapter and bool(expert_banks(spec, setup)),
+            expert_lora,
             BF16 if autocast else stream,
             shared,
             each,
@@ -148,14 +149,12 @@ class Context:
             dequantized_bank_bytes(setup, stack.get_optional("experts_dequant", None)),
             spec.model_type in FP32_PRODUCT_NORMS
             and not stack.get_optional("torchtune_modules", False),
-            _expert_factors(spec, setup),
+            _expert_factors(spec, setup) if expert_lora else 0.0,
         )
 
 
 def _expert_factors(spec: ModelSpec, setup: TrainingSetup) -> float:
     """lora_A + lora_B values of one MoE layer's adapted expert banks (`Context`)."""
-    if not setup.is_adapter or not expert_banks(spec, setup):
-        return 0.0
     return float(sum(a + b for a, b, _ in expert_adapter_tensors(spec, setup)))
 
 
@@ -709,10 +708,10 @@ def layer_activations(
     # Liger's SwiGLU backward writes d(gate), d(up) into its saved gate / up (memory/liger.py)
     mlp_grads = 0 if ctx.liger and not moe else _mlp_backward_tensors(ctx, moe)
     transient = grad + mlp_grads * (expert_bytes(ctx, spec) if moe else cb) * width
-    adapter_grad = 0.0
+    down_adapter = 0  # bytes per element of d(adapter-dtype copy of down's input), cast
     if not ctx.full and "down_proj" in ctx.targets and ctx.adapter_each not in (0, cb):
-        adapter_grad = ctx.adapter_each * width  # d(adapter-dtype copy of down's input), cast
-    transient += adapter_grad
+        down_adapter = ctx.adapter_each
+    transient += down_adapter * width
     if mlp_type != MLP_MOE:
         transient = max(transient, _forward_transient(ctx, spec))
     # a trailing norm's backward starts the layer's: its incoming gradient has the layer
@@ -735,7 +734,7 @@ def layer_activations(
         transient, other = _expert_lora_moments(ctx, spec, grad, mlp_grads, width)
     elif mlp_type == MLP_MOE and shared_after_routed(spec):
         transient = max(
-            trailing, _late_shared_moments(ctx, spec, grad, mlp_grads, width, adapter_grad)
+            trailing, _late_shared_moments(ctx, spec, grad, mlp_grads, width, down_adapter)
         )
     elif mlp_type == MLP_MOE:
         transient = max(transient, grad + moe_combine_transient(ctx, spec))
@@ -888,10 +887,10 @@ def _input_projection_moment(ctx: Context, spec: ModelSpec) -> float:
     adapter's dtype without autocast, bf16 under it; besides the backward's two gradients and
     the decoder layer's residual and MLP input (only the incoming gradient where a norm of the
     MLP's output starts the layer's backward: GLM-4's post-MLP norm). The MLP's later saved
-    tensors (the projection's
-    gate / activation / up outputs, down_proj's input) are not made yet: less them, as the
-    moment is counted over the layer's saved tensors. Found in the fake trace of small Phi-3's
-    all-linear LoRA without autocast, whose most is there (-15.2 % before)."""
+    tensors (the projection's gate / activation / up outputs, down_proj's input) are not made
+    yet: less them, as the moment is counted over the layer's saved tensors. Found in the fake
+    trace of small Phi-3's all-linear LoRA without autocast, whose most is there (-15.2 %
+    before)."""
     if ctx.full or ctx.torchtune or ctx.liger:
         return 0.0
     fused = "gate_up_proj" in ctx.targets
@@ -924,14 +923,14 @@ def moe_forward_moment(ctx: Context, spec: ModelSpec) -> float:
     tokens are saved (the fake trace of small GLM-4.5's attention-only LoRA under autocast at
     this moment: the residual, the block's input, the incoming gradient, the gathered tokens,
     the product and its gather; before, a fourth hidden-wide tensor stood for the gathered
-    tokens). The
-    product takes the wider dtype of the two: DeepSeek-V3's and GLM-4.5's grouped-sigmoid
-    router returns fp32 weights (`F.linear` of fp32 copies, modeling_glm4_moe.py:282-308),
-    which autocast runs in bf16 (F.linear is on its lower-precision list); Qwen3-MoE's are
-    cast to the logits' dtype (modeling_qwen3_moe.py:266). Found in the fake trace of
-    small-glm4-moe's bf16 attention-only LoRA step without autocast, whose activations peak at
-    this moment with both tensors fp32 (the estimate was 10.6 % under). Not for Llama 4's
-    dense bmm experts, gpt-oss's own, or the MoE modules of torchtitan and torchtune."""
+    tokens). The product takes the wider dtype of the two: DeepSeek-V3's and GLM-4.5's
+    grouped-sigmoid router returns fp32 weights (`F.linear` of fp32 copies,
+    modeling_glm4_moe.py:282-308), which autocast runs in bf16 (F.linear is on its
+    lower-precision list); Qwen3-MoE's are cast to the logits' dtype
+    (modeling_qwen3_moe.py:266). Found in the fake trace of small-glm4-moe's bf16 attention-only
+    LoRA step without autocast, whose activations peak at this moment with both tensors fp32
+    (the estimate was 10.6 % under). Not for Llama 4's dense bmm experts, gpt-oss's own, or the
+    MoE modules of torchtitan and torchtune."""
     moe = spec.moe
     assert moe is not None
     transformers_experts = not (ctx.torch_norm or ctx.torchtune or ctx.liger)
@@ -964,8 +963,21 @@ def shared_after_routed(spec: ModelSpec) -> bool:
     return spec.moe is not None and spec.moe.router == "grouped_sigmoid"
 
 
+def _late_shared(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
+    """(bytes per token the shared experts save, bytes per token of their input's gradient)
+    where they run after the routed ones (`shared_after_routed`, `_late_shared_moments`): not
+    alive at the routed experts' moments, and waiting there to be summed; (0, 0) elsewhere."""
+    from estimator.memory.activations_deepseek import shared_expert_saved
+
+    assert spec.moe is not None
+    if not (shared_after_routed(spec) and spec.moe.shared_intermediate):
+        return 0.0, 0.0
+    pending = (FP32 if amp_fp32_stream(ctx) else ctx.compute_bytes) * (spec.hidden or 0)
+    return shared_expert_saved(ctx, spec), float(pending)
+
+
 def _late_shared_moments(
-    ctx: Context, spec: ModelSpec, grad: float, mlp_grads: int, width: float, adapter: float
+    ctx: Context, spec: ModelSpec, grad: float, mlp_grads: int, width: float, down_adapter: int
 ) -> float:
     """The MoE block's moments where its shared experts run after the routed ones
     (`shared_after_routed`): the shared experts' own SwiGLU backward
@@ -977,13 +989,10 @@ def _late_shared_moments(
     The fake trace of small GLM-4.5's full fine-tuning at its most (the combine's backward):
     the layer's incoming gradient and the shared experts' input gradient (the `add` of
     gate_proj's and up_proj's), no shared-expert tensor."""
-    from estimator.memory.activations_deepseek import shared_expert_saved
-
     assert spec.moe is not None
-    s, h = spec.moe.shared_intermediate, spec.hidden or 0
-    late = shared_expert_saved(ctx, spec)
-    pending = (FP32 if amp_fp32_stream(ctx) else ctx.compute_bytes) * h if s else 0
-    shared_own = grad + mlp_grads * ctx.compute_bytes * s + adapter * s / max(width, 1.0)
+    s = spec.moe.shared_intermediate
+    late, pending = _late_shared(ctx, spec)
+    shared_own = grad + mlp_grads * ctx.compute_bytes * s + down_adapter * s
     routed = grad + pending + mlp_grads * expert_bytes(ctx, spec) * (width - s) - late
     combine = grad + pending + moe_combine_transient(ctx, spec) - late
     return max(shared_own, routed, combine, moe_forward_moment(ctx, spec) - late)
@@ -1139,16 +1148,11 @@ def _expert_lora_moments(
     output; the combine's temporaries (`moe_combine_transient`) and the SwiGLU backward's
     gradients come before and after it, without a bank's gradient. Where the shared experts run
     after the routed ones (`shared_after_routed`) they are freed by then and their input
-    gradient waits (`_late_shared_moments`). Fake traces of the all-linear LoRA step at 256
+    gradient waits (`_late_shared`). Fake traces of the all-linear LoRA step at 256
     tokens: small GLM-4.5 peaks at the combine, small Mixtral at the down bank's gradient."""
-    from estimator.memory.activations_deepseek import shared_expert_saved
-
     assert spec.moe is not None
-    late = pending = 0.0
     s = spec.moe.shared_intermediate
-    if shared_after_routed(spec):
-        late = shared_expert_saved(ctx, spec)
-        pending = (FP32 if amp_fp32_stream(ctx) else ctx.compute_bytes) * (spec.hidden or 0)
+    late, pending = _late_shared(ctx, spec)
     base = grad + pending - late
     eb, k, m = expert_bytes(ctx, spec), spec.moe.executed_per_token, spec.moe.expert_intermediate
     combine = base + moe_combine_transient(ctx, spec)

@@ -24,8 +24,9 @@ m = moe_intermediate_size, s = the shared experts' width):
   recomputed forward applies the routing weights, and their backward, whose nodes are the
   newest of the block, runs before the routed experts' (autograd runs the ready node of the
   highest sequence number first): at the combine's backward and the routed experts' own they
-  are freed (activations.py `shared_after_routed`). Found in the fake trace of small GLM-4.5's full
-  fine-tuning, whose activations peak at the combine's backward without them (+6.4 % before).
+  are freed (activations.py `shared_after_routed`). Found in the fake trace of small
+  GLM-4.5's full fine-tuning, whose activations peak at the combine's backward without them
+  (+6.4 % before).
 Equal to torch's saved-tensor hooks on a tiny DeepseekV3MoE, full fine-tuning and frozen
 (tests/estimator/test_architectures_paths.py; CPU `grouped_mm`).
 """
@@ -82,7 +83,6 @@ def shared_expert_saved(ctx: Context, spec: ModelSpec) -> float:
         return 0.0
     saved = inputs_saved(ctx, ["gate_proj", "up_proj"], h)
     return saved + 3 * ctx.compute_bytes * s + inputs_saved(ctx, ["down_proj"], s)
-
 
 
 def _grouped_mm_saved(eb: int, k: int, h: int, m: int, banks_train: bool) -> float:

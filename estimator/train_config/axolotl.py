@@ -351,7 +351,7 @@ def _full_fine_tuning_dtype(m: TrainConfigMapping, data: dict[str, Any], fsdp: b
     key = "bf16 + fsdp_version 2" if fsdp else "bf16"
     m.set("precision", "bf16", f"{key} (axolotl loads bf16 weights and keeps them)")
     cast_back = m.setup.get("attention") not in (None, "sdpa", "eager") or any(
-        data.get(key) for key in ("flex_attention", "xformers_attention")
+        data.get(flag) for flag in ("flex_attention", "xformers_attention")
     )  # utils/schemas/enums.py:159, config.py:1500-1503 `attn_needs_dtype_cast`
     if not fsdp and not cast_back and m.setup.get("loss") != "cce":
         m.ignore(

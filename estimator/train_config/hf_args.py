@@ -321,15 +321,16 @@ def _loaded_dtype(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     sharded = m.setup.get("sharding") not in (None, "none", "device_map")
     if sharded or m.setup.get("parallel") or data.get("deepspeed"):
         return
+    if m.setup.get("method", "full") != "full":
+        return
     init = data.get("model_init_kwargs")
     sources = [("", data)] + ([("model_init_kwargs.", init)] if isinstance(init, dict) else [])
     for prefix, where in sources:
         for key in ("dtype", "torch_dtype"):
             value = str(where.get(key) or "")
-            full = m.setup.get("method", "full") == "full"
-            if value in BF16_NAMES and full and m.setup.get("precision") != "fp32":
+            if value in BF16_NAMES and m.setup.get("precision") != "fp32":
                 m.set("precision", "bf16", prefix + key)
-            elif value == "auto" and full and m.setup.get("precision") == "mixed":
+            elif value == "auto" and m.setup.get("precision") == "mixed":
                 m.ignore(
                     prefix + key,
                     "auto: the checkpoint's own dtype (bf16 for most, which trains as --precision "
