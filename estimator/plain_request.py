@@ -140,6 +140,7 @@ SETUP_FIELDS: dict[str, Field] = {  # estimator.setup.TrainingSetup, in its orde
     "padded_batches": Field("bool", False),
     "grad_accum": Field("int", None, optional=True, low=1, high=MAX_BATCH),
     "eval_batch": Field("int", None, optional=True, low=1, high=MAX_BATCH),
+    "eval_skip_logits": Field("bool", False),
     "autocast": Field("bool", None, optional=True),
     "optimizer_impl": _lit(choices.OptimizerImpl, None, optional=True),
     "paged": Field("bool", None, optional=True),

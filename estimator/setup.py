@@ -70,6 +70,9 @@ class TrainingSetup(BaseModel):
     # per_device_eval_batch_size, axolotl's eval_batch_size, torchtune's batch_size_val), at
     # the training length; None: no evaluation priced (estimator/memory/evaluation.py)
     eval_batch: int | None = Field(None, ge=1, le=MAX_BATCH)
+    # the evaluation's Liger loss skips the logits too (TRL's SFTTrainer passes skip_logits in
+    # evaluation: estimator/memory/evaluation.py); needs `eval_batch` and loss `liger`
+    eval_skip_logits: bool = False
     autocast: bool | None = None
     optimizer_impl: OptimizerImpl | None = None
     paged: bool | None = None

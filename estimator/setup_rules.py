@@ -133,6 +133,15 @@ def eval_split_unmodelled(layout: Any) -> str | None:
 def check_evaluation(s: Any) -> None:
     """`eval_batch` where its pass is modelled: those losses, one card, data parallelism or
     device_map (an evaluation's logits under tp / pp / cp / ep are not)."""
+    if s.eval_skip_logits:
+        if s.eval_batch is None:
+            raise ValueError(
+                "eval_skip_logits: no evaluation pass to skip logits in (set eval_batch)"
+            )
+        if s.loss != "liger":
+            raise ValueError(
+                f"eval_skip_logits: only Liger's fused loss can skip the logits (loss is {s.loss})"
+            )
     if s.eval_batch is None:
         return
     reason = eval_loss_unmodelled(s.loss)

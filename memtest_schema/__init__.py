@@ -106,6 +106,7 @@ STACK_SETUP_FIELDS: dict[str, tuple[str, ...] | None] = {
     # the estimator's evaluation pass (estimator/memory/evaluation.py); the probe measures
     # training steps only, so a comparison leaves it out
     "eval_batch": None,  # int >= 1 or null: rows per device of an evaluation pass
+    "eval_skip_logits": None,  # bool: that pass's Liger loss skips the logits (TRL)
     # the estimator's padded rows (SDPA's (b, 1, s, s) masks); the probe's rows are never padded
     "padded_batches": None,  # bool
 }
@@ -398,6 +399,7 @@ def _check_stack_setup(setup: dict[str, Any], path: str) -> None:
             "quantize_experts",
             "reshard_after_forward",
             "padded_batches",
+            "eval_skip_logits",
         ):
             _bool(item, field)
         elif key == "parallel":

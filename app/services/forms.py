@@ -56,6 +56,7 @@ class FormValues:
     loss: list[str] = field(default_factory=lambda: ["chunked"])
     batch: str = "1"
     eval_batch: str = ""  # rows per device of an evaluation pass; blank: none priced
+    eval_skip_logits: str = ""  # "on": that pass's Liger loss skips the logits (TRL)
     seq_lens: str = "4096"
     gpus: list[str] = field(default_factory=list)
     gpus_extra: str = ""
@@ -315,6 +316,8 @@ def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]
                     setup["lora_targets"] = targets or ["all-linear"]
             if eval_batch is not None:
                 setup["eval_batch"] = eval_batch
+                if values.eval_skip_logits and setup.get("loss") == "liger":
+                    setup["eval_skip_logits"] = True  # the Liger rows of a comparison
             body: dict[str, Any] = {
                 "setup": setup,
                 "gpus": gpus,

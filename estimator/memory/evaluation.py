@@ -15,8 +15,17 @@ torchtune :881), so no activation is saved; the most alive is the larger of
   their fp32 copy, the fp32 log-softmax: `loss_forward_bytes_per_logit`). Liger's fused loss
   skips the logits in training only (liger-kernel ead96b61 transformers/model/llama.py:113-136
   `skip_logits = self.training and labels is not None` when the caller passes none), and
-  transformers' Trainer, axolotl's and LLaMA-Factory's pass none; TRL's SFTTrainer does
-  (trl f2cd5771 sft_trainer.py:1718-1732), so for a TRL run with Liger this overestimates.
+  transformers' Trainer, axolotl's and LLaMA-Factory's pass none. TRL's SFTTrainer passes
+  `skip_logits=True` in evaluation too unless metrics need the logits (trl f2cd5771
+  sft_trainer.py:1718-1732: `compute_metrics` and `preprocess_logits_for_metrics` None, which
+  the `trl sft` script leaves them), with `return_token_accuracy=True`
+  (`setup.eval_skip_logits`): Liger's `LigerForCausalLMLoss` then pads and shifts the labels
+  (two int64 copies per token, transformers/model/loss_utils.py:87-88) and its fused forward
+  runs without gradients (ops/fused_linear_cross_entropy.py:54, 74-83: `input_requires_grad`
+  is False under no_grad, so no weight gradient, but `grad_input = zeros_like(_input)` all
+  the same, :72), holding one chunk's logits in the hidden states' dtype (:114, the chunk
+  rule of training, :69, `loss_bytes`), an fp32 loss and an fp32 token accuracy per token
+  (:86, :88) and the bool target mask (:92).
   `chunked` with the stack's `loss_num_chunks` (torchtune 0.6.1 CEWithChunkedOutputLoss):
   every chunk's logits in their dtype and one chunk's fp32 upcast and log-softmax
   (`chunked_output_loss_bytes`' forward without the saved log-softmax outputs).
@@ -80,6 +89,7 @@ from estimator.setup_rules import eval_loss_unmodelled
 from estimator.spec import LAYER_FULL, LAYER_SLIDING, MLP_DENSE, ModelSpec
 
 MLP_INPUTS = frozenset({"gate_proj", "up_proj"})
+INT64 = 8
 
 
 def eval_loss_bytes(
@@ -93,6 +103,11 @@ def eval_loss_bytes(
     if unmodelled is not None:  # a searched variant the setup's rules did not see
         raise EstimatorInputError("setup.eval_batch", unmodelled)
     last_hidden = tokens * hidden * hidden_dtype
+    if rule.loss == "liger" and rule.eval_skips_logits:
+        # the fused forward's own bytes (grad_input, one chunk, fp32 loss) as in training, and
+        # per token the fp32 accuracy, the padded and shifted int64 labels, the bool mask
+        labels = tokens * (FP32 + 2 * INT64 + 1)
+        return loss_bytes(rule, tokens, seq, shape, dtypes) + labels + last_hidden
     if rule.loss in ("full", "liger"):
         per_logit = loss_forward_bytes_per_logit(logit_dtype, hold_output=False)
         return tokens * vocab * per_logit + last_hidden

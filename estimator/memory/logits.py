@@ -100,6 +100,7 @@ class LossRule:
     free_fraction: float | None
     torchtune_eager: bool  # torchtune 0.6.1's eager loss, its own moments (`logits_bytes`)
     torchtune_backward: bool  # its backward's non-vocab tensors (`loss_backward_activations`)
+    eval_skips_logits: bool = False  # setup.eval_skip_logits (memory/evaluation.py)
 
 
 def loss_free_fraction(setup: TrainingSetup) -> float | None:
@@ -137,6 +138,7 @@ def loss_rule(
         free_fraction=loss_free_fraction(setup),
         torchtune_eager=chunked_output and not (compiled or fixed_chunked),
         torchtune_backward=chunked_output and not compiled,
+        eval_skips_logits=setup.eval_skip_logits,
     )
 
 

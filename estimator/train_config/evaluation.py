@@ -14,11 +14,13 @@ is not None` when the caller passes none; axolotl 067b021c integrations/liger/mo
 LLaMA-Factory's CustomSeq2SeqTrainer, whose SFT stage keeps the fused loss:
 model/loader.py:142) pass none, so their evaluation makes the full logits.
 
+TRL's SFTTrainer asks Liger to skip the logits in evaluation too (trl f2cd5771
+sft_trainer.py:1718-1732, whenever no `compute_metrics` or `preprocess_logits_for_metrics` is
+given, which a config file cannot give and the `trl sft` script does not): with Liger's loss
+its batch is read with `eval_skip_logits` (the fused pass, estimator/memory/evaluation.py).
 Where the pass is not modelled (`estimator.setup_rules.eval_loss_unmodelled` and
-`eval_split_unmodelled`: tensor / pipeline / context / expert parallel layouts) and where TRL's
-SFTTrainer asks Liger to skip the logits in evaluation (trl f2cd5771 sft_trainer.py:1718-1732:
-its fused pass is not modelled), the batch is reported under `ignored` when it exceeds the
-training one, naming the key.
+`eval_split_unmodelled`: tensor / pipeline / context / expert parallel layouts) the batch is
+reported under `ignored` when it exceeds the training one, naming the key.
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ def set_eval_batch(
     batch (module docstring). `skips_liger_logits`: the trainer asks Liger to skip the logits
     in evaluation (TRL's SFTTrainer). Call once the reader has set the loss and the layout."""
     rows = whole_number(value, key)
-    reason = _not_modelled(m, skips_liger_logits)
+    reason = _not_modelled(m)
     if reason is None:
         m.set("eval_batch", rows, key)
+        if skips_liger_logits and _loss(m) == "liger":
+            m.set("eval_skip_logits", True, f"{key} (TRL's SFTTrainer: skip_logits in evaluation)")
         return
     batch = m.setup.get("batch", 1)
     train_rows = batch if isinstance(batch, int) else 1
@@ -50,12 +54,14 @@ def set_eval_batch(
         )
 
 
-def _not_modelled(m: TrainConfigMapping, skips_liger_logits: bool) -> str | None:
-    """Why the evaluation pass of the setup read so far is not priced, or None."""
+def _loss(m: TrainConfigMapping) -> str:
+    """The loss of the setup read so far (its stack's where the config sets none)."""
     stack = str(m.setup.get("stack", "hf"))
-    loss = str(m.setup.get("loss") or load_stack(stack).get("loss"))
-    if loss == "liger" and skips_liger_logits:
-        return "TRL asks Liger to skip the logits then, a fused pass that is not modelled"
+    return str(m.setup.get("loss") or load_stack(stack).get("loss"))
+
+
+def _not_modelled(m: TrainConfigMapping) -> str | None:
+    """Why the evaluation pass of the setup read so far is not priced, or None."""
     parallel = m.setup.get("parallel")
     split = eval_split_unmodelled(parse_parallel(str(parallel))) if parallel else None
-    return eval_loss_unmodelled(loss) or split
+    return eval_loss_unmodelled(_loss(m)) or split

@@ -172,6 +172,21 @@ def test_the_evaluation_pass_over_rest(sqlite_client: TestClient) -> None:
         detail = response.json()["detail"][0]
         assert detail["loc"][:2] == ["body", "setup"]
         assert "eval_batch" in str(detail["loc"]) + detail["msg"]
+    skipped = {"method": "lora", "loss": "liger", "eval_batch": 4, "eval_skip_logits": True}
+    response = sqlite_client.post("/v1/estimate", json={**body, "setup": skipped})
+    assert response.status_code == 200, response.text
+    assert response.json()["setup"]["eval_skip_logits"] is True
+    peaks = [doc["rows"][0]["peak_bytes"] for doc in (doc, response.json())]
+    assert peaks[1] < peaks[0]  # no logits in the pass
+    for setup in (
+        {"loss": "full", "eval_batch": 4, "eval_skip_logits": True},
+        {"loss": "liger", "eval_skip_logits": True},
+        {"loss": "liger", "eval_batch": 4, "eval_skip_logits": "yes please"},
+    ):
+        response = sqlite_client.post("/v1/estimate", json={**body, "setup": setup})
+        assert response.status_code == 422, response.text
+        detail = response.json()["detail"][0]
+        assert "eval_skip_logits" in str(detail["loc"]) + detail["msg"]
 
 
 def test_padded_batches_over_rest(sqlite_client: TestClient) -> None:

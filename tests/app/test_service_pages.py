@@ -387,6 +387,29 @@ def test_the_form_prices_an_evaluation_pass(sqlite_client: TestClient) -> None:
     assert zero.status_code == 422 and 'id="eval_batch-error"' in zero.text
 
 
+def test_the_form_s_liger_rows_can_skip_the_evaluation_logits(sqlite_client: TestClient) -> None:
+    """The box sets `eval_skip_logits` on the Liger rows of a comparison only (the other losses
+    would refuse it), so one form compares both: the Liger row's evaluation pass loses its
+    logits, the full loss's keeps them."""
+    assert 'id="eval_skip_logits"' in sqlite_client.get("/").text
+    form = llama_form(seq_lens="4096", eval_batch="16", loss=["liger", "full"])
+    pages = {}
+    for box in ("", "on"):
+        page = sqlite_client.post("/estimate", data={**form, "eval_skip_logits": box})
+        assert page.status_code == 200, page.text[:2000]
+        pages[box] = page.text
+    assert pages[""] != pages["on"]
+    assert "eval_skip_logits=on" in pages["on"]  # the page's link re-renders the same estimate
+    peaks = []
+    for box in ("", "on"):
+        liger_only = {**form, "loss": ["liger"], "eval_skip_logits": box}
+        page = sqlite_client.post("/estimate", data=liger_only)
+        found = re.search(r"liger \(peak: evaluation pass\): ([\d.]+) GiB", page.text)
+        assert page.status_code == 200 and found, page.text[:2000]
+        peaks.append(float(found.group(1)))
+    assert peaks[1] < peaks[0] - 16 * 4096 * 128_256 * 2 / 2**30  # less the bf16 logits at least
+
+
 def test_the_form_s_precision_defaults_to_the_stack_s(sqlite_client: TestClient) -> None:
     """Blank precision ("stack default", the form's default): a full fine-tune on the unsloth
     stack is priced in bf16, Unsloth's own (tests/estimator/test_stack_full_precision.py);

@@ -167,6 +167,11 @@ def test_under_fsdp_each_rank_evaluates_its_rows_and_more_ranks_never_hold_more(
             "eval_batch: an evaluation pass under tp=2",
         ),
         (["--eval-batch", "2", "--profile", "seed-000"], "setup.eval_batch"),
+        (["--loss", "liger", "--eval-skip-logits"], "eval_skip_logits: no evaluation pass"),
+        (
+            ["--loss", "full", "--eval-batch", "2", "--eval-skip-logits"],
+            "eval_skip_logits: only Liger's fused loss",
+        ),
     ],
 )
 def test_bad_eval_batch_is_exit_2_naming_the_field(
@@ -281,3 +286,28 @@ def test_cut_cross_entropy_evaluates_without_logits() -> None:
     assert parts["full"] - parts["cce"] > tokens * vocab * 2  # at least the bf16 logits
     assert parts["cce"] < tokens * vocab * 2  # below the bf16 logits alone
     assert parts["cce"] >= tokens * (spec.hidden or 0) * 2  # the last hidden states at least
+
+
+def test_trl_s_liger_evaluation_skips_the_logits() -> None:
+    """TRL's SFTTrainer passes skip_logits in evaluation (trl f2cd5771 sft_trainer.py:
+    1718-1732): Liger's fused forward runs under no_grad, making `grad_input` all the same, one
+    chunk of logits, an fp32 loss and accuracy per token, next to the labels' padded and
+    shifted copies; without it Liger's forward makes every logit (transformers' loss)."""
+    from estimator.memory.evaluation import eval_loss_bytes
+    from estimator.memory.logits import loss_bytes, loss_rule
+
+    profile = load_profile("default")
+    spec, fused = llama8b(method="lora", loss="liger", eval_batch=8, eval_skip_logits=True)
+    _, plain = llama8b(method="lora", loss="liger", eval_batch=8)
+    tokens, seq, shape, dtypes = 8 * 4096.0, 4096.0, (128_256, 4096), (2, 2)
+    skipped = float(eval_loss_bytes(loss_rule(fused, profile, 2), tokens, seq, shape, dtypes))
+    full = float(eval_loss_bytes(loss_rule(plain, profile, 2), tokens, seq, shape, dtypes))
+    assert full - skipped > tokens * 128_256 * 2  # the bf16 logits at least
+    fused_forward = float(loss_bytes(loss_rule(fused, profile, 2), tokens, seq, shape, dtypes))
+    last_hidden = tokens * 4096 * 2
+    chunk = 1024 * 128_256 * 2  # next_power_of_2(ceil(32,768 / ceil(128,256 / 4,096)))
+    assert fused_forward >= last_hidden + chunk  # grad_input and one chunk of logits
+    assert skipped == fused_forward + last_hidden + tokens * (4 + 16 + 1)
+    mem = memory_breakdown(spec, fused, seq, 1, profile)
+    assert fused.model_dump()["eval_skip_logits"] is True
+    assert float(mem.phases["evaluation"]["evaluation"]) >= skipped

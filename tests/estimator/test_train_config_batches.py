@@ -70,16 +70,22 @@ def test_hf_evaluation_pass_is_the_setup_s_eval_batch(extra: str, eval_batch: in
     assert bool(unset) is ("per_device_eval_batch_size" not in extra and eval_batch is not None)
 
 
-def test_trl_with_liger_skips_the_logits_so_its_pass_is_reported_not_priced() -> None:
+def test_trl_with_liger_evaluates_with_skipped_logits() -> None:
     """TRL's SFTTrainer asks Liger to skip the logits in evaluation (trl f2cd5771
-    sft_trainer.py:1718-1732): the fused pass is not modelled, so a larger evaluation batch is
-    reported; transformers' own Trainer passes nothing and evaluates with the full logits."""
+    sft_trainer.py:1718-1732): its batch is priced with `eval_skip_logits` (before: reported
+    under `ignored`, not priced); transformers' own Trainer passes nothing and evaluates with
+    the full logits."""
     extra = "use_liger_kernel: true\neval_strategy: steps\nper_device_train_batch_size: 1\n"
     trl = read_train_config_text(TRL + extra)
-    assert "eval_batch" not in trl.setup
-    assert "TRL asks Liger" in {i.key: i.reason for i in trl.ignored}["per_device_eval_batch_size"]
+    assert trl.setup["loss"] == "liger" and trl.setup["eval_batch"] == HF_DEFAULT_BATCH
+    assert trl.setup["eval_skip_logits"] is True
+    assert "skip_logits" in trl.origin["eval_skip_logits"]
+    assert "per_device_eval_batch_size" not in ignored(trl)
     trainer = read_train_config_text("output_dir: out\n" + extra)
     assert trainer.setup["loss"] == "liger" and trainer.setup["eval_batch"] == HF_DEFAULT_BATCH
+    assert "eval_skip_logits" not in trainer.setup
+    plain = read_train_config_text(TRL + "eval_strategy: steps\n")
+    assert plain.setup["eval_batch"] == HF_DEFAULT_BATCH and "eval_skip_logits" not in plain.setup
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,12 @@ def add_stack_options(g: Any) -> None:
         "(per_device_eval_batch_size); priced as a moment of its own",
     )
     g.add_argument(
+        "--eval-skip-logits",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the evaluation's Liger loss skips the logits too (TRL's SFTTrainer does)",
+    )
+    g.add_argument(
         "--no-eval",
         action="store_true",
         help="price no evaluation pass, not even the one a --train-config runs",
@@ -69,6 +75,7 @@ def stack_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "lora_dropout",
         "grad_accum",
         "eval_batch",
+        "eval_skip_logits",
         "double_quant",
         "train_embeddings",
         "kbit_prepare",
@@ -81,4 +88,5 @@ def stack_overrides(args: argparse.Namespace) -> dict[str, Any]:
     given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
     if getattr(args, "no_eval", False):
         given.pop("eval_batch", None)
+        given.pop("eval_skip_logits", None)
     return given
