@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from estimator.errors import EstimatorInputError
 from estimator.lora import PEFT_DEFAULT
 from estimator.train_config.evaluation import set_eval_batch
 from estimator.train_config.result import TrainConfigMapping, whole_number
@@ -254,7 +255,10 @@ def map_model_keys(m: TrainConfigMapping, data: dict[str, Any], prefix: str = ""
     map_attention(m, m.get(data, "attn_implementation", prefix), key)
     for k in ("dtype", "torch_dtype"):
         dtype = m.get(data, k, prefix)
-        if dtype in ("float32", "fp32") and "autocast" not in m.setup:
+        check_load_dtype(dtype, prefix + k)
+        if dtype in ("float64", "double"):
+            m.ignore(prefix + k, "a float64 load is not modelled: priced as the float32 one")
+        if dtype in ("float32", "float") and "autocast" not in m.setup:
             m.set("precision", "fp32", prefix + k)
 
 
@@ -305,7 +309,30 @@ def read_hf(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
     return m
 
 
-BF16_NAMES = ("bfloat16", "bf16", "torch.bfloat16")
+# a 16-bit load: float16 has bfloat16's bytes, so it trains as the `bf16` precision too
+SIXTEEN_BIT_NAMES = ("bfloat16", "float16", "half")
+# the load dtypes TRL accepts: trl@f2cd577 trl/trainer/utils.py:1144-1153
+# (`create_model_from_path` raises ValueError for any other value of `dtype`)
+TRL_DTYPES = ("auto", "bfloat16", "float16", "float32")
+# `torch_dtype` goes to transformers' from_pretrained as it is: "auto", the name of a torch
+# dtype or a dict by sub-config (transformers 5.25.0 modeling_utils.py:828-862 `_get_dtype`:
+# `getattr(torch, dtype)`, ValueError otherwise), of which these are the floating names
+TORCH_DTYPES = (*TRL_DTYPES, "float64", "half", "float", "double")
+
+
+def check_load_dtype(value: object, key: str) -> None:
+    """A TRL config's load dtype (`dtype`, `torch_dtype`, under `model_init_kwargs.` too) is
+    one its consumer accepts, or bad input naming the key: the run would stop there."""
+    torch_dtype = key.endswith("torch_dtype")
+    if value is None or (torch_dtype and isinstance(value, dict)):
+        return
+    allowed = TORCH_DTYPES if torch_dtype else TRL_DTYPES
+    if not isinstance(value, str) or value not in allowed:
+        raise EstimatorInputError(
+            f"train_config.{key}",
+            f"expected one of {', '.join(allowed)}, got {value!r} (TRL and transformers refuse "
+            "to load a model in it)",
+        )
 
 
 def _loaded_dtype(m: TrainConfigMapping, data: dict[str, Any]) -> None:
@@ -328,7 +355,7 @@ def _loaded_dtype(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     for prefix, where in sources:
         for key in ("dtype", "torch_dtype"):
             value = str(where.get(key) or "")
-            if value in BF16_NAMES and m.setup.get("precision") != "fp32":
+            if value in SIXTEEN_BIT_NAMES and m.setup.get("precision") != "fp32":
                 m.set("precision", "bf16", prefix + key)
             elif value == "auto" and m.setup.get("precision") == "mixed":
                 m.ignore(

@@ -150,3 +150,41 @@ def test_trl_s_auto_dtype_is_reported() -> None:
     assert mapping.setup["precision"] == "mixed"
     ignored = {i.key: i.reason for i in mapping.ignored}
     assert "checkpoint's own dtype" in ignored["model_init_kwargs.dtype"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ("dtype: bf16\n", "train_config.dtype"),  # TRL's create_model_from_path refuses it
+        ("dtype: 16\n", "train_config.dtype"),
+        ("model_init_kwargs:\n  dtype: [bfloat16]\n", "train_config.model_init_kwargs.dtype"),
+        ("model_init_kwargs:\n  torch_dtype: bfloat17\n", "model_init_kwargs.torch_dtype"),
+    ],
+)
+def test_a_load_dtype_trl_refuses_is_bad_input_naming_the_key(extra: str, key: str) -> None:
+    """TRL raises ValueError for a `dtype` other than auto / bfloat16 / float16 / float32
+    (trl@f2cd577 trl/trainer/utils.py:1144-1153) and transformers for a `torch_dtype` that
+    names no torch dtype (5.25.0 modeling_utils.py `_get_dtype`): before, trainfit ignored the
+    value silently and priced the default load."""
+    from estimator.errors import EstimatorInputError
+
+    with pytest.raises(EstimatorInputError) as raised:
+        read_train_config_text(TRL + extra)
+    assert key in raised.value.field and "expected one of" in raised.value.message
+
+
+@pytest.mark.parametrize(
+    ("extra", "precision"),
+    [
+        ("dtype: float16\n", "bf16"),  # bfloat16's bytes
+        ("model_init_kwargs:\n  torch_dtype: float64\n", "mixed"),  # reported, below
+        ("model_init_kwargs:\n  torch_dtype:\n    text_config: bfloat16\n", "mixed"),
+    ],
+)
+def test_load_dtypes_trl_and_transformers_accept_are_read(
+    extra: str, precision: str | None
+) -> None:
+    mapping = read_train_config_text(TRL + extra)
+    assert mapping.setup.get("precision") == precision
+    ignored = {i.key for i in mapping.ignored}
+    assert ("model_init_kwargs.torch_dtype" in ignored) is ("float64" in extra)
