@@ -92,6 +92,9 @@ class Context:
     # lora_A + lora_B values of one MoE layer's adapted expert banks (estimator.lora
     # `expert_adapter_tensors`; `_merged_expert_weights`)
     expert_factors: float = 0.0
+    # the layer's forward runs again inside the backward (any checkpointing): its forward
+    # moments then coexist with the backward's gradients (`_forward_transient`)
+    recomputed: bool = True
 
     @classmethod
     def build(cls, spec: ModelSpec, setup: TrainingSetup, compute_bytes: int) -> Context:
@@ -150,6 +153,7 @@ class Context:
             spec.model_type in FP32_PRODUCT_NORMS
             and not stack.get_optional("torchtune_modules", False),
             _expert_factors(spec, setup) if expert_lora else 0.0,
+            setup.checkpointing != "none",
         )
 
 
@@ -843,17 +847,21 @@ def _shared_expert_grads(ctx: Context, spec: ModelSpec) -> float:
 def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_proj") -> float:
     """Bytes per token alive besides the saved tensors when the layer's forward (under
     checkpointing: its recompute, inside the backward, whose incoming gradient and residual
-    gradient, 2 x hidden, are alive) reaches the down projection's LoRA branch. The decoder layer
-    holds the residual and the MLP's input, the MLP holds down_proj's input (transformers 5.24.0
-    models/llama/modeling_llama.py:164 `down_proj(act_fn(gate_proj(x)) * up_proj(x))`, :306-313),
-    peft holds the base layer's output `result` (peft 0.21.2 tuners/lora/layer.py:1088) and the
-    branch's unsaved copies of the input (`_adapter_transient`). Where the backward moment
-    (`layer_activations`' transient) is larger, that one counts. GPT-2's down projection is
-    `mlp.c_proj` (transformers 5.24.0 models/gpt2/modeling_gpt2.py GPT2MLP.forward)."""
+    gradient, 2 x hidden, are alive; without checkpointing the forward runs before the
+    backward, with no gradient, `Context.recomputed`) reaches the down projection's LoRA
+    branch. The decoder layer holds the residual and the MLP's input, the MLP holds down_proj's
+    input (transformers 5.24.0 models/llama/modeling_llama.py:164
+    `down_proj(act_fn(gate_proj(x)) * up_proj(x))`, :306-313), peft holds the base layer's
+    output `result` (peft 0.21.2 tuners/lora/layer.py:1088) and the branch's unsaved copies of
+    the input (`_adapter_transient`). Where the backward moment (`layer_activations`' transient) is
+    larger, that one counts. GPT-2's down projection is `mlp.c_proj` (transformers 5.24.0
+    models/gpt2/modeling_gpt2.py GPT2MLP.forward)."""
     cb = ctx.compute_bytes
     h, m = spec.hidden or 0, spec.intermediate or 0
     down = down_name in ctx.targets
-    held = 2 * cb * h + 3 * cb * h  # gradients; residual, MLP input, down_proj's base output
+    held = 3 * cb * h  # the residual, the MLP input, down_proj's base output
+    if ctx.recomputed:  # without checkpointing the forward runs before any gradient exists
+        held += 2 * cb * h
     if ctx.liger:  # the residual is LigerRMSNorm's saved X, counted with the saved tensors
         held -= cb * h
     if not (ctx.full or (down and ctx.adapter_shared)):
@@ -886,7 +894,8 @@ def _input_projection_moment(ctx: Context, spec: ModelSpec) -> float:
     projection's output (the fused gate_up_proj of Phi-3: twice the MLP width), in the
     adapter's dtype without autocast, bf16 under it; besides the backward's two gradients and
     the decoder layer's residual and MLP input (only the incoming gradient where a norm of the
-    MLP's output starts the layer's backward: GLM-4's post-MLP norm). The MLP's later saved
+    MLP's output starts the layer's backward: GLM-4's post-MLP norm; none without checkpointing,
+    whose forward runs before the backward, `Context.recomputed`). The MLP's later saved
     tensors (the projection's gate / activation / up outputs, down_proj's input) are not made
     yet: less them, as the moment is counted over the layer's saved tensors. Found in the fake
     trace of small Phi-3's all-linear LoRA without autocast, whose most is there (-15.2 %
@@ -901,9 +910,13 @@ def _input_projection_moment(ctx: Context, spec: ModelSpec) -> float:
     branch = cb if ctx.autocast else ctx.adapter_bytes
     later = 3 * cb * m + inputs_saved(ctx, ["down_proj"], m)
     held = 2 * cb * h  # the residual, the MLP's input
-    if spec.norms_per_layer > 2 or spec.model_type in POST_NORM_MODEL_TYPES:
-        held += cb * h  # the incoming gradient: a norm of the MLP's output waits for the recompute
+    post_norm = spec.norms_per_layer > 2 or spec.model_type in POST_NORM_MODEL_TYPES
+    if post_norm:
         later += rms_norm_saved(ctx, h)  # that norm's saved tensors, not made yet either
+    if not ctx.recomputed:  # the forward before the backward: no gradient exists yet
+        pass
+    elif post_norm:
+        held += cb * h  # the incoming gradient: a norm of the MLP's output waits for the recompute
     else:  # the residual add's backward and peft's on down_proj ran before the recompute
         held += 2 * cb * h
         if "down_proj" in ctx.targets and not ctx.autocast and ctx.adapter_bytes != cb:

@@ -27,7 +27,6 @@ from estimator.memory.activations import (
     selective_saved,
     stream_bytes,
 )
-from estimator.memory.activations_torchtune import final_norm_backward, first_norm_unsaved
 from estimator.memory.dequant import dequant_terms
 from estimator.memory.evaluation import eval_loss_bytes, eval_parts, layer_bytes_per_token
 from estimator.memory.fragmentation import (
@@ -49,6 +48,7 @@ from estimator.memory.logits import (
     loss_free_fraction,
     loss_rule,
 )
+from estimator.memory.outer_norms import final_norm_backward, first_norm_unsaved
 from estimator.memory.reserved import grad_tensor_sizes, slack_bytes, with_slack
 from estimator.memory.states import StateBytes, trainable_state_bytes
 from estimator.memory.weights import (
@@ -466,7 +466,7 @@ class _Fixed:
     slack: float | None  # reserved.py slack_bytes (when count_slack)
     pool: float
     dequant: tuple[float, float]  # (bytes per token, bytes): memory/dequant.py dequant_terms
-    final_norm: float  # bytes per token of the last norm's backward (activations_torchtune)
+    final_norm: float  # bytes per token of the last norm's backward (memory/outer_norms)
     first_norm_unsaved: float  # bytes per token the first norm does not save (no checkpoints)
     eval_rows: int | None  # `setup.eval_batch`: the evaluation pass's rows (memory/evaluation.py)
     eval_casts: tuple[float, float]  # (the layers', the head's) autocast copies in the pass
@@ -560,7 +560,7 @@ def _fixed(spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, amp:
     if spec.geometry_known:
         ctx, acts = _ACTS.get((spec,), key, lambda: _activations(spec, setup, cb))
         dequant = dequant_terms(ctx, spec, setup)
-        final_norm = final_norm_backward(ctx, spec)
+        final_norm = final_norm_backward(ctx, spec, setup)
         first_norm = first_norm_unsaved(ctx, spec, setup)
         if setup.checkpointing == "selective":
             selective = selective_saved(ctx, spec)
