@@ -122,6 +122,7 @@ def variants(config: str, quick: bool) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "no autocast (bf16 base)", {**base, "autocast": False, "precision": "bf16"}
     yield "full FT, AMP (fp32 weights)", {"method": "full", "precision": "mixed"}
     yield "full FT, bf16 weights", {"method": "full", "precision": "bf16"}
+    yield "full FT, bf16, no ckpt", {"method": "full", "precision": "bf16", "checkpointing": "none"}
     yield "full FT, bf16, grad_accum 4", {"method": "full", "precision": "bf16", "grad_accum": 4}
     yield (
         "full FT, bf16, foreach AdamW",

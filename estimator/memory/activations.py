@@ -862,6 +862,8 @@ def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_pro
     held = 3 * cb * h  # the residual, the MLP input, down_proj's base output
     if ctx.recomputed:  # without checkpointing the forward runs before any gradient exists
         held += 2 * cb * h
+    else:
+        held += embeddings_held(ctx, spec)
     if ctx.liger:  # the residual is LigerRMSNorm's saved X, counted with the saved tensors
         held -= cb * h
     if not (ctx.full or (down and ctx.adapter_shared)):
@@ -884,6 +886,19 @@ def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_pro
         if ctx.full or (adapted and ctx.adapter_shared):
             held -= cb * h  # the MLP input: saved already, counted there
     return float(max(held, _input_projection_moment(ctx, spec)))
+
+
+def embeddings_held(ctx: Context, spec: ModelSpec) -> float:
+    """Bytes per token the model's forward keeps of the embedding's output beside the residual
+    stream, alive through the first forward (not a recompute, which runs after the model's
+    forward returned): its local `inputs_embeds` (transformers 5.25.0
+    models/llama/modeling_llama.py:372, :390 `hidden_states = inputs_embeds`, the same in the
+    decoders copied from it). Without checkpointing no layer saves it (the first norm saves an
+    fp32 copy, or nothing when the embedding is frozen: memory/outer_norms.py), so it is one more
+    hidden-wide tensor at the forward's moments; with checkpointing it is the first layer's
+    checkpoint, counted there. Fake traces of small Llama's and Phi-3's un-checkpointed LoRA:
+    the bf16 `aten.embedding` output alive at the last layer's down projection."""
+    return float(ctx.input_bytes * (spec.hidden or 0))
 
 
 def _input_projection_moment(ctx: Context, spec: ModelSpec) -> float:
@@ -914,7 +929,7 @@ def _input_projection_moment(ctx: Context, spec: ModelSpec) -> float:
     if post_norm:
         later += rms_norm_saved(ctx, h)  # that norm's saved tensors, not made yet either
     if not ctx.recomputed:  # the forward before the backward: no gradient exists yet
-        pass
+        held += embeddings_held(ctx, spec)
     elif post_norm:
         held += cb * h  # the incoming gradient: a norm of the MLP's output waits for the recompute
     else:  # the residual add's backward and peft's on down_proj ran before the recompute

@@ -62,28 +62,36 @@ LLAMA_RMS_NORMS = frozenset(
 )
 
 
-def _hf_adapter_norms(ctx: Context, spec: ModelSpec, setup: TrainingSetup) -> bool:
-    """transformers' own LlamaRMSNorm with a frozen weight, on a bf16 residual stream (not
-    the fp32 one of `prepare_model_for_kbit_training`, whose casts are identities: not traced
-    here, so left as before): an adapter setup on a stack that replaces no norm (not
+def _hf_llama_norms(ctx: Context, spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """transformers' own LlamaRMSNorm with bf16 compute, on a stack that replaces no norm (not
     torchtune's / torchtitan's / Liger's, not Unsloth's fast RMSNorm on its models, stack fact
-    `fused_kernels`; no compiled layers)."""
-    if ctx.full or ctx.torchtune or ctx.torch_norm or ctx.liger or ctx.compiled:
+    `fused_kernels`; no compiled layers). Under AMP's fp32 weights the residual stream is fp32
+    and the norm's casts are identities (its saved input is the stream itself, its normalised
+    tensor fp32: `rms_norm_saved(stream=True)`); the fp32 compute of
+    `prepare_model_for_kbit_training` was not traced here and is left as before."""
+    if ctx.torchtune or ctx.torch_norm or ctx.liger or ctx.compiled:
         return False
-    if spec.model_type not in LLAMA_RMS_NORMS or ctx.compute_bytes != BF16:
+    if spec.model_type not in LLAMA_RMS_NORMS:
+        return False
+    if ctx.compute_bytes != BF16:
         return False
     return spec.model_type not in (load_stack(setup.stack).get("fused_kernels") or ())
 
 
 def final_norm_backward(ctx: Context, spec: ModelSpec, setup: TrainingSetup) -> float:
     """Bytes per token of the model's last norm's backward besides what the decoder layers
-    saved: its saved fp32 input and the five fp32 tensors of its backward. It runs before any
+    saved: its saved tensors and the five fp32 tensors of its backward. It runs before any
     layer's backward, so without checkpointing every layer's saved tensors are alive with it
-    (measured on `--stack torchtune` LoRA of small-llama and on the hf stack's LoRA of small
-    Qwen3-MoE: the activations' most)."""
-    if not (ctx.torchtune or _hf_adapter_norms(ctx, spec, setup)):
-        return 0.0
-    return float(FP32 * (spec.hidden or 0) * (1 + NORM_BACKWARD_TENSORS))
+    (measured on `--stack torchtune` LoRA of small-llama, and on the hf stack's LoRA of small
+    Qwen3-MoE and full bf16 and AMP fine-tuning of small Llama: the activations' most).
+    transformers' norm saves its fp32 input, the rsqrt per row and, with its weight trained,
+    the normalised tensor in the input's dtype (`rms_norm_saved`)."""
+    h = spec.hidden or 0
+    if ctx.torchtune:
+        return float(FP32 * h * (1 + NORM_BACKWARD_TENSORS))
+    if _hf_llama_norms(ctx, spec, setup):
+        return float(rms_norm_saved(ctx, h, stream=True) + FP32 * h * NORM_BACKWARD_TENSORS)
+    return 0.0
 
 
 def first_norm_unsaved(ctx: Context, spec: ModelSpec, setup: TrainingSetup) -> float:
@@ -100,6 +108,6 @@ def first_norm_unsaved(ctx: Context, spec: ModelSpec, setup: TrainingSetup) -> f
     inputs alive at the forward's end."""
     if not setup.is_adapter or setup.train_embeddings:
         return 0.0
-    if not (ctx.torchtune or _hf_adapter_norms(ctx, spec, setup)):
+    if not (ctx.torchtune or _hf_llama_norms(ctx, spec, setup)):
         return 0.0
     return rms_norm_saved(ctx, spec.hidden or 0)
