@@ -150,8 +150,7 @@ class Context:
             setup.attention == "xformers",
             _held_output(setup, FP32 if amp_full(setup) else stream),
             dequantized_bank_bytes(setup, stack.get_optional("experts_dequant", None)),
-            spec.model_type in FP32_PRODUCT_NORMS
-            and not stack.get_optional("torchtune_modules", False),
+            _norm_product_fp32(spec, setup) and not stack.get_optional("torchtune_modules", False),
             _expert_factors(spec, setup) if expert_lora else 0.0,
             setup.checkpointing != "none",
         )
@@ -338,10 +337,26 @@ def _adapter_transient(setup: TrainingSetup, stream: int, adapter: int, autocast
 # Llama's `self.weight * hidden_states.to(input_dtype)` saves it in the input's dtype
 # (`rms_norm_saved`). Fake traces of the hf stack's full fine-tuning of small Gemma 2 and OLMo 2
 # models (tests/probe/test_activation_accuracy.py). qwen3_next / qwen3_5 use Gemma's norm
-# (Qwen3_5RMSNorm) but are left out: their hybrid layer's most is in a moment after the
-# post-attention norm's backward has freed its saved tensors, which `layer_activations` does
-# not separate, and the saved-set figure already sits at their trace without this term.
+# (Qwen3_5RMSNorm) but are left out under checkpointing: their hybrid layer's most is in a
+# moment after the post-attention norm's backward has freed its saved tensors, which
+# `layer_activations` does not separate, and the saved-set figure already sits at their trace
+# without this term (`HYBRID_GEMMA_NORMS`, `_norm_product_fp32`: counted without it).
 FP32_PRODUCT_NORMS = frozenset({"gemma", "gemma2", "gemma3_text", "olmo2", "olmo3"})
+# Gemma's norm in the hybrid models (Qwen3_5RMSNorm, Qwen3NextRMSNorm: transformers 5.25.0
+# models/qwen3_5/modeling_qwen3_5.py:921-931 `output * (1.0 + self.weight.float())`)
+HYBRID_GEMMA_NORMS = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_next"})
+
+
+def _norm_product_fp32(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """`Context.norm_product_fp32`: `FP32_PRODUCT_NORMS`, and the hybrid models' Gemma norm
+    without checkpointing. Their saved fp32 normalised tensor is left out under checkpointing
+    (the hybrid layer's most comes after the post-attention norm's backward freed it: see
+    above); without checkpointing every layer's saved tensors are alive when the final norm's
+    backward starts, so it counts (fake trace of small Qwen3.5's full bf16 fine-tuning: six
+    fp32 `mul` outputs of the norms at :924 alive then)."""
+    if spec.model_type in FP32_PRODUCT_NORMS:
+        return True
+    return spec.model_type in HYBRID_GEMMA_NORMS and setup.checkpointing == "none"
 
 
 @dataclass(frozen=True)
@@ -888,7 +903,7 @@ def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_pro
     return float(max(held, _input_projection_moment(ctx, spec)))
 
 
-def embeddings_held(ctx: Context, spec: ModelSpec) -> float:
+def embeddings_held(ctx: Context, spec: ModelSpec) -> int:
     """Bytes per token the model's forward keeps of the embedding's output beside the residual
     stream, alive through the first forward (not a recompute, which runs after the model's
     forward returned): its local `inputs_embeds` (transformers 5.25.0
@@ -898,7 +913,7 @@ def embeddings_held(ctx: Context, spec: ModelSpec) -> float:
     hidden-wide tensor at the forward's moments; with checkpointing it is the first layer's
     checkpoint, counted there. Fake traces of small Llama's and Phi-3's un-checkpointed LoRA:
     the bf16 `aten.embedding` output alive at the last layer's down projection."""
-    return float(ctx.input_bytes * (spec.hidden or 0))
+    return ctx.input_bytes * (spec.hidden or 0)
 
 
 def _input_projection_moment(ctx: Context, spec: ModelSpec) -> float:

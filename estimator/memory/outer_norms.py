@@ -19,6 +19,12 @@ runs the same fp32 ops: with its weight frozen (adapters) the trace of its backw
 of an un-checkpointed LoRA step holds the same five fp32 hidden-wide tensors (`aten.mul` x2,
 `div`, `pow`, `mul.Scalar`) beside the saved fp32 input (fake trace of small Qwen3-MoE, LoRA,
 no checkpointing, 1024 tokens: the activations' most, bench/results/accuracy_hf_2026-12-07.md).
+The hybrid models' Gemma norm (`HYBRID_GEMMA_NORMS`: `x.float()`,
+`x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)`,
+`output * (1.0 + self.weight.float())`, `type_as(x)`; models/qwen3_5/modeling_qwen3_5.py:921-931)
+leaves the same five at that moment (fake trace of small Qwen3.5's full bf16 fine-tuning
+without checkpointing), beside its saved fp32 input and, for a trained weight, its fp32
+normalised tensor (`Context.norm_product_fp32`).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from estimator.dtypes import BF16, FP32
-from estimator.memory.activations import Context, rms_norm_saved
+from estimator.memory.activations import HYBRID_GEMMA_NORMS, Context, rms_norm_saved
 from estimator.spec import ModelSpec
 from estimator.stacks import load_stack
 
@@ -63,15 +69,15 @@ LLAMA_RMS_NORMS = frozenset(
 
 
 def _hf_llama_norms(ctx: Context, spec: ModelSpec, setup: TrainingSetup) -> bool:
-    """transformers' own LlamaRMSNorm with bf16 compute, on a stack that replaces no norm (not
-    torchtune's / torchtitan's / Liger's, not Unsloth's fast RMSNorm on its models, stack fact
-    `fused_kernels`; no compiled layers). Under AMP's fp32 weights the residual stream is fp32
-    and the norm's casts are identities (its saved input is the stream itself, its normalised
-    tensor fp32: `rms_norm_saved(stream=True)`); the fp32 compute of
-    `prepare_model_for_kbit_training` was not traced here and is left as before."""
+    """transformers' own LlamaRMSNorm (or the hybrid models' Gemma norm) with bf16 compute, on
+    a stack that replaces no norm (not torchtune's / torchtitan's / Liger's, not Unsloth's fast
+    RMSNorm on its models, stack fact `fused_kernels`; no compiled layers). Under AMP's fp32
+    weights the residual stream is fp32 and the norm's casts are identities (its saved input is
+    the stream itself, its normalised tensor fp32: `rms_norm_saved(stream=True)`); the fp32
+    compute of `prepare_model_for_kbit_training` was not traced here and is left as before."""
     if ctx.torchtune or ctx.torch_norm or ctx.liger or ctx.compiled:
         return False
-    if spec.model_type not in LLAMA_RMS_NORMS:
+    if spec.model_type not in LLAMA_RMS_NORMS | HYBRID_GEMMA_NORMS:
         return False
     if ctx.compute_bytes != BF16:
         return False
