@@ -879,7 +879,7 @@ def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_pro
         held += 2 * cb * h
     else:
         held += embeddings_held(ctx, spec)
-    if ctx.liger:  # the residual is LigerRMSNorm's saved X, counted with the saved tensors
+    if residual_is_saved(ctx):  # the post-attention norm's saved input, counted there
         held -= cb * h
     if not (ctx.full or (down and ctx.adapter_shared)):
         held += cb * m  # down_proj's input, not saved by a frozen Linear
@@ -901,6 +901,20 @@ def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_pro
         if ctx.full or (adapted and ctx.adapter_shared):
             held -= cb * h  # the MLP input: saved already, counted there
     return float(max(held, _input_projection_moment(ctx, spec)))
+
+
+def residual_is_saved(ctx: Context) -> bool:
+    """Whether the decoder layer's residual (the post-attention norm's input) is itself a saved
+    tensor: LigerRMSNorm saves X (memory/liger.py); transformers' RMSNorm saves
+    `hidden_states.to(torch.float32)` (models/llama/modeling_llama.py:64), which is the input
+    itself when the residual stream is fp32 already (`Tensor.to` returns self for its own dtype:
+    the fp32 stream of `prepare_model_for_kbit_training`, or an fp32 model), so the residual is
+    counted once, with the saved tensors. Found in the CPU run of small Llama's QLoRA step (the
+    `aten.add` residual at :308 is the norm's only fp32 input there); not torchtune's / torch's
+    norms (their own saved sets)."""
+    if ctx.liger:
+        return True
+    return ctx.compute_bytes == FP32 and not (ctx.torchtune or ctx.torch_norm or ctx.fused)
 
 
 def embeddings_held(ctx: Context, spec: ModelSpec) -> int:
@@ -940,6 +954,8 @@ def _input_projection_moment(ctx: Context, spec: ModelSpec) -> float:
     branch = cb if ctx.autocast else ctx.adapter_bytes
     later = 3 * cb * m + inputs_saved(ctx, ["down_proj"], m)
     held = 2 * cb * h  # the residual, the MLP's input
+    if residual_is_saved(ctx):  # the post-attention norm's saved input, counted there
+        held -= cb * h
     post_norm = spec.norms_per_layer > 2 or spec.model_type in POST_NORM_MODEL_TYPES
     if post_norm:
         later += rms_norm_saved(ctx, h)  # that norm's saved tensors, not made yet either

@@ -55,3 +55,10 @@ def test_qlora_peak_and_states_within_3_percent_of_the_trainer_step():
     assert abs(peak_error) <= 3.0, peak_error
     optimizer = row["components_vs_measured"]["optimizer"]
     assert abs(optimizer["error_pct"]) <= 3.0, optimizer
+    # the recomputed layer's moment: on the fp32 stream of prepare_model_for_kbit_training the
+    # residual is the post-attention norm's saved input itself (`residual_is_saved`); counted
+    # twice before, +5.1 %
+    comps = row["estimated_components"]
+    estimated = comps["checkpoints"] + comps["recompute_peak"]
+    measured = res["component_maxima"]["activations"]
+    assert abs(100.0 * (estimated / measured - 1)) <= 3.0, (estimated, measured)
