@@ -344,7 +344,9 @@ def _adapter_transient(setup: TrainingSetup, stream: int, adapter: int, autocast
 FP32_PRODUCT_NORMS = frozenset({"gemma", "gemma2", "gemma3_text", "olmo2", "olmo3"})
 # Gemma's norm in the hybrid models (Qwen3_5RMSNorm, Qwen3NextRMSNorm: transformers 5.25.0
 # models/qwen3_5/modeling_qwen3_5.py:921-931 `output * (1.0 + self.weight.float())`)
-HYBRID_GEMMA_NORMS = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_next"})
+HYBRID_GEMMA_NORMS = frozenset(
+    {"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next"}
+)
 
 
 def _norm_product_fp32(spec: ModelSpec, setup: TrainingSetup) -> bool:

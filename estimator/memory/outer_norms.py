@@ -64,6 +64,12 @@ LLAMA_RMS_NORMS = frozenset(
         "qwen2_vl_text",
         "qwen2_5_vl_text",
         "qwen3_vl_text",
+        # vision-language composites: the spec keeps the composite's type, the language model
+        # is one of the above (Mistral 3: MistralModel)
+        "qwen2_vl",
+        "qwen2_5_vl",
+        "qwen3_vl",
+        "mistral3",
     }
 )
 
