@@ -5,6 +5,7 @@ from __future__ import annotations
 BF16 = 2
 FP32 = 4
 INT8 = 1
+INT64 = 8  # torch.long: indices, labels
 
 # NF4 with double quantization (Dettmers et al. 2023, QLoRA, section 3; bitsandbytes
 # `quantize_4bit(blocksize=64, compress_statistics=True)`): 4 bits per weight, one absmax per

@@ -33,12 +33,10 @@ Equal to torch's saved-tensor hooks on a tiny DeepseekV3MoE, full fine-tuning an
 
 from __future__ import annotations
 
-from estimator.dtypes import BF16, FP32
+from estimator.dtypes import BF16, FP32, INT64
 from estimator.memory import liger
 from estimator.memory.activations import Context, expert_bytes, inputs_saved
 from estimator.spec import ModelSpec
-
-INT64 = 8
 
 
 def deepseek_moe(ctx: Context, spec: ModelSpec) -> tuple[float, float]:

@@ -19,10 +19,9 @@ Equal to torch's saved-tensor hooks on a tiny GptOssMLP, full fine-tuning and fr
 
 from __future__ import annotations
 
+from estimator.dtypes import INT64
 from estimator.memory.activations import Context, expert_bytes, inputs_saved
 from estimator.spec import ModelSpec
-
-INT64 = 8
 
 
 def gpt_oss_experts(ctx: Context, spec: ModelSpec) -> tuple[float, float]:

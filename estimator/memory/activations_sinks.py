@@ -14,10 +14,9 @@ on a tiny GptOssAttention (tests/estimator/test_architectures_paths.py).
 
 from __future__ import annotations
 
+from estimator.dtypes import INT64  # torch.max(dim=...) indices
 from estimator.memory.activations import Context, _attention_core
 from estimator.spec import ModelSpec
-
-INT64 = 8  # torch.max(dim=...) indices
 
 
 def sinks_attention(ctx: Context, spec: ModelSpec) -> tuple[float, float]:

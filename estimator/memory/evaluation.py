@@ -76,7 +76,7 @@ from __future__ import annotations
 from typing import Any
 
 from estimator import lazy_numpy as np
-from estimator.dtypes import FP32
+from estimator.dtypes import FP32, INT64
 from estimator.errors import EstimatorInputError
 from estimator.memory.activations import Context
 from estimator.memory.logits import (
@@ -89,7 +89,6 @@ from estimator.setup_rules import eval_loss_unmodelled
 from estimator.spec import LAYER_FULL, LAYER_SLIDING, MLP_DENSE, ModelSpec
 
 MLP_INPUTS = frozenset({"gate_proj", "up_proj"})
-INT64 = 8
 
 
 def eval_loss_bytes(
