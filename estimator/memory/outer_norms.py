@@ -74,7 +74,7 @@ LLAMA_RMS_NORMS = frozenset(
 )
 
 
-def _hf_llama_norms(ctx: Context, spec: ModelSpec, setup: TrainingSetup) -> bool:
+def _hf_rms_norms(ctx: Context, spec: ModelSpec, setup: TrainingSetup) -> bool:
     """transformers' own LlamaRMSNorm (or the hybrid models' Gemma norm) with bf16 compute, on
     a stack that replaces no norm (not torchtune's / torchtitan's / Liger's, not Unsloth's fast
     RMSNorm on its models, stack fact `fused_kernels`; no compiled layers). Under AMP's fp32
@@ -101,7 +101,7 @@ def final_norm_backward(ctx: Context, spec: ModelSpec, setup: TrainingSetup) -> 
     h = spec.hidden or 0
     if ctx.torchtune:
         return float(FP32 * h * (1 + NORM_BACKWARD_TENSORS))
-    if _hf_llama_norms(ctx, spec, setup):
+    if _hf_rms_norms(ctx, spec, setup):
         return float(rms_norm_saved(ctx, h, stream=True) + FP32 * h * NORM_BACKWARD_TENSORS)
     return 0.0
 
@@ -120,6 +120,6 @@ def first_norm_unsaved(ctx: Context, spec: ModelSpec, setup: TrainingSetup) -> f
     inputs alive at the forward's end."""
     if not setup.is_adapter or setup.train_embeddings:
         return 0.0
-    if not (ctx.torchtune or _hf_llama_norms(ctx, spec, setup)):
+    if not (ctx.torchtune or _hf_rms_norms(ctx, spec, setup)):
         return 0.0
     return rms_norm_saved(ctx, spec.hidden or 0)
