@@ -30,7 +30,7 @@ test: setup
 	.venv/bin/ruff check .
 	.venv/bin/mypy estimator gpu_catalog app memtest_schema trainfit probe
 	.venv/bin/python -m pytest
-	.venv-torchtune/bin/python -m pytest tests/probe/test_torchtune_stack.py
+	.venv-torchtune/bin/python -m pytest tests/probe/test_torchtune_stack.py tests/estimator/test_optimizer_4bit.py
 
 bench: setup
 	.venv/bin/python bench/speed.py

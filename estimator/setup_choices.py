@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Literal
 
 Method = Literal["full", "lora", "qlora"]
-Optimizer = Literal["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]
+Optimizer = Literal["adamw", "adamw-8bit", "adamw-4bit", "sgd", "sgd-momentum", "adafactor", "lion"]
 Precision = Literal["mixed", "bf16", "fp32"]
 Checkpointing = Literal["none", "gpu", "offload", "selective"]
 Loss = Literal["full", "chunked", "liger", "cce", "unsloth"]

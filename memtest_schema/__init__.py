@@ -63,7 +63,7 @@ SETUP_CHOICES: dict[str, tuple[str, ...] | None] = {
     "lora_alpha": None,
     "lora_targets": None,
     "adapter_dtype": ("fp32", "bf16"),
-    "optimizer": ("adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"),
+    "optimizer": ("adamw", "adamw-8bit", "adamw-4bit", "sgd", "sgd-momentum", "adafactor", "lion"),
     "precision": ("mixed", "bf16", "fp32"),
     # selective: torchtitan's per-op SelectiveAC (--stack torchtitan only)
     "checkpointing": ("none", "gpu", "offload", "selective"),

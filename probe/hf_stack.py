@@ -60,13 +60,16 @@ def hf_optim(setup: dict[str, Any]) -> tuple[str, str]:
     """(`TrainingArguments.optim`, `optim_args`) for the setup's optimizer.
 
     Names from transformers' `OptimizerNames` (training_args.py): adamw_torch_fused /
-    adamw_torch, adamw_bnb_8bit / paged_adamw_8bit, sgd, adafactor, lion_32bit (bitsandbytes).
+    adamw_torch, adamw_bnb_8bit / paged_adamw_8bit, adamw_torch_4bit (torchao), sgd, adafactor,
+    lion_32bit (bitsandbytes).
     """
     name, impl = setup["optimizer"], setup["optimizer_impl"]
     if name == "adamw":
         return ("adamw_torch_fused" if impl == "fused" else "adamw_torch"), ""
     if name == "adamw-8bit":
         return ("paged_adamw_8bit" if setup["paged"] else "adamw_bnb_8bit"), ""
+    if name == "adamw-4bit":
+        return "adamw_torch_4bit", ""  # torchao's AdamW4bit (trainer_optimizer.py:459-465)
     if name == "sgd":
         return "sgd", ""
     if name == "sgd-momentum":

@@ -4,6 +4,7 @@
 |----------------|------------------------------------------------|-------------------------------|
 | adamw          | `torch.optim.AdamW`                            | exp_avg + exp_avg_sq          |
 | adamw-8bit     | `bitsandbytes.optim.AdamW8bit` (CUDA only)     | two 8-bit states + scales     |
+| adamw-4bit     | `torchao.optim.AdamW4bit` (torchao installed)  | two 4-bit states + scales     |
 | sgd            | `torch.optim.SGD`                              | none                          |
 | sgd-momentum   | `torch.optim.SGD(momentum=0.9)`                | momentum buffer               |
 | adafactor      | `torch.optim.Adafactor` (torch >= 2.5)         | factored row + column moments |
@@ -110,6 +111,14 @@ def make_optimizer(
                 "optimizer=adamw-8bit is not supported here: bitsandbytes is not installed"
             ) from None
         return bnb.optim.AdamW8bit(params, lr=LR)  # type: ignore[attr-defined,no-untyped-call]
+    if name == "adamw-4bit":
+        try:
+            from torchao.optim import AdamW4bit
+        except ImportError:
+            raise UnsupportedSetup(
+                "optimizer=adamw-4bit is not supported here: torchao is not installed"
+            ) from None
+        return AdamW4bit(params, lr=LR)  # type: ignore[no-any-return]
     raise UnsupportedSetup(f"unknown optimizer {name!r}")
 
 

@@ -81,6 +81,10 @@ def _check_hf_stack(setup: dict[str, Any], device: str) -> None:
             "setup.method" if setup["method"] == "qlora" else "setup.optimizer",
             "needs bitsandbytes installed (pip install bitsandbytes)",
         )
+    if setup["optimizer"] == "adamw-4bit" and not _has("torchao"):
+        raise ProbeInputError(
+            "setup.optimizer", "adamw-4bit needs torchao installed (pip install torchao)"
+        )
     if setup["method"] == "qlora" and device == "fake":
         raise ProbeInputError(
             "setup.method",

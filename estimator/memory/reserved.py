@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from estimator import lazy_numpy as np
 from estimator.dtypes import BF16, FP32
 from estimator.memo import Memo, setup_key
-from estimator.memory.states import StateBytes
+from estimator.memory.states import ADAM4BIT_BLOCK, ADAM4BIT_CODE, StateBytes
 from estimator.spec import ModelSpec
 from estimator.stacks import load_stack
 
@@ -61,7 +61,7 @@ def segment_waste(size: Any) -> Any:
     return np.where(size <= K_SMALL_SIZE, small, np.where(size < K_MIN_LARGE_ALLOC, mid, large))
 
 
-def _state_tensors(setup: TrainingSetup) -> list[int]:
+def _state_tensors(setup: TrainingSetup) -> list[float]:
     """Bytes per element of each tensor a trained weight brings (grad, master, states)."""
     if setup.precision == "fp32":
         grads, master, state = FP32, 0, FP32
@@ -70,9 +70,13 @@ def _state_tensors(setup: TrainingSetup) -> list[int]:
     else:
         grads, master, state = BF16, 0, BF16
     states = {"adamw": 2, "lion": 1, "sgd-momentum": 1}.get(setup.optimizer, 0)
+    kept: list[float] = [float(grads), *([float(master)] if master else [])]
     if setup.optimizer == "adamw-8bit":
-        return [grads] + ([master] if master else []) + [1, 1]
-    return [grads] + ([master] if master else []) + [state] * states
+        return [*kept, 1, 1]
+    if setup.optimizer == "adamw-4bit":  # each moment's codes and scales (memory/states.py)
+        codes, scale = ADAM4BIT_CODE, FP32 / ADAM4BIT_BLOCK
+        return [*kept, codes, scale, codes, scale]
+    return kept + [state] * states
 
 
 def allocator_slack(spec: ModelSpec, setup: TrainingSetup, allocated: Any, devices: int) -> Any:

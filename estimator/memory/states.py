@@ -28,6 +28,25 @@ PAGED_MIN_ELEMENTS = 100_000
 # has the same threshold (torchao 0.11.0 optim/adam.py:66-69, "follow bitsandbytes", plus
 # numel % block_size == 0; its fallback `torch.zeros_like(p)` is in the param's dtype).
 MIN_8BIT_SIZE = 4096
+# torchao's AdamW4bit (Li et al. 2023, "Memory Efficient Optimizers with 4-bit States",
+# arXiv:2309.01507; transformers' `adamw_torch_4bit`): each moment of a tensor of at least
+# MIN_8BIT_SIZE values, a multiple of the block, is an OptimState4bit of `codes` (two 4-bit
+# codes per uint8: n/2 bytes), one fp32 `scale` per block of 128 values and its own 16-entry
+# fp32 `qmap` (torchao 0.11.0 optim/subclass_4bit.py:87-94 `zeros`; optim/adam.py:329
+# block_size=128); any other tensor's moments are `torch.zeros_like(p)`, the param's dtype
+# (adam.py:66-70 `_new_buffer`). Its `step` is a CPU tensor (adam.py:112).
+ADAM4BIT_BLOCK = 128
+ADAM4BIT_CODE = 0.5  # bytes per value
+QMAP_VALUES = 16
+# AdamW4bit's step runs `single_param_adam` compiled per tensor (torchao 0.11.0 optim/adam.py
+# :126-141, torch.compile fullgraph): the buffers inductor's code for that graph allocates,
+# read from its output code (TORCH_LOGS=output_code, torch 2.13.0 + torchao 0.11.0, the CPU
+# backend; inductor's scheduler, which decides what is materialised, is shared with the CUDA
+# backend, whose code is not checked here): per value of the tensor, both moments' codes
+# unpacked to one uint8 each (2), both dequantised moments in fp32 (8), both moments'
+# nearest-code indices in int64 (16), and the new fp32 scales (2 x 4 / 128). All alive at
+# once, freed when the tensor's step returns.
+ADAM4BIT_STEP_BYTES = 2 * 1 + 2 * FP32 + 2 * 8 + 2 * FP32 / ADAM4BIT_BLOCK
 
 
 @dataclass(frozen=True)
@@ -69,7 +88,9 @@ def optimizer_bytes(
 ) -> float:
     """Optimizer state per trainable parameter.
     adamw: two moments (Loshchilov & Hutter 2019; torch.optim.AdamW keeps them in the param's
-    dtype, fp32 for fp32 masters/adapters). adamw-8bit: two int8 moments + fp32 absmax per 256,
+    dtype, fp32 for fp32 masters/adapters). adamw-4bit (torchao): two 4-bit moments + an fp32
+    scale per 128, but the `small` params' (`unquantized_4bit_params`) in the param's dtype.
+    adamw-8bit: two int8 moments + fp32 absmax per 256,
     but two fp32 moments for `embed` (see trained_embedding_params) and for the `small` params
     in tensors under MIN_8BIT_SIZE values (`small_tensor_params`). sgd: none.
     sgd-momentum, lion (Chen et al. 2023): one moment. adafactor (Shazeer & Stern 2018,
@@ -82,6 +103,10 @@ def optimizer_bytes(
             embed = 0
         wide = embed + min(small, params - embed)
         return (params - wide) * 2 * (INT8 + FP32 / ADAM8BIT_BLOCK) + wide * 2 * FP32
+    if opt == "adamw-4bit":
+        kept = min(small, params)  # `small`: params in tensors torchao leaves unquantized
+        quantized = (params - kept) * 2 * (ADAM4BIT_CODE + FP32 / ADAM4BIT_BLOCK)
+        return quantized + kept * 2 * state_bytes
     if opt == "sgd":
         return 0.0
     if opt in ("sgd-momentum", "lion"):
@@ -100,16 +125,54 @@ def optimizer_bytes(
 
 def small_tensor_params(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Trainable parameters in tensors of fewer than MIN_8BIT_SIZE values, which the 8-bit
-    optimizers keep at 32 bits. Adapters: each lora_A (r x in) and lora_B (out x r) apart, the
-    expert banks' A (r*E x in) and B (out x r*E) (estimator.lora.expert_adapter_tensors);
-    peft's modules_to_save copies are never that small.
-    Full fine-tuning: every Linear weight (an expert bank is one tensor) and bias, the norms
-    (each at most hidden wide: all of them when hidden < 4096, else the q/k norms of head_dim)
-    and attention sinks (one per head per layer); the other groups (conv1d, dt, A) are counted
-    8-bit, a lower bound. 0 without the shapes (a params-only spec)."""
-    if not spec.geometry_known:
+    optimizers keep at 32 bits (`state_tensor_sizes` says which tensors are counted). 0
+    without the shapes (a params-only spec)."""
+    return sum(n for size, n in state_tensor_sizes(spec, setup) if size < MIN_8BIT_SIZE)
+
+
+def unquantized_4bit_params(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Trainable parameters whose moments torchao's AdamW4bit keeps unquantized: tensors of
+    fewer than MIN_8BIT_SIZE values or of a size not a multiple of ADAM4BIT_BLOCK (torchao
+    0.11.0 optim/adam.py:66-70)."""
+    return sum(n for size, n in state_tensor_sizes(spec, setup) if _kept_by_torchao(size))
+
+
+def _kept_by_torchao(size: int) -> bool:
+    return size < MIN_8BIT_SIZE or size % ADAM4BIT_BLOCK != 0
+
+
+def qmap_bytes(spec: ModelSpec, setup: TrainingSetup) -> float:
+    """AdamW4bit's lookup tables: one 16-value fp32 `qmap` per quantized moment, two moments
+    per quantized tensor, each its own allocation of one 512-byte block (`MIN_BLOCK`; torchao
+    0.11.0 optim/subclass_4bit.py:93). Other optimizers: 0."""
+    if setup.optimizer != "adamw-4bit":
+        return 0.0
+    sizes = state_tensor_sizes(spec, setup)
+    tensors = sum(n // size for size, n in sizes if size and not _kept_by_torchao(size))
+    tensors += _saved_tensors(spec, setup)
+    return float(2 * tensors * max(MIN_BLOCK, QMAP_VALUES * FP32))
+
+
+def _saved_tensors(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """peft's `modules_to_save` copies (`saved_module_params`): the embedding, and an untied
+    lm_head."""
+    if not saved_module_params(spec, setup):
         return 0
-    sizes: list[tuple[int, int]] = []  # (values in the tensor, parameters of that kind)
+    return 1 if spec.tied_embeddings else 2
+
+
+def state_tensor_sizes(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[int, int]]:
+    """(values in the tensor, parameters in tensors of that size) of the tensors an optimizer
+    keeps states for. Adapters: each lora_A (r x in) and lora_B (out x r) apart, the expert
+    banks' A (r*E x in) and B (out x r*E) (estimator.lora.expert_adapter_tensors); peft's
+    modules_to_save copies (never small) are left out. Full fine-tuning: every Linear weight
+    (an expert bank is one tensor) and bias, the norms (the q/k norms head_dim wide, the others
+    hidden wide), attention sinks (one per head per layer) and the input embedding; the other
+    groups (conv1d, dt, A) are left out (counted as large tensors: a lower bound). Empty
+    without the shapes (a params-only spec)."""
+    if not spec.geometry_known:
+        return []
+    sizes: list[tuple[int, int]] = []
     if setup.is_adapter:
         r = setup.lora_rank
         for t in lora_targets(spec, setup):
@@ -117,7 +180,7 @@ def small_tensor_params(spec: ModelSpec, setup: TrainingSetup) -> int:
             sizes += [(r * t.out_features, r * t.out_features * t.count)]
         for a, b, count in expert_adapter_tensors(spec, setup):
             sizes += [(a, a * count), (b, b * count)]
-        return sum(n for size, n in sizes if size < MIN_8BIT_SIZE)
+        return sizes
     for lin in spec.linears:
         weight = lin.experts * lin.in_features * lin.out_features
         sizes.append((weight, weight * lin.count))
@@ -126,13 +189,24 @@ def small_tensor_params(spec: ModelSpec, setup: TrainingSetup) -> int:
             sizes.append((bias, bias * lin.count))
     layers, hidden, head_dim = spec.layers or 0, spec.hidden or 0, spec.head_dim or 0
     for g in spec.others:
-        if g.name == "norms" and hidden < MIN_8BIT_SIZE:
-            sizes.append((hidden, g.params))
-        elif g.name == "norms" and spec.qk_norm:
-            sizes.append((head_dim, min(g.params, 2 * layers * head_dim)))
+        if g.name == "norms":
+            qk = min(g.params, 2 * layers * head_dim) if spec.qk_norm else 0
+            sizes += [(head_dim, qk), (hidden, g.params - qk)]
         elif g.name == "attention_sinks" and layers:
             sizes.append((g.params // layers, g.params))
-    return sum(n for size, n in sizes if size < MIN_8BIT_SIZE)
+        elif g.name == "embed_tokens" and g.params:
+            sizes.append((g.params, g.params))
+    return [(size, n) for size, n in sizes if n]
+
+
+def unquantized_params(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """The `small` argument of `optimizer_bytes`: the parameters whose states the setup's
+    quantized optimizer keeps at full width (0 for the others)."""
+    if setup.optimizer == "adamw-8bit":
+        return small_tensor_params(spec, setup)
+    if setup.optimizer == "adamw-4bit":
+        return unquantized_4bit_params(spec, setup)
+    return 0
 
 
 def embedding_params(spec: ModelSpec) -> int:
@@ -182,7 +256,10 @@ def step_transient_bytes(
     per partition): the upcast gradient, plus the sqrt buffer unless fused. bitsandbytes' 8-bit
     Adam is a fused kernel and SGD's updates are in place: none, stepped in backward too
     (bitsandbytes 0.50.2 optim/optimizer.py:535-590 Optimizer2State.update_step: the grad and
-    param are already contiguous, then one in-place optimizer_update_8bit_blockwise call)."""
+    param are already contiguous, then one in-place optimizer_update_8bit_blockwise call).
+    torchao's AdamW4bit steps one tensor at a time (`ADAM4BIT_STEP_BYTES` of the largest)."""
+    if setup.optimizer == "adamw-4bit":  # one tensor at a time, whatever `optimizer_impl` says
+        return ADAM4BIT_STEP_BYTES * min(largest, params)
     masters = setup.precision == "mixed" and not setup.is_adapter and not amp_full(setup)
     if setup.optimizer_impl == "fused" and setup.optimizer in ("adamw", "adamw-8bit", "sgd"):
         return FP32 * largest if masters else 0.0
@@ -216,12 +293,13 @@ def trainable_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> StateBytes:
         saved_bytes = FP32 if kbit_fp32(setup) or setup.precision == "fp32" else BF16
         params = adapters + saved
         weights = adapters * own + saved * saved_bytes
-        state = optimizer_bytes(spec, setup, adapters, own, small=small_tensor_params(spec, setup))
+        state = optimizer_bytes(spec, setup, adapters, own, small=unquantized_params(spec, setup))
         if saved:  # the copies' states follow their dtype (torch AdamW: the param's dtype)
             state += optimizer_bytes(
                 spec, setup, saved, saved_bytes, trained_embedding_params(spec, setup)
             )
         largest = max(saved and embedding_params(spec), _largest_adapter(spec, setup))
+        one = setup.optimizer == "adamw-4bit"  # it steps one tensor at a time
         return _finish(
             spec,
             setup,
@@ -231,7 +309,7 @@ def trainable_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> StateBytes:
                 weights,
                 0.0,
                 state,
-                step_transient_bytes(setup, params, own, largest if saved else params),
+                step_transient_bytes(setup, params, own, largest if saved or one else params),
             ),
             largest,
         )
@@ -250,7 +328,7 @@ def trainable_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> StateBytes:
         params,
         state,
         trained_embedding_params(spec, setup),
-        small_tensor_params(spec, setup),
+        unquantized_params(spec, setup),
     )
     largest = largest_tensor(spec)
     return _finish(
@@ -336,7 +414,7 @@ def _finish(spec: ModelSpec, setup: TrainingSetup, s: StateBytes, largest: int) 
         optimizer -= paged
     if setup.optimizer_impl == "in-backward" and s.trainable_params:
         grads = s.grads * min(largest, s.trainable_params) / s.trainable_params
-    optimizer += step_tensor_bytes(spec, setup)
+    optimizer += step_tensor_bytes(spec, setup) + qmap_bytes(spec, setup)
     return StateBytes(
         s.trainable_params, s.weights, grads, s.masters, optimizer, s.step_transient, paged
     )

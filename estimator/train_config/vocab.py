@@ -10,7 +10,7 @@ Sources (read, not copied):
   torch >= 2.8).
 - bitsandbytes optimizers named by HF/axolotl/torchtune: `adamw_bnb_8bit`/`adamw_8bit`,
   `paged_adamw_32bit`, `paged_adamw_8bit`, `bitsandbytes.optim.PagedAdamW[8bit]`; torchao's
-  `AdamW8bit` (torchtune's tutorial, below).
+  `AdamW8bit` (torchtune's tutorial, below) and `AdamW4bit` (`adamw_torch_4bit`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ HF_OPTIMIZERS: dict[str, dict[str, Any]] = {
     # COMPONENT_OPTIMIZERS); the Trainer's 32-bit embedding override is bitsandbytes' only, so
     # a full fine-tuning's embedding states are counted 32-bit here (an overestimate)
     "adamw_torch_8bit": {"optimizer": "adamw-8bit", "paged": False},
+    # torchao's AdamW4bit (training_args.py:124, trainer_optimizer.py:459-465): trainfit's
+    # adamw-4bit (estimator/memory/states.py ADAM4BIT_*)
+    "adamw_torch_4bit": {"optimizer": "adamw-4bit", "paged": False},
     "paged_adamw_32bit": {"optimizer": "adamw", "paged": True},
     "adafactor": {"optimizer": "adafactor"},
     "sgd": {"optimizer": "sgd"},
@@ -58,6 +61,9 @@ COMPONENT_OPTIMIZERS: dict[str, dict[str, Any]] = {
     # counted. Later torchao releases export the class as torchao.optim.AdamW8bit.
     "torchao.prototype.low_bit_optim.AdamW8bit": {"optimizer": "adamw-8bit", "paged": False},
     "torchao.optim.AdamW8bit": {"optimizer": "adamw-8bit", "paged": False},
+    # its 4-bit AdamW (torchao 0.11.0 optim/adam.py:319 AdamW4bit), exported from both places
+    "torchao.prototype.low_bit_optim.AdamW4bit": {"optimizer": "adamw-4bit", "paged": False},
+    "torchao.optim.AdamW4bit": {"optimizer": "adamw-4bit", "paged": False},
 }
 
 # attention implementation names (transformers `attn_implementation`, LLaMA-Factory `flash_attn`)

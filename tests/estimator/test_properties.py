@@ -33,7 +33,9 @@ def setups(draw, stack: str):
         method=draw(st.sampled_from(["full", "lora", "qlora"])),
         lora_rank=draw(st.integers(1, 64)),
         optimizer=draw(
-            st.sampled_from(["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"])
+            st.sampled_from(
+                ["adamw", "adamw-8bit", "adamw-4bit", "sgd", "sgd-momentum", "adafactor", "lion"]
+            )
         ),
         precision=draw(st.sampled_from(["mixed", "bf16", "fp32"])),
         checkpointing=draw(st.sampled_from(["none", "gpu", "offload", "selective"])),

@@ -28,6 +28,8 @@ CLI_CASES = [
     ("int8 base for full", ["--base", "int8"], "base"),
     ("qlora with int8 base", ["--method", "qlora", "--base", "int8"], "base"),
     ("paged sgd", ["--optimizer", "sgd", "--paged"], "paged"),
+    ("paged 4-bit adamw", ["--optimizer", "adamw-4bit", "--paged"], "paged"),
+    ("unknown optimizer", ["--optimizer", "adamw-2bit"], "--optimizer"),
     (
         "in-backward with accumulation",
         ["--optimizer-impl", "in-backward", "--grad-accum", "4"],
@@ -88,6 +90,7 @@ REST_CASES = [
     ({"checkpointing": "selective", "stack": "hf"}, "checkpointing"),
     ({"base": "int8"}, "base"),
     ({"paged": True, "optimizer": "adafactor"}, "paged"),
+    ({"paged": True, "optimizer": "adamw-4bit"}, "paged"),
     ({"autocast": "sometimes"}, "autocast"),
     ({"double_quant": "yes please"}, "double_quant"),
     ({"train_embeddings": 3}, "train_embeddings"),

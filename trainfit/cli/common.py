@@ -96,7 +96,7 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
     g.add_argument(
         "--optimizer",
         default="adamw",
-        choices=["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"],
+        choices=["adamw", "adamw-8bit", "adamw-4bit", "sgd", "sgd-momentum", "adafactor", "lion"],
         help="optimizer (its states per trained parameter)",
     )
     g.add_argument(
