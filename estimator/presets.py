@@ -28,9 +28,39 @@ PRESET_SOURCES = {
     "qwen2.5-vl-7b": "Qwen/Qwen2.5-VL-7B-Instruct config.json (vision tower in extras)",
     "gemma-3-27b": "google/gemma-3-27b-it config.json (vision tower in extras)",
     "llama-4-scout": "meta-llama/Llama-4-Scout-17B-16E-Instruct config.json (vision in extras)",
+    "llama-3.2-1b": "meta-llama/Llama-3.2-1B config.json",
+    "llama-3.2-3b": "meta-llama/Llama-3.2-3B config.json",
+    "qwen2.5-3b": "Qwen/Qwen2.5-3B config.json",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B config.json",
+    "qwen2.5-14b": "Qwen/Qwen2.5-14B config.json",
+    "qwen2.5-32b": "Qwen/Qwen2.5-32B config.json",
+    "qwen3-4b": "Qwen/Qwen3-4B config.json",
+    "qwen3-14b": "Qwen/Qwen3-14B config.json",
     "glm-4.5-air": (
         "zai-org/GLM-4.5-Air config.json, its fields as transformers 4.54.1 printed them "
         "(106,852,245,504 parameters = transformers 5.25.0; the MTP layer it skips not counted)"
+    ),
+}
+
+
+# Presets not copied from shared/reference: where their config.json was read (public
+# transcriptions of the Hub files; each preset's parameter count equals the Hub's safetensors
+# total, tests/estimator/test_presets_transcribed.py)
+PRESET_TRANSCRIBED = {
+    "llama-3.2-1b": "github:kevinstephano/thunder_model_blocks hf_llama/llama_config.py "
+    "(LLAMA_3_2_1B_CFG, the Instruct repo's config; the same architecture fields)",
+    **dict.fromkeys(
+        (
+            "llama-3.2-3b",
+            "qwen2.5-3b",
+            "qwen2.5-7b",
+            "qwen2.5-14b",
+            "qwen2.5-32b",
+            "qwen3-4b",
+            "qwen3-14b",
+        ),
+        "github:citsjtu2020/LLM-Prof@8434c8d1 sglang/Model_Config.md (its Qwen3-8B, Qwen3-32B, "
+        "Qwen3-30B-A3B and Llama-3.1-8B entries equal the presets from shared/reference)",
     ),
 }
 
