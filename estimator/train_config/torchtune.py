@@ -38,14 +38,16 @@ BUILDER = re.compile(r"^torchtune\.models\.[a-z0-9_]+\.(?P<kind>q?lora_)?(?P<nam
 # docstrings are wrong and the repo the recipe configs download is used: qwen3_14b_base names
 # Qwen/Qwen3-14B and qwen3_14b_instruct the non-existent Qwen/Qwen3-14B-Instruct
 # (recipes/configs/qwen3/14B_lora_single_device.yaml downloads Qwen/Qwen3-14B for the latter).
+# A preset stands for an instruct repo where the builder's shape is its base model's (the
+# builder takes no instruct-only field): llama3_1_8b, llama3_2_1b/3b, qwen2_5_3b.
 BUILDER_MODELS = {
     "llama3_1_8b": "llama-3.1-8b",
     "llama3_1_70b": "llama-3.1-70b",
     "llama3_1_405b": "meta-llama/Llama-3.1-405B-Instruct",
     "llama3_8b": "meta-llama/Meta-Llama-3-8B-Instruct",
     "llama3_70b": "meta-llama/Meta-Llama-3-70B-Instruct",
-    "llama3_2_1b": "meta-llama/Llama-3.2-1B-Instruct",
-    "llama3_2_3b": "meta-llama/Llama-3.2-3B-Instruct",
+    "llama3_2_1b": "llama-3.2-1b",
+    "llama3_2_3b": "llama-3.2-3b",
     "llama3_3_70b": "meta-llama/Llama-3.3-70B-Instruct",
     "llama4_scout_17b_16e": "llama-4-scout",
     "llama4_maverick_17b_128e": "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
@@ -64,7 +66,7 @@ BUILDER_MODELS = {
     "qwen2_5_0_5b": "Qwen/Qwen2.5-0.5B-Instruct",
     "qwen2_5_1_5b_base": "Qwen/Qwen2.5-1.5B",
     "qwen2_5_1_5b_instruct": "Qwen/Qwen2.5-1.5B-Instruct",
-    "qwen2_5_3b": "Qwen/Qwen2.5-3B-Instruct",
+    "qwen2_5_3b": "qwen2.5-3b",
     "qwen2_5_7b_base": "Qwen/Qwen2.5-7B",
     "qwen2_5_7b_instruct": "Qwen/Qwen2.5-7B-Instruct",
     "qwen2_5_14b_base": "Qwen/Qwen2.5-14B",

@@ -429,7 +429,7 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
         "torchtune",
         "base_model",
         "model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\n",
-        {"model": {"hub": "meta-llama/Llama-3.2-1B-Instruct"}, "setup.method": "full"},
+        {"model": {"preset": "llama-3.2-1b"}, "setup.method": "full"},
     ),
     (
         "torchtune",

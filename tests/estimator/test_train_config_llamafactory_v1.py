@@ -52,7 +52,7 @@ def test_a_v1_lora_config_is_read_as_lora_not_as_a_trainer_config() -> None:
     assert detect_format(yaml.safe_load(LORA_FSDP2)) == "llamafactory"
     doc = _read(LORA_FSDP2)
     setup = doc["setup"]
-    assert doc["model"] == {"hub": "Qwen/Qwen3-4B"}
+    assert doc["model"] == {"preset": "qwen3-4b"}  # the repo a preset was taken from
     assert doc["seq_lens"] == [2048]
     assert setup["method"] == "lora"
     assert (setup["lora_rank"], setup["lora_alpha"], setup["lora_dropout"]) == (16, 32, 0.05)

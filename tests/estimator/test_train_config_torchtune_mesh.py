@@ -44,10 +44,10 @@ def unread(mapping: object) -> list[str]:
         ("torchtune.models.qwen3.qwen3_8b_instruct", {"preset": "qwen3-8b"}, "full"),
         ("torchtune.models.qwen3.lora_qwen3_0_6b_instruct", {"hub": "Qwen/Qwen3-0.6B"}, "lora"),
         ("torchtune.models.qwen3.qwen3_14b_base", {"hub": "Qwen/Qwen3-14B-Base"}, "full"),
-        ("torchtune.models.qwen3.lora_qwen3_14b_instruct", {"hub": "Qwen/Qwen3-14B"}, "lora"),
+        ("torchtune.models.qwen3.lora_qwen3_14b_instruct", {"preset": "qwen3-14b"}, "lora"),
         (
             "torchtune.models.qwen2_5.qlora_qwen2_5_7b_base",
-            {"hub": "Qwen/Qwen2.5-7B"},
+            {"preset": "qwen2.5-7b"},
             "qlora",
         ),
         ("torchtune.models.llama4.llama4_scout_17b_16e", {"preset": "llama-4-scout"}, "full"),
