@@ -38,15 +38,6 @@ MIN_8BIT_SIZE = 4096
 ADAM4BIT_BLOCK = 128
 ADAM4BIT_CODE = 0.5  # bytes per value
 QMAP_VALUES = 16
-# AdamW4bit's step runs `single_param_adam` compiled per tensor (torchao 0.11.0 optim/adam.py
-# :126-141, torch.compile fullgraph): the buffers inductor's code for that graph allocates,
-# read from its output code (TORCH_LOGS=output_code, torch 2.13.0 + torchao 0.11.0, the CPU
-# backend; inductor's scheduler, which decides what is materialised, is shared with the CUDA
-# backend, whose code is not checked here): per value of the tensor, both moments' codes
-# unpacked to one uint8 each (2), both dequantised moments in fp32 (8), both moments'
-# nearest-code indices in int64 (16), and the new fp32 scales (2 x 4 / 128). All alive at
-# once, freed when the tensor's step returns.
-ADAM4BIT_STEP_BYTES = 2 * 1 + 2 * FP32 + 2 * 8 + 2 * FP32 / ADAM4BIT_BLOCK
 
 
 @dataclass(frozen=True)
@@ -257,11 +248,18 @@ def step_transient_bytes(
     Adam is a fused kernel and SGD's updates are in place: none, stepped in backward too
     (bitsandbytes 0.50.2 optim/optimizer.py:535-590 Optimizer2State.update_step: the grad and
     param are already contiguous, then one in-place optimizer_update_8bit_blockwise call).
-    torchao's AdamW4bit steps one tensor at a time (`ADAM4BIT_STEP_BYTES` of the largest)."""
-    if setup.optimizer == "adamw-4bit":  # one tensor at a time, whatever `optimizer_impl` says
-        return ADAM4BIT_STEP_BYTES * min(largest, params)
+    torchao's AdamW4bit steps each tensor with one compiled kernel, whatever `optimizer_impl`
+    says (torchao 0.11.0 optim/adam.py:126-141, `torch.compile(single_param_adam,
+    fullgraph=True)`): none either. Evidence on CUDA: torchao's README benchmark (pytorch/ao
+    072500ab torchao/optim/README.md, Llama2-7B full BF16 with torchtune on an A100, peak
+    allocated) has fused AdamW 51.6, bitsandbytes 8-bit 39.3, ao 4-bit 33.2: each differs from
+    fused AdamW by the states' difference alone (18.4 for 4-bit), so no step temporary of its
+    largest tensor (32000 x 4096) shows. (Inductor's CPU code for the same step, torch 2.13,
+    materialises 26 bytes per value of the tensor: not what the CUDA step holds.)"""
     masters = setup.precision == "mixed" and not setup.is_adapter and not amp_full(setup)
-    if setup.optimizer_impl == "fused" and setup.optimizer in ("adamw", "adamw-8bit", "sgd"):
+    if setup.optimizer == "adamw-4bit" or (
+        setup.optimizer_impl == "fused" and setup.optimizer in ("adamw", "adamw-8bit", "sgd")
+    ):
         return FP32 * largest if masters else 0.0
     if setup.optimizer_impl == "in-backward":
         in_place = setup.optimizer == "sgd" or (setup.optimizer == "adamw-8bit" and not masters)
@@ -299,7 +297,6 @@ def trainable_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> StateBytes:
                 spec, setup, saved, saved_bytes, trained_embedding_params(spec, setup)
             )
         largest = max(saved and embedding_params(spec), _largest_adapter(spec, setup))
-        one = setup.optimizer == "adamw-4bit"  # it steps one tensor at a time
         return _finish(
             spec,
             setup,
@@ -309,7 +306,7 @@ def trainable_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> StateBytes:
                 weights,
                 0.0,
                 state,
-                step_transient_bytes(setup, params, own, largest if saved or one else params),
+                step_transient_bytes(setup, params, own, largest if saved else params),
             ),
             largest,
         )
