@@ -268,14 +268,15 @@ def _names_but(linears: list[Linear], name: str) -> list[str]:
 def _lora_targets(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
     """The Linear kinds that get adapters. Unknown target names are an error naming them.
 
-    `all-linear` on an MoE model follows peft 0.21 with transformers v5: its weight-conversion
-    tables turn the MLP names (gate_proj, up_proj, down_proj) into the fused expert parameters,
-    so dense-MLP and shared-expert Linears of those names are not adapted, the expert banks
-    are (see `expert_lora_params`), and the routers are. So do those MLP names in a target
-    list or regex on the models whose names peft remaps (`_remapped_names`)."""
-    chosen = _lora_targets_before_remap(spec, setup)
-    remapped = _remapped_names(spec, setup, chosen)
-    return [lin for lin in chosen if lin.name not in remapped] if remapped else chosen
+    `all-linear` on an MoE model follows peft 0.22 with transformers v5: its weight-conversion
+    tables turn the MLP names (gate_proj, up_proj, down_proj) into the fused expert
+    parameters too (see `expert_lora_params`), but a name that matches nn.Linear modules stays
+    a module target (peft 0.22.0 utils/transformers_weight_conversion.py:489-505), so dense-MLP
+    and shared-expert Linears of those names keep their adapters, as do the routers. So do
+    those MLP names in a target list or regex (`_remapped_names`: the banks they add). peft
+    0.21 moved the names to the expert parameters only, leaving those Linears unadapted."""
+    _remapped_names(spec, setup, _lora_targets_before_remap(spec, setup))  # its errors
+    return _lora_targets_before_remap(spec, setup)
 
 
 def _lora_targets_before_remap(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
@@ -289,7 +290,9 @@ def _lora_targets_before_remap(spec: ModelSpec, setup: TrainingSetup) -> list[Li
     candidates = [lin for lin in spec.linears if lin.group not in ("head",) and lin.experts == 1]
     if "all-linear" in setup.lora_targets:
         if _has_expert_banks(spec) and spec.peft_fused_experts:
-            return [lin for lin in candidates if lin.name not in MLP_NAMES]
+            # the router too, an nn.Linear no more: peft maps `gate` to its `gate.weight`
+            # parameter (peft 0.22.0 utils/transformers_weight_conversion.py:473-481, 505)
+            return candidates
         return [lin for lin in candidates if lin.nn_linear]
     chosen: list[Linear] = []
     banks_named = bool(bank_kinds(setup))
@@ -377,29 +380,29 @@ def remaps_mlp_names(spec: ModelSpec) -> bool:
 
 
 def _remapped_names(spec: ModelSpec, setup: TrainingSetup, chosen: list[Linear]) -> set[str]:
-    """The MLP names among the targets that peft moves from `target_modules` to the expert
-    parameters (:444-481): named exactly or as a dotted suffix, or the leaf names of the
-    modules a regex matched (`_resolve_string_target_modules`, :355-400; `chosen` holds
-    them). Such a name then adapts no dense-MLP or shared-expert Linear; naming gate_proj
-    without up_proj (fused into one parameter) is peft's ValueError (:461-469)."""
+    """The MLP names among the targets that peft also turns into the expert parameters (peft
+    0.22.0 utils/transformers_weight_conversion.py:464-510): named bare, or the leaf names of
+    the modules a regex matched (`_resolve_string_target_modules`, :356-408; `chosen` holds
+    them). Such a name adapts the fused expert bank and, where
+    nn.Linear modules carry it (dense MLPs, shared experts), those too (:489-505); naming
+    gate_proj without up_proj (fused into one parameter) is peft's ValueError (:511-519)."""
     if not remaps_mlp_names(spec) or "all-linear" in setup.lora_targets:
         return set()
-    named = {
-        leaf
-        for t in setup.lora_targets
-        if not t.startswith(REGEX)
-        for leaf in MLP_NAMES
-        if t == leaf or t.endswith(f".{leaf}")
-    }
-    named |= {lin.name for lin in chosen if lin.name in MLP_NAMES}
+    # a bare name: its mapped name (gate_up_proj, down_proj) is a suffix of the experts'
+    # parameter; a dotted one (`mlp.down_proj`) is not (`mlp.experts.down_proj`), so where
+    # Linears of that name exist it adapts them alone (:489-505); a regex counts by the leaf
+    # names of what it matched
+    named = {t for t in setup.lora_targets if t in MLP_NAMES}
+    if any(t.startswith(REGEX) for t in setup.lora_targets):
+        named |= {lin.name for lin in chosen if lin.name in MLP_NAMES}
     if len(named & {"gate_proj", "up_proj"}) == 1:
         (one,) = named & {"gate_proj", "up_proj"}
         other = "up_proj" if one == "gate_proj" else "gate_proj"
         raise EstimatorInputError(
             "setup.lora_targets",
             f"peft cannot adapt {one} without {other} on {spec.model_type}: it turns both into "
-            "the experts' fused gate_up_proj (peft 0.21.2 "
-            "utils/transformers_weight_conversion.py:461-469): name both or neither",
+            "the experts' fused gate_up_proj (peft 0.22.0 "
+            "utils/transformers_weight_conversion.py:511-519): name both or neither",
         )
     return named
 
@@ -447,8 +450,8 @@ def expert_adapter_tensors(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[
     banks = expert_banks(spec, setup)
     gated = any(lin.name == "gate_proj" for lin in banks)
     # peft's rank_pattern doubles the fused gate_up_proj's rank when both of its names were
-    # targets: all-linear, or gate_proj and up_proj remapped (peft 0.21.2
-    # utils/transformers_weight_conversion.py:471-474)
+    # targets: all-linear, or gate_proj and up_proj remapped (peft 0.22.0
+    # utils/transformers_weight_conversion.py:521-524)
     both = "all-linear" in setup.lora_targets or {"gate_proj", "up_proj"} <= _mlp_names_targeted(
         spec, setup
     )

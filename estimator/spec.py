@@ -171,9 +171,9 @@ class ModelSpec:
     attn_softcap: bool = False
     logit_softcap: bool = False
     norms_per_layer: int = 2  # RMSNorms on the residual stream per decoder layer
-    # peft's `all-linear` adapts the fused expert banks and the router (peft 0.21
+    # peft's `all-linear` adapts the fused expert banks and the router (peft 0.22
     # `_convert_peft_config_moe`: model types that transformers' conversion_mapping.py
-    # `_MODEL_TO_CONVERSION_PATTERN` maps to the mixtral or qwen2_moe pattern)
+    # `_MODEL_TO_CONVERSION_PATTERN` maps to the mixtral or qwen2_moe pattern, and qwen2_moe)
     peft_fused_experts: bool = False
     # the module holding the decoder layers in transformers' model (`model.layers`; a
     # multimodal model's `model.language_model.layers`): peft's regex targets match full

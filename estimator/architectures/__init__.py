@@ -62,8 +62,9 @@ POST_NORMS = ("olmo2", "olmo3")  # post-attention and post-feedforward only, q/k
 QK_NORM = ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_vl_text")  # per-head q_norm/k_norm
 # q/k/v with bias, o_proj without
 QKV_BIAS = ("qwen2", "qwen2_moe", "qwen2_5_vl_text", "qwen2_vl_text")
-# peft 0.21 adapts these types' fused experts under all-linear (transformers conversion_mapping.py)
-PEFT_FUSED_EXPERTS = ("mixtral", "qwen3_moe", "qwen3_next", "deepseek_v3")
+# peft 0.22 adapts these types' fused experts under all-linear (transformers conversion_mapping.py;
+# qwen2_moe since peft 0.22.0, utils/transformers_weight_conversion.py:44-46)
+PEFT_FUSED_EXPERTS = ("mixtral", "qwen2_moe", "qwen3_moe", "qwen3_next", "deepseek_v3")
 TIED_DEFAULT = ("gemma", "gemma2", "gemma3_text", "smollm3")
 # rotary tables per forward not read for these (multimodal RoPE sections): rope_width 0
 ROPE_NOT_READ = ("qwen2_5_vl_text", "qwen2_vl_text", "qwen3_vl_text")

@@ -760,6 +760,11 @@ def layer_activations(
     elif mlp_type == MLP_MOE:
         transient = max(transient, grad + moe_combine_transient(ctx, spec))
         transient = max(transient, moe_forward_moment(ctx, spec))
+    shared_forward = _shared_forward_transient(ctx, spec) if moe else 0.0
+    if shared_forward and ctx.expert_lora:
+        other = max(other, shared_forward)  # a forward moment: no bank gradient yet
+    elif shared_forward:
+        transient = max(transient, shared_forward)
     if moe and ctx.dequantized_banks and not ctx.expert_lora:
         per_layer += _dequantized_banks(ctx, spec)  # peft's merged banks replace them
     per_layer += ctx.weight_casts
@@ -903,6 +908,36 @@ def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_pro
         if ctx.full or (adapted and ctx.adapter_shared):
             held -= cb * h  # the MLP input: saved already, counted there
     return float(max(held, _input_projection_moment(ctx, spec)))
+
+
+def _shared_forward_transient(ctx: Context, spec: ModelSpec) -> float:
+    """Bytes per token alive besides the saved tensors when an MoE block's forward reaches its
+    shared expert's down_proj LoRA branch: `_forward_transient`'s terms at the shared
+    expert's width (the residual, the block's input, down_proj's input where no adapter saves
+    it, peft's base output `result`, the branch's unsaved input copies, the recompute's two
+    gradients), and, where the shared experts run after the routed ones
+    (`shared_after_routed`: transformers 5.25.0 models/glm4_moe/modeling_glm4_moe.py:391
+    `hidden_states + self.shared_experts(residuals)`), the routed experts' output held for that
+    add. peft 0.22 adapts the shared experts under all-linear and the MLP names (estimator.lora
+    `_lora_targets`); 0 where their down_proj is not adapted, or under full fine-tuning (the
+    dense path's moments)."""
+    assert spec.moe is not None
+    s = spec.moe.shared_intermediate or 0
+    if not s or ctx.full or "down_proj" not in ctx.targets:
+        return 0.0
+    cb, h = ctx.compute_bytes, spec.hidden or 0
+    held = 3 * cb * h  # the residual, the block's input, down_proj's base output
+    if shared_after_routed(spec):
+        held += cb * h  # the routed experts' output, waiting for the add
+    held += 2 * cb * h if ctx.recomputed else embeddings_held(ctx, spec)
+    if residual_is_saved(ctx):
+        held -= cb * h
+    if not ctx.adapter_shared:
+        held += cb * s  # down_proj's input, which its frozen base layer does not save
+    held += ctx.adapter_transient * s
+    if not ctx.autocast and ctx.adapter_bytes != cb:
+        held += ctx.adapter_bytes * h  # as `_forward_transient`: the branch's scaled gradient
+    return float(held)
 
 
 def residual_is_saved(ctx: Context) -> bool:

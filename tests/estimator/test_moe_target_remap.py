@@ -1,8 +1,10 @@
-"""MLP target names on MoE models whose expert banks peft 0.21.2 remaps (transformers v5's
-qwen2_moe conversion pattern: Qwen3-MoE, Qwen3-Next, DeepSeek-V3, GLM-4.5): gate_proj, up_proj
-and down_proj adapt the fused expert parameters, not the dense-MLP or shared-expert Linears of
-those names; naming one of gate_proj / up_proj alone, or any bank with dropout, is what peft
-refuses. Each case is checked against peft on the model transformers builds on the meta device.
+"""MLP target names on MoE models whose expert banks peft 0.22.0 remaps (transformers v5's
+qwen2_moe conversion pattern: Qwen2-MoE, Qwen3-MoE, Qwen3-Next, DeepSeek-V3, GLM-4.5): bare
+gate_proj, up_proj and down_proj adapt the fused expert parameters and the dense-MLP or
+shared-expert Linears of those names (peft 0.21.2 adapted the banks only); a dotted name
+(`mlp.down_proj`) adapts those Linears only; naming one of gate_proj / up_proj alone, or any
+bank with dropout, is what peft refuses. Each case is checked against peft on the model
+transformers builds on the meta device.
 Before: Qwen3-MoE with the seven usual names counted 8,064 adapter parameters where peft makes
 27,904 (the experts' adapters were missing)."""
 
@@ -32,7 +34,7 @@ CASES = [
     ("glm4_moe", SEVEN),
     ("glm4_moe_lite", [*MLA, "gate_proj", "up_proj", "down_proj"]),
     ("glm4_moe", ["q_proj", "down_proj"]),
-    ("qwen2_moe", SEVEN),  # not remapped: its dense and shared MLPs are adapted
+    ("qwen2_moe", SEVEN),  # remapped since peft 0.22.0: banks and shared expert
     ("mixtral", SEVEN),  # mixtral's remapped names are w1 / w3 / w2
 ]
 
