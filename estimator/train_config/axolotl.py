@@ -34,6 +34,7 @@ from estimator.train_config.hf_args import map_optim
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
 from estimator.train_config.vocab import (
+    AS_SFT_UNDERESTIMATES,
     add_bank_targets,
     lora_targets,
     map_attention,
@@ -420,7 +421,7 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     m.get(data, "liger_rope")
     rl = m.get(data, "rl")
     if rl:
-        m.ignore("rl", f"{rl!r} training (TRL's preference/RL trainers) is not modelled: as SFT")
+        m.ignore("rl", f"{rl!r} training (TRL's preference/RL trainers) is {AS_SFT_UNDERESTIMATES}")
     else:  # core/trainers/base.py:72-82, 445-450: AxolotlTrainer(Trainer), the Trainer's loss
         set_trainer_loss(m, "axolotl's AxolotlTrainer (transformers Trainer)")
     for key in ("liger_cross_entropy", "liger_layer_norm", "liger_rms_norm_gated"):

@@ -27,6 +27,7 @@ from estimator.train_config.hf_args import map_eval_batch, map_trainer_args
 from estimator.train_config.llamafactory_v1 import V1_KEYS, read_llamafactory_v1
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.vocab import (
+    AS_SFT_UNDERESTIMATES,
     lora_targets,
     map_attention,
     set_trainer_loss,
@@ -82,7 +83,7 @@ def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfi
     if stage in (None, "sft", "pt"):
         set_trainer_loss(m, "LLaMA-Factory's CustomSeq2SeqTrainer / CustomTrainer")
     else:  # dpo, kto, ppo, rm: TRL's trainers or a value head, other losses
-        m.ignore("stage", f"stage {stage!r} is not modelled: estimated as SFT")
+        m.ignore("stage", f"stage {stage!r} is {AS_SFT_UNDERESTIMATES}")
     _custom_losses(m, data)
     length = m.get(data, "cutoff_len")
     m.seq_lens = [whole_number(length, "cutoff_len") if length is not None else 2048]

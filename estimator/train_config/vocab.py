@@ -78,6 +78,16 @@ ATTENTION: dict[str, str] = {
 }
 
 
+# what a preference / RL trainer adds to an SFT step, said where one is estimated as SFT: TRL's
+# DPOTrainer puts each row's chosen and rejected sequences in one batch (trl f2cd57710
+# trainer/dpo_trainer.py:355-358) and runs a reference forward besides the policy's (:1364-1385)
+AS_SFT_UNDERESTIMATES = (
+    "not modelled: estimated as SFT of one sequence per row, an underestimate (a DPO step runs "
+    "each row's chosen and rejected sequences together and a reference model's forward, trl "
+    "trainer/dpo_trainer.py:355-358, 1364-1385)"
+)
+
+
 def set_trainer_loss(m: TrainConfigMapping, trainer: str) -> None:
     """`loss: full` for a config run by transformers' Trainer (`trainer` names it or its
     subclass), unless a key of the config chose another loss (Liger, Cut Cross-Entropy,
