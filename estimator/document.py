@@ -18,7 +18,7 @@ from estimator.gpu_options import GpuOption, check_devices, parse_gpu_options
 from estimator.memo import Memo, setup_key
 from estimator.memory.weights import check_stored_quantization
 from estimator.model_source import resolve_model
-from estimator.presets import PRESET_SOURCES, preset_config, preset_ids
+from estimator.presets import PRESET_SOURCES, PRESET_TRANSCRIBED, preset_config, preset_ids
 from estimator.profile import Profile, load_profile
 from estimator.profile import list_profiles as _list_profiles
 from estimator.rows import estimate_rows, model_summary
@@ -355,6 +355,8 @@ def list_presets() -> list[dict[str, Any]]:
                 "model_type": spec.model_type,
                 "params_total": spec.params_total,
                 "source": PRESET_SOURCES[pid],
+                # where a preset not from shared/reference was read (estimator/presets.py)
+                "transcribed_from": PRESET_TRANSCRIBED.get(pid),
             }
         )
     return out

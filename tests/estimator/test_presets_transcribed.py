@@ -51,3 +51,14 @@ def test_the_hub_id_resolves_to_the_preset_without_the_network(preset: str) -> N
     from the shipped file, with no download."""
     repo = PRESET_SOURCES[preset].split(" ")[0]
     assert preset_or_hub(repo) == {"preset": preset}
+
+
+def test_the_preset_list_says_where_a_transcribed_preset_was_read() -> None:
+    """`trainfit presets` and `GET /v1/models` (estimator.document.list_presets) carry the
+    transcription's provenance; presets copied from shared/reference have none."""
+    from estimator.document import list_presets
+
+    listed = {p["id"]: p for p in list_presets()}
+    assert listed["qwen2.5-7b"]["transcribed_from"] == PRESET_TRANSCRIBED["qwen2.5-7b"]
+    assert "citsjtu2020/LLM-Prof" in listed["qwen2.5-7b"]["transcribed_from"]
+    assert listed["llama-3.1-8b"]["transcribed_from"] is None

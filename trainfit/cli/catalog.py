@@ -13,8 +13,9 @@ def cmd_presets(args: argparse.Namespace) -> int:
     from estimator.document import list_presets
 
     for p in list_presets():
+        read = f" (read from {p['transcribed_from']})" if p["transcribed_from"] else ""
         sys.stdout.write(
-            f"{p['id']:<16} {p['model_type']:<12} {p['params_total']:>16,}  {p['source']}\n"
+            f"{p['id']:<16} {p['model_type']:<12} {p['params_total']:>16,}  {p['source']}{read}\n"
         )
     return EXIT_OK
 
