@@ -101,11 +101,14 @@ def preset_or_hub(text: str) -> dict[str, str]:
 def preset_for_repo(text: str) -> str | None:
     """The preset shipped from that repo's config.json (`PRESET_SOURCES` says `ORG/NAME
     config.json`), for an id without `@revision`: answered from the package, no network."""
-    from estimator.presets import PRESET_SOURCES
+    from estimator.presets import PRESET_ALSO_FOR, PRESET_SOURCES
 
     hub = parse_hub_id(text)
     if hub.revision is not None:
         return None
+    also = {repo.lower(): preset for repo, preset in PRESET_ALSO_FOR.items()}
+    if hub.repo.lower() in also:
+        return also[hub.repo.lower()]
     for preset, source in PRESET_SOURCES.items():
         repo, _, rest = source.partition(" ")
         if rest == "config.json" and repo.lower() == hub.repo.lower():

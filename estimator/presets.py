@@ -65,6 +65,11 @@ PRESET_TRANSCRIBED = {
 }
 
 
+# other repos whose config.json has the preset's architecture fields, seen in the transcription
+# read: the 1B preset was read from the Instruct repo's config (PRESET_TRANSCRIBED)
+PRESET_ALSO_FOR = {"meta-llama/Llama-3.2-1B-Instruct": "llama-3.2-1b"}
+
+
 def preset_ids() -> list[str]:
     return sorted(PRESET_SOURCES)
 

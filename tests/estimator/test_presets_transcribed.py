@@ -62,3 +62,12 @@ def test_the_preset_list_says_where_a_transcribed_preset_was_read() -> None:
     assert listed["qwen2.5-7b"]["transcribed_from"] == PRESET_TRANSCRIBED["qwen2.5-7b"]
     assert "citsjtu2020/LLM-Prof" in listed["qwen2.5-7b"]["transcribed_from"]
     assert listed["llama-3.1-8b"]["transcribed_from"] is None
+
+
+def test_the_instruct_repo_the_1b_preset_was_read_from_resolves_to_it() -> None:
+    """The 1B transcription is of meta-llama/Llama-3.2-1B-Instruct's config.json (the same
+    architecture fields as the base repo's): a config naming either is priced offline."""
+    assert preset_or_hub("meta-llama/Llama-3.2-1B-Instruct") == {"preset": "llama-3.2-1b"}
+    assert preset_or_hub("meta-llama/Llama-3.2-3B-Instruct") == {
+        "hub": "meta-llama/Llama-3.2-3B-Instruct"
+    }
