@@ -106,9 +106,9 @@ def preset_for_repo(text: str) -> str | None:
     hub = parse_hub_id(text)
     if hub.revision is not None:
         return None
-    also = {repo.lower(): preset for repo, preset in PRESET_ALSO_FOR.items()}
-    if hub.repo.lower() in also:
-        return also[hub.repo.lower()]
+    for repo, preset in PRESET_ALSO_FOR.items():
+        if repo.lower() == hub.repo.lower():
+            return preset
     for preset, source in PRESET_SOURCES.items():
         repo, _, rest = source.partition(" ")
         if rest == "config.json" and repo.lower() == hub.repo.lower():

@@ -275,8 +275,9 @@ def _lora_targets(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
     and shared-expert Linears of those names keep their adapters, as do the routers. So do
     those MLP names in a target list or regex (`_remapped_names`: the banks they add). peft
     0.21 moved the names to the expert parameters only, leaving those Linears unadapted."""
-    _remapped_names(spec, setup, _lora_targets_before_remap(spec, setup))  # its errors
-    return _lora_targets_before_remap(spec, setup)
+    chosen = _lora_targets_before_remap(spec, setup)
+    _remapped_names(spec, setup, chosen)  # peft's errors (gate_proj without up_proj)
+    return chosen
 
 
 def _lora_targets_before_remap(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:

@@ -879,29 +879,8 @@ def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_pro
     larger, that one counts. GPT-2's down projection is `mlp.c_proj` (transformers 5.24.0
     models/gpt2/modeling_gpt2.py GPT2MLP.forward)."""
     cb = ctx.compute_bytes
-    h, m = spec.hidden or 0, spec.intermediate or 0
-    down = down_name in ctx.targets
-    held = 3 * cb * h  # the residual, the MLP input, down_proj's base output
-    if ctx.recomputed:  # without checkpointing the forward runs before any gradient exists
-        held += 2 * cb * h
-    else:
-        held += embeddings_held(ctx, spec)
-    if residual_is_saved(ctx):  # the post-attention norm's saved input, counted there
-        held -= cb * h
-    if not (ctx.full or (down and ctx.adapter_shared)):
-        held += cb * m  # down_proj's input, not saved by a frozen Linear
-    if down and not ctx.full:
-        held += ctx.adapter_transient * m
-    if down and not ctx.full and not ctx.autocast and ctx.adapter_bytes != cb:
-        # peft 0.21.2 tuners/lora/layer.py Linear.forward adds the branch in the adapter's
-        # dtype, `result = result + lora_B(lora_A(dropout(x))) * scaling`, then casts back,
-        # `result.to(torch_result_dtype)`. The backward of those three ops needs no saved
-        # tensor, so it runs before the recompute and leaves, besides the incoming gradient,
-        # the base output's gradient cast back to its dtype (the engine casts a gradient to
-        # its input's dtype) and the branch's scaled gradient in the adapter's dtype pending
-        # for the two matmuls' backward; under autocast the branch is bf16 and the base
-        # output's gradient is the incoming one itself
-        held += ctx.adapter_bytes * h
+    h = spec.hidden or 0
+    held = _down_branch_held(ctx, spec, spec.intermediate or 0, down_name in ctx.targets)
     if ctx.torchtune:  # `torchtune_modules` 4
         held += cb * h  # attn_out
         adapted = {"gate_proj", "up_proj"} & ctx.targets
@@ -925,18 +904,41 @@ def _shared_forward_transient(ctx: Context, spec: ModelSpec) -> float:
     s = spec.moe.shared_intermediate or 0
     if not s or ctx.full or "down_proj" not in ctx.targets:
         return 0.0
-    cb, h = ctx.compute_bytes, spec.hidden or 0
-    held = 3 * cb * h  # the residual, the block's input, down_proj's base output
+    held = _down_branch_held(ctx, spec, s, True)
     if shared_after_routed(spec):
-        held += cb * h  # the routed experts' output, waiting for the add
-    held += 2 * cb * h if ctx.recomputed else embeddings_held(ctx, spec)
-    if residual_is_saved(ctx):
+        held += ctx.compute_bytes * (spec.hidden or 0)  # the routed output, waiting for the add
+    return float(held)
+
+
+def _down_branch_held(ctx: Context, spec: ModelSpec, width: int, down: bool) -> float:
+    """Bytes per token an MLP of `width` holds, besides the saved tensors, when its forward
+    reaches down_proj's LoRA branch (`down`: down_proj adapted): the residual, the MLP's input,
+    down_proj's base output, the recompute's two gradients (or, in the first forward, the
+    embeddings it keeps), down_proj's input where nothing saves it, the branch's unsaved input
+    copies; the sources are `_forward_transient`'s."""
+    cb = ctx.compute_bytes
+    h = spec.hidden or 0
+    held = 3 * cb * h  # the residual, the MLP input, down_proj's base output
+    if ctx.recomputed:  # without checkpointing the forward runs before any gradient exists
+        held += 2 * cb * h
+    else:
+        held += embeddings_held(ctx, spec)
+    if residual_is_saved(ctx):  # the post-attention norm's saved input, counted there
         held -= cb * h
-    if not ctx.adapter_shared:
-        held += cb * s  # down_proj's input, which its frozen base layer does not save
-    held += ctx.adapter_transient * s
-    if not ctx.autocast and ctx.adapter_bytes != cb:
-        held += ctx.adapter_bytes * h  # as `_forward_transient`: the branch's scaled gradient
+    if not (ctx.full or (down and ctx.adapter_shared)):
+        held += cb * width  # down_proj's input, not saved by a frozen Linear
+    if down and not ctx.full:
+        held += ctx.adapter_transient * width
+    if down and not ctx.full and not ctx.autocast and ctx.adapter_bytes != cb:
+        # peft 0.21.2 tuners/lora/layer.py Linear.forward adds the branch in the adapter's
+        # dtype, `result = result + lora_B(lora_A(dropout(x))) * scaling`, then casts back,
+        # `result.to(torch_result_dtype)`. The backward of those three ops needs no saved
+        # tensor, so it runs before the recompute and leaves, besides the incoming gradient,
+        # the base output's gradient cast back to its dtype (the engine casts a gradient to
+        # its input's dtype) and the branch's scaled gradient in the adapter's dtype pending
+        # for the two matmuls' backward; under autocast the branch is bf16 and the base
+        # output's gradient is the incoming one itself
+        held += ctx.adapter_bytes * h
     return float(held)
 
 

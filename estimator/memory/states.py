@@ -374,10 +374,7 @@ def trained_tensors(spec: ModelSpec, setup: TrainingSetup) -> int:
     (`norms_per_layer` per layer, q/k norms, the final norm), the embedding, and one tensor per
     other parameter group (a lower bound for groups repeated per layer)."""
     if setup.is_adapter:
-        n = 2 * sum(t.count for t in lora_targets(spec, setup))
-        if saved_module_params(spec, setup):
-            n += 1 if spec.tied_embeddings else 2
-        return n
+        return 2 * sum(t.count for t in lora_targets(spec, setup)) + _saved_tensors(spec, setup)
     linears = sum(lin.count * (2 if lin.bias else 1) for lin in spec.linears)
     layers = spec.layers or 0
     norms = layers * (spec.norms_per_layer + (2 if spec.qk_norm else 0)) + 1

@@ -9,8 +9,9 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
+from estimator.setup_choices import Optimizer
 from trainfit.cli.stack_options import CHECKPOINTING, LOSSES, add_stack_options, stack_overrides
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
     g.add_argument(
         "--optimizer",
         default="adamw",
-        choices=["adamw", "adamw-8bit", "adamw-4bit", "sgd", "sgd-momentum", "adafactor", "lion"],
+        choices=get_args(Optimizer),
         help="optimizer (its states per trained parameter)",
     )
     g.add_argument(
