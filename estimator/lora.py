@@ -4,7 +4,7 @@ peft (`tuners/lora/model.py`, `utils/other.py`): a target name matches a module 
 with it; `all-linear` means every `nn.Linear` except the output layer (lm_head). Each adapted
 Linear gains `lora_A` (r x in) and `lora_B` (out x r): r * (in + out) parameters, no bias.
 Expert banks (transformers v5 fuses experts into 3-D parameters, not nn.Linear) are adapted
-under `all-linear`, as peft 0.21 does through its weight-conversion tables, or when named as
+under `all-linear`, as peft 0.22 does through its weight-conversion tables, or when named as
 peft's `target_parameters` (`experts.gate_up_proj`, `experts.down_proj`, or `experts` for
 both: `BANK_TARGETS`), which wraps each named parameter in a ParamWrapper of rank r.
 """
@@ -45,15 +45,15 @@ def split_targets(text: str) -> list[str]:
     return [t.strip() for t in text.replace("\n", ",").split(",") if t.strip()]
 
 
-# peft's `all-linear` wildcard (peft 0.21.2 utils/constants.py:404, compared lowercased at
-# tuners/tuners_utils.py:2441), and the underscore spelling trainfit takes for it too
+# peft's `all-linear` wildcard (peft 0.22.0 utils/constants.py:405, compared lowercased at
+# tuners/tuners_utils.py:2585), and the underscore spelling trainfit takes for it too
 PEFT_ALL_LINEAR = ("all-linear", "all_linear")
 
 
 # LoraConfig(target_modules=None): peft takes the targets of the model's config.json
 # `model_type` from TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING and raises "Please
-# specify `target_modules` in `peft_config`" for a type it lacks (peft 0.21.2
-# tuners/tuners_utils.py:410-413, tuners/lora/model.py:240). The decoder entries of that table
+# specify `target_modules` in `peft_config`" for a type it lacks (peft 0.22.0
+# tuners/tuners_utils.py:421-424, tuners/lora/model.py:230). The decoder entries of that table
 # (utils/constants.py:67-108), a string entry as a `re:` pattern. `peft-default` asks for them.
 PEFT_DEFAULT = "peft-default"
 PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
@@ -95,9 +95,9 @@ def peft_default_targets(spec: ModelSpec) -> list[str]:
     model_type = peft_model_type(spec)
     if spec.peft_fused_experts:
         # transformers v5's MoE remap runs first and turns None into an empty set, so the
-        # table is never read (peft 0.21.2 tuners_utils.py:833-849, 410;
-        # utils/transformers_weight_conversion.py:437-438) and peft raises
-        # NoMatchingPeftModuleError (tuners_utils.py:1058-1062)
+        # table is never read (peft 0.22.0 tuners_utils.py:877-893, 421;
+        # utils/transformers_weight_conversion.py:446-447) and peft raises
+        # NoMatchingPeftModuleError (tuners_utils.py:1107-1111)
         raise EstimatorInputError(
             "setup.lora_targets",
             f"peft with transformers v5 finds no default targets for {model_type!r}, whose "
@@ -219,8 +219,8 @@ def _has_expert_banks(spec: ModelSpec) -> bool:
 
 
 # nn.Linear subclasses whose forward returns a tuple: peft wraps them as any Linear and its
-# LoRA forward reads `result.dtype` of the base layer's output (peft 0.21.2
-# tuners/lora/layer.py:1089), which fails on the first step. Llama 4's router
+# LoRA forward reads `result.dtype` of the base layer's output (peft 0.22.0
+# tuners/lora/layer.py:1192), which fails on the first step. Llama 4's router
 # (transformers 5.25.0 models/llama4/modeling_llama4.py:145-156 `Llama4Router(nn.Linear)`
 # returns (router_scores, router_logits)); checked by building the model with
 # target_modules="all-linear" and running one forward.
@@ -236,15 +236,15 @@ def lora_targets(spec: ModelSpec, setup: TrainingSetup) -> list[Linear]:
         raise EstimatorInputError(
             "setup.lora_dropout",
             "these targets adapt the fused expert banks, which peft wraps in a ParamWrapper; "
-            "it refuses lora_dropout != 0 (peft 0.21.2 tuners/lora/layer.py:2363-2366): use 0",
+            "it refuses lora_dropout != 0 (peft 0.22.0 tuners/lora/layer.py:2532-2535): use 0",
         )
     bad = TUPLE_LINEARS.get(spec.model_type)
     if bad and any(lin.name == bad for lin in chosen):
         raise EstimatorInputError(
             "setup.lora_targets",
             f"these targets adapt {spec.model_type}'s {bad!r}, an nn.Linear whose forward "
-            "returns a tuple; peft's LoRA forward fails on it at the first step (peft 0.21.2 "
-            "tuners/lora/layer.py:1089 `result.dtype`); name the projections instead, e.g. "
+            "returns a tuple; peft's LoRA forward fails on it at the first step (peft 0.22.0 "
+            "tuners/lora/layer.py:1192 `result.dtype`); name the projections instead, e.g. "
             + ",".join(_names_but(chosen, bad)),
         )
     return chosen
@@ -328,7 +328,7 @@ def _lora_targets_before_remap(spec: ModelSpec, setup: TrainingSetup) -> list[Li
 def unmatched_targets(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
     """Target names (not patterns, bank parameters or the all-linear / peft-default words)
     that match no Linear of the model. peft leaves such names out as long as another target
-    matches, and raises only when none does (peft 0.21.2 tuners/tuners_utils.py:1051-1071):
+    matches, and raises only when none does (peft 0.22.0 tuners/tuners_utils.py:1100-1120):
     axolotl's GLM-4.7-Flash examples name q_proj, k_proj, v_proj and o_proj on an MLA model,
     where only o_proj exists. trainfit does the same and says which names it left out
     (`rows.model_summary` notes); all unmatched is an error naming the target list."""
@@ -352,8 +352,8 @@ _UNMATCHED: Memo[tuple[str, ...]] = Memo()  # per (spec, targets): once, not per
 
 
 MLP_NAMES = ("gate_proj", "up_proj", "down_proj")
-# peft's `target_parameters` on transformers v5's fused expert parameters (peft 0.21.2
-# tuners/lora/config.py:607-620, tuners_utils.py:1155 `_inject_parameters`: a parameter whose
+# peft's `target_parameters` on transformers v5's fused expert parameters (peft 0.22.0
+# tuners/lora/config.py:683-694, tuners_utils.py:1225 `_inject_parameters`: a parameter whose
 # name ends with the target is wrapped), as axolotl's `lora_target_parameters` spells them:
 # the bank kinds each token adapts
 BANK_TARGETS = {

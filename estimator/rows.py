@@ -231,8 +231,8 @@ def _target_notes(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
             return []
         return [
             f"lora_targets {', '.join(unmatched)}: no such module in {spec.model_type}; peft "
-            "leaves them out while another target matches (peft 0.21.2 "
-            "tuners/tuners_utils.py:1051-1071), and so does this estimate"
+            "leaves them out while another target matches (peft 0.22.0 "
+            "tuners/tuners_utils.py:1100-1120), and so does this estimate"
         ]
     names = ", ".join(peft_default_targets(spec))
     model_type = peft_model_type(spec)

@@ -275,7 +275,7 @@ def rope_table_bytes(spec: ModelSpec, setup: TrainingSetup, seq: Any) -> Any:
 
 def stream_bytes(setup: TrainingSetup, compute_bytes: int) -> int:
     """Dtype of the residual stream: fp32 once peft's prepare_model_for_kbit_training has cast
-    the embeddings and norms to fp32 (peft 0.21.2 utils/other.py:205-209) and bnb's Linear4bit
+    the embeddings and norms to fp32 (peft 0.22.0 utils/other.py:234-238) and bnb's Linear4bit
     returns its input's dtype (bitsandbytes 0.50.2 nn/modules.py:626-637)."""
     return FP32 if kbit_fp32(setup) else compute_bytes
 
@@ -284,11 +284,11 @@ def _adapter_inputs(
     setup: TrainingSetup, stream: int, adapter: int, autocast: bool
 ) -> tuple[int, int, int, int]:
     """(shared, each, rank, mask) bytes per element of what peft's LoRA forward
-    `lora_B(lora_A(dropout(x)))` saves (peft 0.21.2 tuners/lora/layer.py:1098-1102; bnb layers
-    tuners/lora/bnb.py:203-209).
+    `lora_B(lora_A(dropout(x)))` saves (peft 0.22.0 tuners/lora/layer.py:1201-1205; bnb layers
+    tuners/lora/bnb.py:213-219).
     No autocast: x is cast to the adapter dtype (`_cast_input_dtype`), one copy per adapter
     unless the dtypes agree, then shared. Autocast: the bnb path skips the cast
-    (bnb.py:206 `requires_conversion = not torch.is_autocast_enabled()`) and autocast runs
+    (bnb.py:216 `requires_conversion = not torch.is_autocast_enabled()`) and autocast runs
     lora_A in bf16: a bf16 stream is shared as is, an fp32 stream (kbit) gets a bf16 copy per
     adapter; the plain path casts to fp32 first, so autocast makes a bf16 copy per adapter.
     Dropout p > 0 (torch native_dropout, torch/_decomp/decompositions.py:1280-1290): a bool mask
@@ -310,10 +310,10 @@ def _adapter_inputs(
 
 def _adapter_transient(setup: TrainingSetup, stream: int, adapter: int, autocast: bool) -> int:
     """Bytes per element of what peft's LoRA branch makes of its input and does not save, alive
-    while the branch runs (peft 0.21.2 tuners/lora/layer.py:1098-1102: `x =
+    while the branch runs (peft 0.22.0 tuners/lora/layer.py:1201-1205: `x =
     self._cast_input_dtype(x, lora_A.weight.dtype)` stays bound until the loop ends;
-    `lora_A(dropout(x))`): the cast copy (tuners_utils.py:2233-2235, only when the dtypes
-    differ; the bnb layers skip it under autocast, bnb.py:206) unless lora_A saves it, and the
+    `lora_A(dropout(x))`): the cast copy (tuners_utils.py:2339-2341, only when the dtypes
+    differ; the bnb layers skip it under autocast, bnb.py:216) unless lora_A saves it, and the
     dropout output unless lora_A saves it (under autocast lora_A saves its own bf16 cast of a
     non-bf16 input instead, see `_adapter_inputs`)."""
     if not setup.is_adapter:
@@ -874,7 +874,7 @@ def _forward_transient(ctx: Context, spec: ModelSpec, down_name: str = "down_pro
     branch. The decoder layer holds the residual and the MLP's input, the MLP holds down_proj's
     input (transformers 5.24.0 models/llama/modeling_llama.py:164
     `down_proj(act_fn(gate_proj(x)) * up_proj(x))`, :306-313), peft holds the base layer's
-    output `result` (peft 0.21.2 tuners/lora/layer.py:1088) and the branch's unsaved copies of
+    output `result` (peft 0.22.0 tuners/lora/layer.py:1191) and the branch's unsaved copies of
     the input (`_adapter_transient`). Where the backward moment (`layer_activations`' transient) is
     larger, that one counts. GPT-2's down projection is `mlp.c_proj` (transformers 5.24.0
     models/gpt2/modeling_gpt2.py GPT2MLP.forward)."""
@@ -930,7 +930,7 @@ def _down_branch_held(ctx: Context, spec: ModelSpec, width: int, down: bool) -> 
     if down and not ctx.full:
         held += ctx.adapter_transient * width
     if down and not ctx.full and not ctx.autocast and ctx.adapter_bytes != cb:
-        # peft 0.21.2 tuners/lora/layer.py Linear.forward adds the branch in the adapter's
+        # peft 0.22.0 tuners/lora/layer.py Linear.forward adds the branch in the adapter's
         # dtype, `result = result + lora_B(lora_A(dropout(x))) * scaling`, then casts back,
         # `result.to(torch_result_dtype)`. The backward of those three ops needs no saved
         # tensor, so it runs before the recompute and leaves, besides the incoming gradient,
@@ -971,7 +971,7 @@ def embeddings_held(ctx: Context, spec: ModelSpec) -> int:
 
 def _input_projection_moment(ctx: Context, spec: ModelSpec) -> float:
     """Bytes per token alive besides the saved tensors while peft's LoRA branch of the MLP's
-    input projection finishes (peft 0.21.2 tuners/lora/layer.py:1088-1113: `result =
+    input projection finishes (peft 0.22.0 tuners/lora/layer.py:1191-1216: `result =
     self.base_layer(x)`, then `result = result + lora_B(lora_A(dropout(x))) * scaling` in the
     branch's dtype): the base output, lora_B's output and its scaled copy, each as wide as the
     projection's output (the fused gate_up_proj of Phi-3: twice the MLP width), in the
@@ -1218,9 +1218,9 @@ def _down_output_unread(spec: ModelSpec) -> bool:
 def _merged_expert_weights(ctx: Context, spec: ModelSpec) -> tuple[float, float]:
     """peft's ParamWrapper adapts a fused expert parameter by parametrization: each forward
     builds W + scale * B @ A, a tensor the size of the whole expert bank in the weight's
-    dtype, kept for the backward (peft 0.21.2 tuners/lora/layer.py:2319-2323, `baddbmm` with
+    dtype, kept for the backward (peft 0.22.0 tuners/lora/layer.py:2488-2492, `baddbmm` with
     autocast off), with lora_A and lora_B cast to that dtype (`get_delta_factors`,
-    :2530-2541: `lhs.to(param.dtype)`, copies where the adapters are fp32), which the baddbmm
+    :2712-2722: `lhs.to(param.dtype)`, copies where the adapters are fp32), which the baddbmm
     saves for their gradients; the backward materialises each bank's gradient, the size of the
     bank. (saved, transient) bytes of one layer: the merged banks and the factor copies; the
     down bank's gradient, made while the merged gate_up bank and the routed experts' saved

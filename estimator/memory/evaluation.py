@@ -53,8 +53,8 @@ torchtune :881), so no activation is saved; the most alive is the larger of
   up_proj(x))`, and LlamaDecoderLayer.forward, which keeps `residual` across it): at the
   product, the residual, the MLP's input, `act_fn(gate)`, `up` and their product (3 MLP-wide
   tensors; Liger's SwiGLU makes the product from gate and up in one kernel, the same three);
-  a LoRA branch on gate_proj or up_proj adds lora_B's output and its scaled copy (peft 0.21.2
-  tuners/lora/layer.py:1088 `result = result + lora_B(lora_A(dropout(x))) * scaling`;
+  a LoRA branch on gate_proj or up_proj adds lora_B's output and its scaled copy (peft 0.22.0
+  tuners/lora/layer.py:1205 `result = result + lora_B(lora_A(dropout(x))) * scaling`;
   dropout is the identity in eval mode), in the adapter's dtype without autocast, with the
   input's cast copy (`_cast_input_dtype`).
   attention (LlamaAttention.forward): its input, q and apply_rotary_pos_emb's temporaries

@@ -216,7 +216,7 @@ def trained_embedding_params(spec: ModelSpec, setup: TrainingSetup) -> int:
 
 def saved_module_params(spec: ModelSpec, setup: TrainingSetup) -> int:
     """peft `modules_to_save` (here embed_tokens and an untied lm_head): a trainable copy of
-    each module, the original kept (peft 0.21.2 utils/other.py ModulesToSaveWrapper)."""
+    each module, the original kept (peft 0.22.0 utils/other.py:660 ModulesToSaveWrapper)."""
     if not (setup.is_adapter and setup.train_embeddings):
         return 0
     head = (

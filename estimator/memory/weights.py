@@ -89,7 +89,7 @@ def check_stored_quantization(spec: ModelSpec, setup: TrainingSetup) -> None:
 
 
 def kbit_fp32(setup: TrainingSetup) -> bool:
-    """peft's prepare_model_for_kbit_training (peft 0.21.2 utils/other.py:205-209) casts every
+    """peft's prepare_model_for_kbit_training (peft 0.22.0 utils/other.py:234-238) casts every
     fp16/bf16 parameter that is not Params4bit to fp32: norms, embeddings, lm_head and any
     unquantized weight; bnb's Linear4bit then returns its input's dtype (bitsandbytes 0.50.2
     nn/modules.py:626-637), so the residual stream is fp32 too."""

@@ -1,16 +1,16 @@
 """A PEFT `adapter_config.json` (a `LoraConfig` as `save_pretrained` writes it).
 
-Field names and defaults read from peft 0.21.2, `src/peft/tuners/lora/config.py`: `r` (default
-8, line 632), `target_modules` (633: a list of module names, or a string peft matches as a
-regular expression over whole module names), `exclude_modules` (648), `lora_alpha` (default 8,
-652), `lora_dropout` (default 0.0, 653), `bias` (658: none | all | lora_only), `use_rslora`
-(661), `modules_to_save` (672), `layers_to_transform` / `layers_pattern` (722-729),
-`rank_pattern` / `alpha_pattern` (737-746), `trainable_token_indices` (781), `use_dora` (832),
-`layer_replication` (909), `lora_bias` (931); `target_parameters` (941) naming MoE expert banks
+Field names and defaults read from peft 0.22.0, `src/peft/tuners/lora/config.py`: `r` (default
+8, line 708), `target_modules` (709: a list of module names, or a string peft matches as a
+regular expression over whole module names), `exclude_modules` (724), `lora_alpha` (default 8,
+728), `lora_dropout` (default 0.0, 729), `bias` (734: none | all | lora_only), `use_rslora`
+(737), `modules_to_save` (748), `layers_to_transform` / `layers_pattern` (807-814),
+`rank_pattern` / `alpha_pattern` (822-831), `trainable_token_indices` (866), `use_dora` (930),
+`layer_replication` (1007), `lora_bias` (1029); `target_parameters` (1039) naming MoE expert banks
 is read (estimator.lora BANK_TARGETS), other parameters reported; and from
-`src/peft/config.py`: `peft_type` (89), `task_type` (88), `base_model_name_or_path`,
+`src/peft/config.py`: `peft_type` (109), `task_type` (108), `base_model_name_or_path`,
 `revision`, `inference_mode`. How peft applies `exclude_modules` and `layers_to_transform`:
-`tuners/tuners_utils.py` `check_target_module_exists` (2337-2407).
+`tuners/tuners_utils.py` `check_target_module_exists` (2481-2556).
 
 An adapter config says nothing about the base's quantization (QLoRA is the base loaded in 4 bits
 plus a LoRA adapter), the optimizer, lengths or batches: those come from the command line or a
