@@ -116,8 +116,9 @@ def table() -> str:
             "logits, chunked",
             f"{_gib(s_gpu, 'logits'):.0f} (stated)",
             f"{f(_gib(d_gpu, 'logits'))} ({f(_gib(probe, 'logits'))} with `--stack probe`)",
-            "TRL's `chunked_nll`: one 256-token chunk at 12 bytes/logit, TRL's fp32 copy of "
-            "lm_head's weight, the hidden-state gradient (probe: one 4096-position chunk per row)",
+            "TRL's fused LM head: one 4096 x 32768 bf16 tile of the projection, TRL's copy of "
+            "the hidden states, their fp32 gradient and its bf16 cast, and the last norm's saved "
+            "tensors (probe: one 4096-position chunk per row at 12 bytes/logit)",
         ),
         same_part(
             "overhead",

@@ -21,6 +21,7 @@ from estimator.dtypes import BF16, FP32, compute_bytes
 from estimator.lora import expert_adapter_tensors, expert_banks, lora_targets
 from estimator.memory import liger
 from estimator.memory.activations_compiled import adapted_count, compiled_layer_saved
+from estimator.memory.logits import trl_vocab_tile
 from estimator.memory.torchtitan import (
     norm_input_reused,
     norm_saved_per_row,
@@ -250,9 +251,12 @@ def frozen_head_cast(spec: ModelSpec, setup: TrainingSetup) -> float:
     is cast on every call, uncached (torch aten/src/ATen/autocast_mode.cpp `cached_cast`:
     `can_try_cache` needs `arg.requires_grad()`, a frozen head has none); the matmul saves that
     copy for its input's gradient (tools/autograd/derivatives.yaml `mm`: `self:
-    mm_mat1_backward(grad, mat2, ...)`). TRL's chunked loss casts it per chunk, also at the
-    loss. A trained fp32 head (AMP full fine-tuning) is `autocast_forward_casts`'s."""
+    mm_mat1_backward(grad, mat2, ...)`). TRL 1.16.0's fused head never calls the Linear: it
+    casts one tile at a time (`logits.trl_logprob_bytes`), so none here. A trained fp32 head
+    (AMP full fine-tuning) is `autocast_forward_casts`'s."""
     if not (kbit_fp32(setup) and setup.autocast) or setup.loss not in ("full", "chunked"):
+        return 0.0
+    if trl_vocab_tile(setup):  # TRL 1.16.0's fused head casts one vocab tile at a time
         return 0.0
     return float(BF16 * (spec.hidden or 0) * (spec.vocab or 0))
 
@@ -503,7 +507,7 @@ def rms_norm_saved(ctx: Context, width: int, rows: int = 1, stream: bool = False
     return FP32 * width + FP32 * rows + (width * normed if ctx.full else 0)
 
 
-def head_input_saved(ctx: Context, spec: ModelSpec, loss: str) -> float:
+def head_input_saved(ctx: Context, spec: ModelSpec, loss: str, fused_input: int = 0) -> float:
     """Bytes per token the model's last norm and the head Linear keep for the backward. The
     last norm runs after every (checkpointed) decoder layer, so what it saves lives through the
     loss: transformers LlamaModel.norm (modeling_llama.py LlamaRMSNorm: fp32 upcast, rsqrt,
@@ -513,7 +517,10 @@ def head_input_saved(ctx: Context, spec: ModelSpec, loss: str) -> float:
     fp32 r per row (unsloth kernels/rms_layernorm.py:205); GPT-2's ln_f (nn.LayerNorm) its input,
     mean and rstd. The head's input is saved as any Linear input (`inputs_saved`), except by
     losses that take the hidden states and make their gradient in the forward (Liger
-    fused_linear_cross_entropy.py:72, unsloth_zoo cross_entropy_loss.py:243)."""
+    fused_linear_cross_entropy.py:72, unsloth_zoo cross_entropy_loss.py:243). TRL 1.16.0's fused
+    LM head (`fused_input`: the hidden states' bytes per value, `logits.trl_logprob_bytes`) saves
+    its own copy of the positions with a label whatever trains (trl/trainer/utils.py:1645
+    `hidden_states[mask]`, kept by trl/kernels/chunked_logprob.py:386)."""
     h = spec.hidden or 0
     norm: float
     if spec.model_type == "gpt2":
@@ -524,6 +531,8 @@ def head_input_saved(ctx: Context, spec: ModelSpec, loss: str) -> float:
         norm = liger.norm_saved(ctx.input_bytes, h)
     else:
         norm = rms_norm_saved(ctx, h)
+    if fused_input:
+        return norm + h * fused_input
     head = 0.0 if loss in ("liger", "unsloth") else inputs_saved(ctx, ["lm_head"], h)
     return norm + head
 

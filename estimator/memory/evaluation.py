@@ -84,6 +84,7 @@ from estimator.memory.logits import (
     chunk_positions,
     loss_bytes,
     loss_forward_bytes_per_logit,
+    trl_logprob_bytes,
 )
 from estimator.setup_rules import eval_loss_unmodelled
 from estimator.spec import LAYER_FULL, LAYER_SLIDING, MLP_DENSE, ModelSpec
@@ -116,6 +117,9 @@ def eval_loss_bytes(
         return tokens * (2 * FP32 + 8 + 8 + 4) + last_hidden
     if rule.fixed_chunked:  # a profile's hand rule for the chunked loss (seed 000)
         return tokens * 0.0 + rule.fixed_chunked + last_hidden
+    if rule.vocab_tile:  # TRL's fused head without grad, and its copy of the hidden states
+        held = trl_logprob_bytes(rule, tokens, seq, shape, dtypes, forward_only=True)
+        return held + tokens * hidden * hidden_dtype + last_hidden
     chunk = chunk_positions(rule, tokens, seq)
     if rule.num_chunks:
         upcast = 0 if logit_dtype == FP32 else FP32

@@ -3,11 +3,13 @@ their gradients, for each loss implementation a stack can run."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from estimator import lazy_numpy as np
-from estimator.dtypes import FP32
+from estimator.dtypes import BF16, FP32, INT64
+from estimator.memory.weights import amp_full, kbit_fp32
 from estimator.profile import Profile
 from estimator.stacks import load_stack
 
@@ -101,6 +103,10 @@ class LossRule:
     torchtune_eager: bool  # torchtune 0.6.1's eager loss, its own moments (`logits_bytes`)
     torchtune_backward: bool  # its backward's non-vocab tensors (`loss_backward_activations`)
     eval_skips_logits: bool = False  # setup.eval_skip_logits (memory/evaluation.py)
+    # TRL's fused LM head (the stack's `loss_vocab_tile`, `trl_logprob_bytes`): the tile
+    # buffer's columns, and the bytes per value of the head's weight; None: not that loss
+    vocab_tile: int | None = None
+    head_bytes: int = BF16
 
 
 def loss_free_fraction(setup: TrainingSetup) -> float | None:
@@ -139,7 +145,89 @@ def loss_rule(
         torchtune_eager=chunked_output and not (compiled or fixed_chunked),
         torchtune_backward=chunked_output and not compiled,
         eval_skips_logits=setup.eval_skip_logits,
+        vocab_tile=None if fixed_chunked else trl_vocab_tile(setup),
+        head_bytes=head_weight_bytes(setup),
     )
+
+
+def trl_vocab_tile(setup: TrainingSetup) -> int | None:
+    """The stack's `loss_vocab_tile` where `setup`'s loss is its chunked loss (TRL's fused LM
+    head, `trl_logprob_bytes`); None otherwise."""
+    if setup.loss != "chunked":
+        return None
+    tile = load_stack(setup.stack).get_optional("loss_vocab_tile", None)
+    return None if tile is None else int(tile)
+
+
+def head_weight_bytes(setup: TrainingSetup) -> int:
+    """Bytes per value of the LM head's weight: fp32 under AMP full fine-tuning (`amp_full`:
+    the weights stay in their fp32 load dtype), fp32 precision, or kbit preparation
+    (`kbit_fp32`: peft casts lm_head to fp32); bf16 otherwise."""
+    if amp_full(setup) or setup.precision == "fp32" or kbit_fp32(setup):
+        return FP32
+    return BF16
+
+
+def trl_tile_bytes(rule: LossRule, tokens: Any, seq: Any, compute: int) -> Any:
+    """The one vocab-wide tensor of TRL's fused head (`trl_logprob_bytes`): its tile buffer,
+    min(n, 4096) positions x `loss_vocab_tile` columns in the compute dtype."""
+    assert rule.vocab_tile
+    n = tokens - tokens / np.maximum(seq, 1)
+    return np.minimum(n, rule.chunk) * rule.vocab_tile * compute
+
+
+def trl_logprob_bytes(
+    rule: LossRule,
+    tokens: Any,
+    seq: Any,
+    shape: tuple[int, int],
+    dtypes: tuple[int, int],
+    head_trained: bool = False,
+    forward_only: bool = False,
+) -> Any:
+    """TRL 1.16.0's fused LM head (`add_fused_lm_head`, trl/trainer/utils.py:1548), the
+    SFTTrainer's loss: the backbone's last hidden states but the last position of each row
+    (:1618, `n` = tokens - rows), on CUDA only the positions with a label (:1645
+    `hidden_states[mask]`: a copy, saved for the backward, counted with the head's saved input,
+    `head_input_saved`), then ChunkedLogProbFunction (trl/kernels/chunked_logprob.py:299),
+    which never makes the logits: one buffer of min(n, 4096) positions x `loss_vocab_tile`
+    columns in the compute dtype (:347, :413; the autocast dtype, else the hidden states',
+    :329-331) that each tile of the head's projection overwrites, whatever the vocabulary.
+    Forward: the int64 targets (:1647), seven fp32 statistics per position (:340-346), the
+    buffer, the hidden chunk's and the weight tile's casts to the compute dtype when they are
+    in another (:352, :356), then log_z, the log-probabilities and the entropy (:378-380).
+    Backward: the saved targets, log_z and entropy, an fp32 gradient of the hidden states
+    (:405-407), the buffer, the incoming gradient (:414), the same casts (:420, :423), and at
+    the return the gradient cast to the hidden states' dtype (:456); a trained head adds an
+    fp32 weight gradient (:408-410) and its cast to the weight's dtype (:457; none for an fp32
+    weight, whose fp32 buffer is the gradient itself). The Triton kernels that fold each tile
+    (:359-371, :430-446) and the fp32-out addmm on CUDA (:59-60) allocate nothing. `dtypes`:
+    (compute, hidden states') bytes; returns the larger moment (`forward_only`: the forward's,
+    as the no-grad evaluation runs it)."""
+    vocab, hidden = shape
+    compute, hidden_dtype = dtypes
+    assert rule.vocab_tile
+    n = tokens - tokens / np.maximum(seq, 1)
+    rows = np.minimum(n, rule.chunk)
+    tile = trl_tile_bytes(rule, tokens, seq, compute)
+    hidden_cast = rows * hidden * compute if hidden_dtype != compute else 0.0
+    weight_cast = 0.0
+    if rule.head_bytes != compute:
+        weight_cast = min(vocab, rule.vocab_tile) * hidden * compute
+    # the backward keeps its weight tile's cast in a local (`w_chunk`, :423), so from the second
+    # tile on the next cast is made while the last one is alive; the forward's is a temporary
+    tiles = np.ceil(n / rule.chunk) * math.ceil(vocab / rule.vocab_tile)
+    forward = n * (INT64 + 10 * FP32) + tile + hidden_cast + weight_cast
+    if forward_only:
+        return forward
+    grad_back = n * hidden * hidden_dtype if hidden_dtype != FP32 else 0.0
+    backward_casts = hidden_cast + weight_cast * np.where(tiles > 1, 2.0, 1.0)
+    backward = n * (INT64 + 3 * FP32 + hidden * FP32) + grad_back + tile + backward_casts
+    if head_trained:
+        head = vocab * hidden
+        cast = head * rule.head_bytes if rule.head_bytes != FP32 else 0
+        backward = backward + head * FP32 + cast
+    return np.maximum(forward, backward)
 
 
 def final_logit_softcap(spec: ModelSpec, setup: TrainingSetup, logit_dtype: int) -> int:
@@ -148,10 +236,12 @@ def final_logit_softcap(spec: ModelSpec, setup: TrainingSetup, logit_dtype: int)
     tools/autograd/derivatives.yaml `tanh: tanh_backward(grad, result)`). `full` on a stack
     running transformers' forward (its `final_logit_softcap` fact): `logits / cap`, `tanh`,
     `* cap` on the model's logits (transformers 5.25.0 models/gemma2/modeling_gemma2.py:520-523),
-    in their dtype; TRL's chunked loss (`loss_upcasts_head`) softcaps each chunk's fp32 logits
-    itself (trl v1.9.0 trl/trainer/sft_trainer.py:106-107, the model's
-    `final_logit_softcapping` read at :263); 0 elsewhere (Liger, Cut Cross-Entropy and
-    Unsloth make their logits inside their kernels; torchtune's and torchtitan's modules)."""
+    in their dtype; a chunked loss that upcasts the head (`loss_upcasts_head`, TRL v1.9.0's
+    chunked_nll) softcapped each chunk's fp32 logits itself (trl v1.9.0
+    trl/trainer/sft_trainer.py:106-107); 0 elsewhere (TRL 1.16.0's fused head softcaps inside
+    its tile kernel, trl/kernels/chunked_logprob.py:65-75 `_transform`; Liger, Cut
+    Cross-Entropy and Unsloth make their logits inside their kernels; torchtune's and
+    torchtitan's modules)."""
     if not spec.logit_softcap:
         return 0
     stack = load_stack(setup.stack)
@@ -242,6 +332,8 @@ def logits_bytes(
     (`head_grad`), which the loss's backward makes while the loss holds its tensors: added to
     the loss's one moment, or for torchtune 0.6.1's eager loss to its backward moment only
     (`chunked_output_loss_bytes`)."""
+    if rule.vocab_tile:
+        return trl_logprob_bytes(rule, tokens, seq, shape, dtypes, head_trained=bool(head_grad))
     if rule.torchtune_eager:
         vocab, hidden = shape
         chunk = chunk_positions(rule, tokens, seq)
@@ -294,6 +386,8 @@ def loss_bytes(
             return (tokens + chunk) * vocab * logit_dtype + rows + grad_hidden
         if compiled:
             return chunk * vocab * 2 * logit_dtype + rows + grad_hidden
+        if rule.vocab_tile:
+            return trl_logprob_bytes(rule, tokens, seq, shape, dtypes)
         if rule.num_chunks:
             return chunked_output_loss_bytes(tokens, chunk, vocab, logit_dtype, grad_hidden)
         head = FP32 * vocab * hidden if rule.upcasts_head else 0

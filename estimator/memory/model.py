@@ -47,6 +47,7 @@ from estimator.memory.logits import (
     loss_forward_bytes_per_logit,
     loss_free_fraction,
     loss_rule,
+    trl_tile_bytes,
 )
 from estimator.memory.outer_norms import final_norm_backward, first_norm_unsaved
 from estimator.memory.reserved import grad_tensor_sizes, slack_bytes, with_slack
@@ -403,6 +404,11 @@ def _loss_terms(
         logits_other["gradients"] = np.minimum(added, f.head_grad)
         transient = added - logits_other["gradients"]
     loss_logits = logits - logits_other.get("gradients", 0.0) - transient  # logit tensors
+    rest = tokens * 0.0  # TRL's fused head: all but its tile, its one vocab-wide tensor
+    if f.loss.vocab_tile:
+        tile = trl_tile_bytes(f.loss, tokens, seq, f.logit_dtype)
+        rest = loss_logits - tile
+        loss_logits = tile
     # the loss backward's own non-vocab most (tracked as activations), whichever moment
     # sets the loss's peak
     backward_acts = loss_backward_activations(f.loss, tokens, shape, dtypes, f.head_grad)
@@ -414,7 +420,7 @@ def _loss_terms(
     logits = logits + other
     per_logit = (tokens * vocab, *f.per_logit)
     logits, other = _with_forward_casts((logits, other), spec, f, per_logit, tokens)
-    logits_other["activations"] = other + backward_acts  # >= `transient`
+    logits_other["activations"] = other + backward_acts + rest  # >= `transient`
     return logits, loss_logits, logits_other
 
 
@@ -579,7 +585,8 @@ def _fixed(spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, amp:
         # the probe stack and a profile's hand rule for the loss (seed 000) predate this term
         hand_rule = profile.get("memory", "logits_bytes_per_logit")
         if ctx is not None and setup.stack != "probe" and not hand_rule:
-            head_input = head_input_saved(ctx, spec, setup.loss)
+            fused = stream if loss.vocab_tile else 0
+            head_input = head_input_saved(ctx, spec, setup.loss, fused_input=fused)
         hold = bool(profile.get("memory", "hold_model_output"))
         per_logit = (
             loss_forward_bytes_per_logit(logit_dtype, hold, softcap),

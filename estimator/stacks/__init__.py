@@ -81,6 +81,7 @@ OPTIONAL_FACTS = (
     "experts_dequant",
     "final_logit_softcap",
     "full_precision",
+    "loss_vocab_tile",
 )
 
 

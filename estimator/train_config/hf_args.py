@@ -9,7 +9,10 @@ Option names and defaults read from:
   `fsdp_config`, `deepspeed` (1463, a path or a dict), `torch_compile`, `num_train_epochs`.
 - trl f2cd5771 (2026-07-24) `trl/trainer/sft_config.py`: `max_length` (default 1024, line 205),
   `packing` (225), `packing_strategy` (232, default `bfd`), `padding_free` (241), `loss_type`
-  (283; unset -> `chunked_nll`, or `nll` with Liger, docstring lines 107-116),
+  (trl 1.16.0 sft_config.py:283-289: `nll` by default, `dft`, and `chunked_nll` its deprecated
+  alias; every one runs TRL's fused LM head, sft_trainer.py:1611, the hf stack's `chunked`
+  loss, but `nll` with `label_smoothing_factor` > 0, whose label smoother takes the model's
+  full logits, sft_trainer.py:1601-1607),
   `activation_offloading` (296), `model_init_kwargs` (149); class docstring: SFTConfig defaults
   `gradient_checkpointing=True` and `bf16=True` unless `fp16`. Older TRL: `max_seq_length`.
 - trl `trl/trainer/model_config.py`: `model_name_or_path`, `dtype`, `attn_implementation`,
@@ -233,13 +236,12 @@ def map_sft(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         # attention_mask with 0 to the batch's longest row
         m.set("padded_batches", True, "per_device_train_batch_size > 1 without packing")
     loss_type = m.get(data, "loss_type")
+    smoothing = m.get(data, "label_smoothing_factor")
     if "loss" not in m.setup:
-        if loss_type in (None, "chunked_nll"):
-            m.set(
-                "loss", "chunked", "loss_type" if loss_type else "loss_type (default chunked_nll)"
-            )
-        elif loss_type == "nll":
-            m.set("loss", "full", "loss_type")
+        if loss_type in (None, "nll") and isinstance(smoothing, int | float) and smoothing > 0:
+            m.set("loss", "full", "label_smoothing_factor")
+        elif loss_type in (None, "nll", "chunked_nll", "dft"):
+            m.set("loss", "chunked", "loss_type" if loss_type else "loss_type (default nll)")
         else:
             m.ignore("loss_type", f"loss {loss_type!r} is not modelled; counted as full")
     init = m.get(data, "model_init_kwargs")

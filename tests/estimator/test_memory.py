@@ -72,19 +72,40 @@ def test_loss_peak_is_twelve_bytes_per_logit_with_bf16_compute() -> None:
 
 
 def test_chunked_loss_is_bounded_by_the_chunk() -> None:
-    # bf16 weights: AMP's cast cache (test_stacks.py) would be the larger moment at 8k
-    setup = TrainingSetup(precision="bf16", loss="chunked", loss_chunk=1024)
+    # the probe stack's chunked loss; bf16 weights: AMP's cast cache (test_stacks.py) would be
+    # the larger moment at 8k
+    setup = TrainingSetup(stack="probe", precision="bf16", loss="chunked", loss_chunk=1024)
+    short = _mem(setup, seq=8192)
+    long = _mem(setup, seq=65536)
+    full = _mem(TrainingSetup(stack="probe", precision="bf16", loss="full"), seq=65536)
+    vocab_part = 1024 * LLAMA8B.vocab * 12
+    # per token: the hidden-state gradient (the probe stack leaves the head's inputs out)
+    assert float(long.components["logits"][0]) - float(short.components["logits"][0]) == (
+        pytest.approx((65536 - 8192) * LLAMA8B.hidden * 2)
+    )
+    assert float(long.components["logits"][0]) >= vocab_part
+    assert float(full.components["logits"][0]) > 10 * float(long.components["logits"][0])
+
+
+def test_trl_fused_head_holds_one_tile_whatever_the_length() -> None:
+    """The hf stack's chunked loss, TRL 1.16.0's fused LM head: one (4096 x 32768) tile in the
+    compute dtype at any length; per position its backward adds the int64 target, log_z,
+    the entropy and the incoming gradient (fp32), the fp32 hidden-state gradient and its bf16
+    cast, and per token the last norm's saved tensors and TRL's copy of the hidden states."""
+    setup = TrainingSetup(precision="bf16", loss="chunked")
+    assert setup.stack == "hf" and setup.loss_chunk == 4096
     short = _mem(setup, seq=8192)
     long = _mem(setup, seq=65536)
     full = _mem(TrainingSetup(precision="bf16", loss="full"), seq=65536)
-    vocab_part = 1024 * LLAMA8B.vocab * 12
-    # per token: the hidden-state gradient and what the last norm and the head keep
     ctx = Context.build(LLAMA8B, setup, stream_bytes(setup, compute_bytes(setup.precision)))
-    per_token = LLAMA8B.hidden * 2 + head_input_saved(ctx, LLAMA8B, "chunked")
+    h = LLAMA8B.hidden
+    per_token = 8 + 3 * 4 + h * (4 + 2) + head_input_saved(ctx, LLAMA8B, "chunked", 2)
     assert float(long.components["logits"][0]) - float(short.components["logits"][0]) == (
         pytest.approx((65536 - 8192) * per_token)
     )
-    assert float(long.components["logits"][0]) >= vocab_part
+    tile = 4096 * 32768 * 2
+    # the tile and the trained head's fp32 gradient with its bf16 cast
+    assert float(short.components["logits"][0]) > tile + LLAMA8B.vocab * h * (4 + 2)
     assert float(full.components["logits"][0]) > 10 * float(long.components["logits"][0])
 
 

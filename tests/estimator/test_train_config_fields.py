@@ -696,7 +696,16 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
     ),
     ("trl", "liger", "max_length: 512\nuse_liger_kernel: true\n", {"setup.loss": "liger"}),
     ("trl", "chunked_loss", "max_length: 512\nloss_type: chunked_nll\n", {"setup.loss": "chunked"}),
-    ("trl", "chunked_loss", "max_length: 512\nloss_type: nll\n", {"setup.loss": "full"}),
+    # TRL 1.16: nll (the default) and dft run the fused LM head too; label smoothing needs the
+    # model's full logits
+    ("trl", "chunked_loss", "max_length: 512\nloss_type: nll\n", {"setup.loss": "chunked"}),
+    ("trl", "chunked_loss", "max_length: 512\nloss_type: dft\n", {"setup.loss": "chunked"}),
+    (
+        "trl",
+        "chunked_loss",
+        "max_length: 512\nloss_type: nll\nlabel_smoothing_factor: 0.1\n",
+        {"setup.loss": "full"},
+    ),
     (
         "trl",
         "packing",
