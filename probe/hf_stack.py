@@ -386,6 +386,13 @@ class HFSession:
         self.tracker, self.env = tracker, env
         # fake: the fake mode and the tracker, active only from on_step_begin to on_step_end
         # (see `_StepModes`); None: the caller keeps its modes active throughout
+        self.trl = setup["loss"] == "chunked"  # TRL's SFTTrainer (probe/trl_stack.py)
+        if self.trl and device == "fake" and step_modes:
+            from probe.trl_stack import AllRowsValid
+
+            rows_valid = AllRowsValid()
+            rows_valid.__enter__()  # inside the caller's modes, which are active
+            step_modes = [*step_modes, rows_valid]
         self.step_modes = _StepModes(step_modes) if step_modes else None
         self.torch_device = torch.device("cuda" if device == "cuda" else "cpu")
         self._folder = tempfile.TemporaryDirectory(prefix="trainfit-probe-trainer-")
@@ -395,10 +402,15 @@ class HFSession:
         optim, optim_args = hf_optim(self.setup)
         s = self.setup
         extra = f", optim_args={optim_args!r}" if optim_args else ""
+        trainer = (
+            f"TRL {package_version('trl')} SFTTrainer.train() with SFTConfig("
+            if self.trl
+            else f"transformers {package_version('transformers')} Trainer.train() with "
+            "TrainingArguments("
+        )
         self.env["ran"].insert(
             0,
-            f"transformers {package_version('transformers')} Trainer.train() with "
-            f"TrainingArguments(optim={optim!r}{extra}, "
+            f"{trainer}optim={optim!r}{extra}, "
             f"bf16={s['autocast']}, per_device_train_batch_size={s['batch']}, "
             f"gradient_accumulation_steps={s['grad_accum']}, "
             f"gradient_checkpointing={s['checkpointing'] == 'gpu'}"
@@ -411,6 +423,12 @@ class HFSession:
         )
         if self.device == "cuda":
             return
+        if self.trl:
+            from probe.trl_stack import FAKE_SUBSTITUTED, SUBSTITUTED
+
+            self.env["substituted"].append(SUBSTITUTED)
+            if self.device == "fake":
+                self.env["substituted"].append(FAKE_SUBSTITUTED)
         if s["autocast"]:
             self.env["substituted"].append(
                 "bf16 autocast runs with the CPU's autocast op lists (torch.amp), which stand "
@@ -451,11 +469,14 @@ class HFSession:
     def _arguments(self, steps: int) -> Any:
         from transformers import TrainingArguments
 
+        arguments_class = _FakeArguments() if self.device == "fake" else TrainingArguments
+        return arguments_class(**self._argument_values(steps))
+
+    def _argument_values(self, steps: int) -> dict[str, Any]:
         s = self.setup
         optim, optim_args = hf_optim(s)
         ckpt = s["checkpointing"] == "gpu"
-        arguments_class = _FakeArguments() if self.device == "fake" else TrainingArguments
-        return arguments_class(
+        return dict(
             output_dir=self._folder.name,
             max_steps=steps,
             per_device_train_batch_size=s["batch"],
@@ -514,20 +535,44 @@ class HFSession:
 
         trainer = None
         try:
-            trainer = Trainer(
-                model=self.built.model,
-                args=self._arguments(steps),
-                train_dataset=_RandomTokens(self.vocab, seq),
-                callbacks=[callback],
-            )
-            trainer.remove_callback(PrinterCallback)  # no per-run metrics on stdout
-            trainer.train()
+            with self._trl_paths():
+                if self.trl:
+                    trainer = self._sft_trainer(seq, steps, callback)
+                else:
+                    trainer = Trainer(
+                        model=self.built.model,
+                        args=self._arguments(steps),
+                        train_dataset=_RandomTokens(self.vocab, seq),
+                        callbacks=[callback],
+                    )
+                trainer.remove_callback(PrinterCallback)  # no per-run metrics on stdout
+                trainer.train()
         except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded status
             return ("oom" if is_oom(exc) else "error", f"{type(exc).__name__}: {exc}"), None
         finally:
             if self.step_modes is not None:
                 self.step_modes.pause()  # a step that raised left the modes entered
         return None, trainer
+
+    def _sft_trainer(self, seq: int, steps: int, callback: Any) -> Any:
+        from probe.trl_stack import sft_trainer
+
+        rows = steps * self.setup["batch"] * self.setup["grad_accum"]
+        values = self._argument_values(steps)
+        fake = self.device == "fake"
+        return sft_trainer(self.built.model, values, fake, self.vocab, seq, rows, callback)
+
+    def _trl_paths(self) -> contextlib.ExitStack:
+        """TRL's CUDA paths off CUDA, and under fake tensors its masks read as a real run's
+        (probe/trl_stack.py); nothing for transformers' own Trainer or on CUDA."""
+        stack = contextlib.ExitStack()
+        if self.trl and self.device != "cuda":
+            from probe.trl_stack import cuda_paths, fake_masks_read_as_real
+
+            stack.enter_context(cuda_paths())
+            if self.device == "fake":
+                stack.enter_context(fake_masks_read_as_real())
+        return stack
 
     def _evaluate(self, trainer: Any, seq: int) -> dict[str, Any]:
         """`trainer.evaluate()` on `eval_batch` rows of `seq` tokens after the training steps,
@@ -546,7 +591,8 @@ class HFSession:
         if self.tracker is not None:
             self.tracker.reset_peak()
         try:
-            trainer.evaluate(eval_dataset=_EvalTokens(self.vocab, seq, rows))
+            with self._trl_paths():
+                trainer.evaluate(eval_dataset=_EvalTokens(self.vocab, seq, rows))
         except Exception as exc:  # noqa: BLE001 - a failure is recorded, not raised
             out["status"] = "oom" if is_oom(exc) else "error"
             out["error"] = f"{type(exc).__name__}: {exc}"

@@ -4,7 +4,8 @@
   fp32 masters, no autocast, foreach AdamW (fused on request), dropout 0, no gradient
   accumulation.
 - `hf`: transformers `Trainer` + peft (+ bitsandbytes for QLoRA / 8-bit AdamW), see
-  probe.hf_stack. Runs on the CPU, under fake tensors and on CUDA.
+  probe.hf_stack; with loss=chunked TRL's `SFTTrainer` and its fused LM head (probe.trl_stack).
+  Runs on the CPU, under fake tensors and on CUDA.
 - `torchtune`: torchtune's own single-device recipes (LoRA, QLoRA, full), see
   probe.torchtune_stack.
   Runs on the CPU, under fake tensors (a fake checkpointer) and on CUDA.
@@ -24,6 +25,9 @@ import importlib.util
 from typing import Any
 
 from probe.options import ProbeInputError
+
+# trl 1.16.0 trl/kernels/chunked_logprob.py:31 TOKEN_CHUNK_SIZE: the fused LM head's tile
+TRL_TOKEN_TILE = 4096
 
 __all__ = ["check_stack", "NOT_RUNNABLE"]
 
@@ -91,12 +95,17 @@ def _check_hf_stack(setup: dict[str, Any], device: str) -> None:
             "qlora cannot be traced with fake tensors: bitsandbytes quantises real weights "
             "while transformers loads them; run it on cpu or cuda",
         )
-    if setup["loss"] == "chunked":
+    if setup["loss"] == "chunked" and not _has("trl"):
         raise ProbeInputError(
             "setup.loss",
-            "transformers' Trainer computes the loss from the model's full logits; it has no "
-            "chunked loss (Liger's fused linear cross entropy, --loss liger, needs CUDA/triton). "
-            "Use --stack probe for the probe's chunked loss",
+            "loss=chunked on the hf stack runs TRL's SFTTrainer (its fused LM head); install "
+            "trl (the probe extra), or use --loss full for transformers' own loss",
+        )
+    if setup["loss"] == "chunked" and setup["loss_chunk"] != TRL_TOKEN_TILE:
+        raise ProbeInputError(
+            "setup.loss_chunk",
+            f"TRL's fused LM head tiles {TRL_TOKEN_TILE} positions at a time "
+            "(trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE) and has no setting for it",
         )
     if setup["loss"] == "liger" and (device != "cuda" or not _has("liger_kernel")):
         raise ProbeInputError(

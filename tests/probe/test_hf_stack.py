@@ -114,7 +114,11 @@ def test_qlora_runs_bitsandbytes_4bit_on_the_cpu():
         (["--stack", "unsloth"], "setup.stack", "not runnable here"),
         (["--stack", "torchtitan", "--method", "lora"], "setup.method", "all weights"),
         (["--stack", "hf", "--checkpointing", "selective"], "setup.checkpointing", "torchtitan"),
-        (["--stack", "hf", "--loss", "chunked"], "setup.loss", "full logits"),
+        (
+            ["--stack", "hf", "--loss", "chunked", "--loss-chunk", "256"],
+            "setup.loss_chunk",
+            "no setting",
+        ),
         (["--stack", "hf", "--loss", "liger"], "setup.loss", "CUDA"),
         (["--stack", "hf", "--checkpointing", "offload"], "setup.checkpointing", "offload"),
         (["--stack", "hf", "--method", "qlora", "--device", "fake"], "setup.method", "fake"),

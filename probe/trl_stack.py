@@ -1,0 +1,194 @@
+"""The `hf` stack's chunked loss: TRL's `SFTTrainer`, whose fused LM head never builds the logits.
+
+TRL 1.16's SFTTrainer patches the model's forward (`add_fused_lm_head`, trl/trainer/utils.py) and
+calls it with `fused_lm_head=True`: per-token log-probabilities from `ChunkedLogProbFunction`
+(trl/kernels/chunked_logprob.py), one (4096 x 32768) tile of the head's projection at a time. The
+probe runs that trainer unchanged; off CUDA it substitutes what CUDA runs instead of TRL's
+fallbacks, so the CPU and the fake trace allocate what the GPU does (`SUBSTITUTED`):
+  - the Triton kernels that fold each tile into per-position statistics (forward and backward):
+    they write into buffers TRL allocated and allocate nothing; here they do nothing;
+  - CUDA's `addmm(out_dtype=float32, out=acc)` accumulation (in place) for the fallback
+    `acc.addmm_(a.float(), b.float())`, whose fp32 copies of the tile and the weight tile exist
+    only off CUDA;
+  - the compact path (`hidden_states[mask]`, the positions with a label) CUDA takes.
+Under fake tensors three data-dependent reads get the answers the probe's rows give (every row is
+real tokens, every position has a label): a boolean mask selects every position, `.item()` of a
+metric reads 0 (True for a boolean), and transformers' causal-mask skip, which it refuses to take
+while tracing, reads the all-ones attention mask as a real run does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = [
+    "SUBSTITUTED",
+    "FAKE_SUBSTITUTED",
+    "AllRowsValid",
+    "cuda_paths",
+    "sft_trainer",
+    "trl_version",
+]
+
+SUBSTITUTED = (
+    "TRL's fused LM head: its Triton tile kernels (which allocate nothing) do nothing, CUDA's "
+    "in-place fp32 addmm replaces the off-CUDA fallback's fp32 copies, and the CUDA path "
+    "scores only the positions with a label (hidden_states[mask])"
+)
+FAKE_SUBSTITUTED = (
+    "fake: boolean-mask selections keep every position, a metric's .item() reads 0, and "
+    "transformers' causal-mask skip reads the all-ones attention mask (the probe's rows are "
+    "unpadded), as a real run does"
+)
+
+
+def trl_version() -> str | None:
+    try:
+        import trl
+    except ImportError:
+        return None
+    return str(trl.__version__)
+
+
+class _NoKernel:
+    """A Triton kernel launched as `kernel[grid](...)` that does nothing."""
+
+    def __getitem__(self, grid: Any) -> Any:
+        return lambda *args, **kwargs: None
+
+
+@contextlib.contextmanager
+def cuda_paths() -> Iterator[None]:
+    """TRL's CUDA paths of the fused LM head on a non-CUDA device (module docstring)."""
+    import trl.kernels.chunked_logprob as kernels
+    import trl.trainer.utils as utils
+
+    saved_kernels = {
+        name: getattr(kernels, name, None)
+        for name in ("_use_triton", "_forward_kernel", "_backward_kernel", "_addmm_fp32", "triton")
+    }
+    saved_utils = utils._use_triton
+    kernels._use_triton = lambda device: True
+    kernels._forward_kernel = _NoKernel()
+    kernels._backward_kernel = _NoKernel()
+    kernels._addmm_fp32 = lambda acc, a, b: None
+    kernels.triton = types.SimpleNamespace(cdiv=lambda a, b: -(-a // b))
+    utils._use_triton = lambda device: True
+    try:
+        yield
+    finally:
+        for name, value in saved_kernels.items():
+            setattr(kernels, name, value)
+        utils._use_triton = saved_utils
+
+
+def _numel(shape: Any) -> int:
+    count = 1
+    for size in shape:
+        count *= int(size)
+    return count
+
+
+class AllRowsValid(TorchDispatchMode):  # type: ignore[misc]
+    """Under fake tensors: the data-dependent reads of TRL's step, answered as for unpadded
+    rows whose every position has a label (module docstring). Enter it inside the fake mode."""
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        kwargs = kwargs or {}
+        first = args[0] if args else None
+        if isinstance(first, FakeTensor):
+            if func is torch.ops.aten.index.Tensor:
+                index = args[1]
+                if len(index) == 1 and index[0] is not None and index[0].dtype == torch.bool:
+                    mask = index[0]
+                    shape = (_numel(mask.shape), *first.shape[mask.dim() :])
+                    return torch.empty(shape, dtype=first.dtype, device=first.device)
+            if func is torch.ops.aten.nonzero.default:
+                shape = (_numel(first.shape), first.dim())
+                return torch.empty(shape, dtype=torch.int64, device=first.device)
+            if func is torch.ops.aten.masked_select.default:
+                count = _numel(torch.broadcast_shapes(first.shape, args[1].shape))
+                return torch.empty((count,), dtype=first.dtype, device=first.device)
+            if func is torch.ops.aten._local_scalar_dense.default:
+                if first.dtype == torch.bool:
+                    return True
+                return 0.0 if first.dtype.is_floating_point else 0
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def fake_masks_read_as_real() -> Iterator[None]:
+    """transformers' `_ignore_causal_mask_sdpa` refuses to read a fake attention mask
+    (`is_tracing`), so it would build the (b, 1, s, s) mask a real unpadded run skips; here it
+    reads it (`AllRowsValid` answers `all()`)."""
+    import transformers.masking_utils as masking
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    original = masking.is_tracing
+
+    def is_tracing(tensor: Any = None) -> bool:
+        return bool(original(None if isinstance(tensor, FakeTensor) else tensor))
+
+    masking.is_tracing = is_tracing
+    try:
+        yield
+    finally:
+        masking.is_tracing = original
+
+
+def _tokenizer(vocab: int) -> Any:
+    """A word-level tokenizer over the model's ids (`t0` pads, `t1` ends a row): SFTTrainer
+    needs one, the probe's rows are already ids, nothing is downloaded."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    words = {f"t{i}": i for i in range(vocab)}
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token="t0"))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="t0", eos_token="t1", unk_token="t0"
+    )
+
+
+def sft_trainer(
+    model: Any,
+    arguments: dict[str, Any],
+    fake: bool,
+    vocab: int,
+    seq: int,
+    rows: int,
+    callback: Any,
+) -> Any:
+    """`SFTTrainer(model, SFTConfig(**arguments), ...)` on `rows` random rows of `seq` ids,
+    truncated at `seq` (SFTConfig's `max_length` defaults to 1024)."""
+    import datasets
+    from trl import SFTConfig, SFTTrainer  # type: ignore[attr-defined]
+
+    config_class: type = SFTConfig
+    if fake:
+
+        class FakeTensorSFTConfig(SFTConfig):
+            @property
+            def place_model_on_device(self) -> bool:
+                return False
+
+        config_class = FakeTensorSFTConfig
+    args = config_class(**arguments, max_length=seq, packing=False)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(2, vocab, (rows, seq), generator=generator).tolist()
+    return SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=datasets.Dataset.from_dict({"input_ids": ids}),
+        processing_class=_tokenizer(vocab),
+        callbacks=[callback],
+    )
