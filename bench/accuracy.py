@@ -3,8 +3,12 @@
 The referee is `trainfit-probe --stack hf`: transformers' `Trainer` + peft (+ bitsandbytes for
 QLoRA) with `TrainingArguments` as users write them (bf16 autocast, fused AdamW, `lora_dropout`,
 `gradient_accumulation_steps`, `gradient_checkpointing`), run for real on the CPU and counted by
-the storage tracker. What the Trainer has no option for (the chunked loss, offloaded
-checkpointing) is measured with the probe's own loop (`--stack probe`), labelled as such.
+the storage tracker; the hf stack's chunked loss is TRL's SFTTrainer with its fused LM head
+(probe/trl_stack.py, its CUDA paths substituted off CUDA). What neither has an option for
+(offloaded checkpointing, a per-row chunked loss) is measured with the probe's own loop
+(`--stack probe`), labelled as such. The fused head's tile has 32768 columns whatever the
+vocabulary, so with these configs' 4096-token vocabularies the tracker files it as
+activations while the estimator calls it the loss's logits: compare those rows' peaks.
 torchtitan's Trainer (FSDP2 under torchrun, 1 and 2 ranks) has rows of its own, per rank:
 bench/accuracy_torchtitan.py (needs the `torchtitan` extra).
 
@@ -69,6 +73,9 @@ FAKE_ONLY = {"small-qwen3.5"}
 SEQS = [256, 1024]
 PARTS = ("weights", "trainable_states", "activations", "logits", "optimizer_step")
 STACK_FIELDS = ("stack", "autocast", "lora_dropout", "grad_accum", "optimizer_impl")
+# the columns of TRL's fused-head tile (trl 1.16.0 trl/trainer/utils.py:1506; hf.json
+# `loss_vocab_tile`)
+TRL_VOCAB_TILE = 32768
 # What each stack field means when the estimator cannot take it: the value it assumes today.
 ESTIMATOR_ASSUMES = {
     "stack": "probe",
@@ -134,6 +141,12 @@ def variants(config: str, quick: bool) -> Iterator[tuple[str, dict[str, Any]]]:
     )
     if config in ("small-llama", "small-qwen3"):
         yield "QLoRA NF4 + 8-bit AdamW", {"method": "qlora", "optimizer": "adamw-8bit"}
+    # TRL's SFTTrainer, the hf stack's default loss (probe/trl_stack.py)
+    yield "TRL SFTTrainer (fused LM head)", {**base, "loss": "chunked"}
+    yield (
+        "TRL SFTTrainer, full FT, AMP",
+        {"method": "full", "precision": "mixed", "loss": "chunked"},
+    )
     probe = {"stack": "probe", "lora_dropout": 0.0}
     yield "probe loop: chunked loss", {**probe, "loss": "chunked", "loss_chunk": 128}
     yield "probe loop: offload ckpt", {**probe, "checkpointing": "offload"}
@@ -259,7 +272,18 @@ def _step_transient(doc: dict[str, Any]) -> float | None:
         return None
 
 
-def _estimate_parts(row: dict[str, Any], step: float | None) -> dict[str, float | None]:
+def _tile_is_no_logit(doc: dict[str, Any]) -> bool:
+    """TRL's fused head (the hf stack's chunked loss) on a model whose vocabulary is not its
+    tile's 32768 columns: the tracker files the tile as activations (module docstring)."""
+    setup = doc["setup"]
+    if setup["stack"] != "hf" or setup["loss"] != "chunked":
+        return False
+    return int(doc["model"]["config"].get("vocab_size") or 0) != TRL_VOCAB_TILE
+
+
+def _estimate_parts(
+    row: dict[str, Any], step: float | None, tile_is_no_logit: bool = False
+) -> dict[str, float | None]:
     comps = row["estimated_components"]
     parts = row.get("components_vs_measured") or {}
     if not parts:
@@ -280,10 +304,13 @@ def _estimate_parts(row: dict[str, Any], step: float | None) -> dict[str, float 
     if logits is None and comps["logits"] is not None:
         logits = comps["logits"] - sum(other.values())
     checkpoints = comps["checkpoints"] or 0
+    loss_acts = other.get("activations", 0)
+    if tile_is_no_logit and logits is not None:  # the tile, filed as activations
+        loss_acts, logits = loss_acts + logits, 0.0
     return {
         "weights": parts["params"]["estimated"],
         "trainable_states": (comps["trainable_states"] or 0) - trained_weights,
-        "activations": checkpoints + max(comps["recompute_peak"] or 0, other.get("activations", 0)),
+        "activations": checkpoints + max(comps["recompute_peak"] or 0, loss_acts),
         "logits": logits,
         "optimizer_step": step,
     }
@@ -324,7 +351,7 @@ def run_case(case: Case, steps: int, known: set[str]) -> list[dict[str, Any]]:
         }
         if res["status"] == "ok" and "error" not in cmp:
             measured = res["component_maxima"] or {}
-            estimated = _estimate_parts(cmp, _step_transient(doc))
+            estimated = _estimate_parts(cmp, _step_transient(doc), _tile_is_no_logit(doc))
             row.update(
                 measured_peak=res["peak_allocated_bytes"],
                 estimated_peak=cmp["estimated_peak_bytes"],

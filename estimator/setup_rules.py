@@ -68,6 +68,7 @@ def resolve_from_stack(s: Any, fields_set: set[str]) -> None:
     the combinations are checked."""
     stack = load_stack(s.stack)
     asked_experts = "quantize_experts" in fields_set  # setting a field adds it to the set
+    asked_adapter = "adapter_dtype" in fields_set
     for name in OVERRIDES:
         unset = name not in fields_set
         if getattr(s, name) is None or (name in ("checkpointing", "loss") and unset):
@@ -79,6 +80,9 @@ def resolve_from_stack(s: Any, fields_set: set[str]) -> None:
         s.precision = stack.get_optional("full_precision", s.precision)
     if s.base is None:
         s.base = "nf4" if s.method == "qlora" else "bf16"
+    if not asked_adapter and s.base in ("nf4", "int8") and s.loss == "chunked":
+        # the stack's trainer casts a quantized model's adapters (TRL's SFTTrainer, hf.json)
+        s.adapter_dtype = stack.get_optional("quantized_adapter_dtype", s.adapter_dtype)
     check_combinations(s)
     if asked_experts and s.quantize_experts and not stack.get("quantize_experts"):
         check_quantized_experts(s, stack)  # a dumped setup echoes the stack's own value

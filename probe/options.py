@@ -156,6 +156,10 @@ def _normalize_stack_fields(out: dict[str, Any]) -> None:
         # the hf stack's QLoRA runs peft's prepare_model_for_kbit_training (probe.hf_stack):
         # say so in the memtest, so the estimator compares with the same preparation
         out["kbit_prepare"] = True
+    if out["stack"] == "hf" and out["method"] == "qlora" and out["loss"] == "chunked":
+        # TRL's SFTTrainer (probe.trl_stack) casts a quantized model's trainable parameters to
+        # bf16 (trl 1.16.0 trl/trainer/sft_trainer.py:908-911): record what ran
+        out["adapter_dtype"] = "bf16"
     if out["stack"] == "hf" and out["loss"] == "liger":
         # TrainingArguments use_liger_kernel=True (probe.hf_stack) applies Liger's RMSNorm,
         # SwiGLU and RoPE with the loss: say so, as kbit_prepare above

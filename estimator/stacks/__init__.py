@@ -82,6 +82,7 @@ OPTIONAL_FACTS = (
     "final_logit_softcap",
     "full_precision",
     "loss_vocab_tile",
+    "quantized_adapter_dtype",
 )
 
 

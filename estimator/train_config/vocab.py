@@ -79,19 +79,21 @@ ATTENTION: dict[str, str] = {
 
 
 # what a preference / RL trainer adds to an SFT step, said where one is estimated as SFT: TRL's
-# DPOTrainer puts each row's chosen and rejected sequences in one batch (trl f2cd57710
-# trainer/dpo_trainer.py:355-358) and runs a reference forward besides the policy's (:1364-1385)
+# DPOTrainer puts each row's chosen and rejected sequences in one batch (trl 1.16.0
+# trainer/dpo_trainer.py:169) and runs a reference forward besides the policy's, both through
+# the fused LM head the SFT estimate models (:1299, :1327-1338)
 AS_SFT_UNDERESTIMATES = (
     "not modelled: estimated as SFT of one sequence per row, an underestimate (a DPO step runs "
     "each row's chosen and rejected sequences together and a reference model's forward, trl "
-    "trainer/dpo_trainer.py:355-358, 1364-1385)"
+    "1.16.0 trainer/dpo_trainer.py:169, 1327-1338)"
 )
 
 
 def set_trainer_loss(m: TrainConfigMapping, trainer: str) -> None:
     """`loss: full` for a config run by transformers' Trainer (`trainer` names it or its
     subclass), unless a key of the config chose another loss (Liger, Cut Cross-Entropy,
-    chunked). Not TRL's SFTTrainer, whose default is its chunked_nll (the hf stack's): the
+    chunked). Not TRL's SFTTrainer, whose every loss type runs its fused LM head (the hf
+    stack's chunked loss): the
     Trainer's compute_loss calls the model with the labels and takes its loss (transformers
     5.25.0 trainer.py:2209, 2242), the model's ForCausalLMLoss over every logit
     (loss/loss_utils.py:178)."""

@@ -101,6 +101,7 @@ def test_the_adapted_banks_count_in_the_estimate() -> None:
     for targets in (ATTENTION, [*ATTENTION, "experts"]):
         setup = TrainingSetup(method="qlora", lora_rank=16, lora_targets=targets)
         peaks.append(memory_breakdown(spec, setup, 4096.0, 1, load_profile("default")).peak)
-    # 629 M more trainable parameters: at least their fp32 weights and two AdamW states, alive
-    # through the step (gradients come and go with the backward)
-    assert peaks[1] - peaks[0] > 629e6 * 12
+    # 629 M more trainable parameters: at least their weights and two AdamW states, alive
+    # through the step (gradients come and go with the backward), bf16 since TRL's SFTTrainer
+    # casts a quantized model's adapters (tests/estimator/test_trl_quantized_adapters.py)
+    assert peaks[1] - peaks[0] > 629e6 * 6

@@ -3,8 +3,9 @@
 The probe runs TRL 1.16's `SFTTrainer` with its fused LM head (probe/trl_stack.py, with CUDA's
 paths off CUDA); the estimator models that kernel from its source (estimator/memory/logits.py
 `trl_logprob_bytes`). Before, the hf stack modelled TRL v1.9.0's chunked_nll (256-token chunks
-of fp32 logits and an fp32 copy of the head): +58.7 % on the LoRA step below, +8.8 % on full
-fine-tuning. The model has a 32768-token vocabulary, so TRL's tile (32768 columns whatever the
+of fp32 logits and an fp32 copy of the head): on these steps +60.2 % (LoRA), +9.2 % (AMP full
+fine-tuning), -1.7 % (batch 2), -43.3 % at 5000 tokens (one 4096-position tile outweighs
+v1.9's chunks), +41.7 % on QLoRA (fp32 adapters too). The model has a 32768-token vocabulary, so TRL's tile (32768 columns whatever the
 vocabulary) is the trace's one vocab-wide tensor.
 """
 
@@ -59,6 +60,23 @@ def test_peak_and_the_tile_match_the_sft_trainer_step(change: dict, seq: int) ->
     measured = res["component_maxima"]["activations"]
     estimated = comps["checkpoints"] + comps["recompute_peak"]
     assert abs(estimated - measured) / measured <= 0.03, (estimated, measured)
+
+
+def test_qlora_under_sft_trainer_trains_bf16_adapters_as_estimated() -> None:
+    """SFTTrainer casts a quantized model's adapters to bf16 (trl 1.16.0 sft_trainer.py:908-911;
+    the hf stack's `quantized_adapter_dtype`): fp32 adapters over-counted their gradients and
+    AdamW states twice. bitsandbytes quantizes real weights: on the CPU."""
+    pytest.importorskip("bitsandbytes")
+    config = {**CONFIG, "vocab_size": VOCAB}
+    doc = run_probe(config, {**BASE, "method": "qlora"}, [1024], 2, "cpu")
+    res = doc["results"][0]
+    assert res["status"] == "ok", res["error"]
+    assert doc["setup"]["adapter_dtype"] == "bf16"
+    row = compare_memtest(doc, "default")["rows"][0]
+    assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
+    # gradients and fused AdamW's two moments of the bf16 adapters: 6 bytes per parameter
+    trainable = doc["model"]["params_trainable"]
+    assert 6 * trainable <= res["component_maxima"]["trainable_states"] < 7 * trainable
 
 
 def test_the_probe_says_what_it_substituted_for_cuda() -> None:
