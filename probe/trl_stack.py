@@ -159,6 +159,19 @@ def _tokenizer(vocab: int) -> Any:
     )
 
 
+def _restore_forward(model: Any) -> None:
+    """Undo what an earlier length's trainer did to the model, as a user's one-trainer run
+    finds it: SFTTrainer's fused forward (on the base model under peft) and accelerate's
+    autocast wrapper are instance attributes over the class's `forward`, and accelerate marks
+    the model prepared (`_is_accelerate_prepared`, accelerate 1.16.0 accelerator.py:1773), so
+    the next trainer's accelerator did not wrap the next fused forward in autocast: the second
+    length ran the head outside autocast (an fp32 tile, full fine-tuning, -35 % in the grid)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    for module in {id(model): model, id(base): base}.values():
+        for name in ("forward", "_original_forward", "_is_accelerate_prepared"):
+            module.__dict__.pop(name, None)
+
+
 def sft_trainer(
     model: Any,
     arguments: dict[str, Any],
@@ -182,6 +195,7 @@ def sft_trainer(
                 return False
 
         config_class = FakeTensorSFTConfig
+    _restore_forward(model)
     args = config_class(**arguments, max_length=seq, packing=False)
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(2, vocab, (rows, seq), generator=generator).tolist()

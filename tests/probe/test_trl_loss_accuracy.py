@@ -5,8 +5,9 @@ paths off CUDA); the estimator models that kernel from its source (estimator/mem
 `trl_logprob_bytes`). Before, the hf stack modelled TRL v1.9.0's chunked_nll (256-token chunks
 of fp32 logits and an fp32 copy of the head): on these steps +60.2 % (LoRA), +9.2 % (AMP full
 fine-tuning), -1.7 % (batch 2), -43.3 % at 5000 tokens (one 4096-position tile outweighs
-v1.9's chunks), +41.7 % on QLoRA (fp32 adapters too). The model has a 32768-token vocabulary, so TRL's tile (32768 columns whatever the
-vocabulary) is the trace's one vocab-wide tensor.
+v1.9's chunks), +41.7 % on QLoRA (fp32 adapters too). The model has a 32768-token
+vocabulary, so TRL's tile (32768 columns whatever the vocabulary) is the trace's one vocab-wide
+tensor.
 """
 
 from __future__ import annotations
@@ -77,6 +78,17 @@ def test_qlora_under_sft_trainer_trains_bf16_adapters_as_estimated() -> None:
     # gradients and fused AdamW's two moments of the bf16 adapters: 6 bytes per parameter
     trainable = doc["model"]["params_trainable"]
     assert 6 * trainable <= res["component_maxima"]["trainable_states"] < 7 * trainable
+
+
+def test_every_length_trains_as_a_fresh_run_would() -> None:
+    """The probe builds a trainer per length on one model; accelerate marks a model prepared
+    and did not wrap the second trainer's fused forward in autocast (fp32 tile, -35 % in the
+    accuracy grid's full fine-tuning rows at the second length). probe/trl_stack.py
+    `_restore_forward` hands each trainer the model as a one-trainer run has it."""
+    setup = {**BASE, "method": "full"}
+    two = run_probe(CONFIG, setup, [256, 1024], 2, "fake")["results"][1]
+    one = run_probe(CONFIG, setup, [1024], 2, "fake")["results"][0]
+    assert two["peak_allocated_bytes"] == one["peak_allocated_bytes"]
 
 
 def test_the_probe_says_what_it_substituted_for_cuda() -> None:
