@@ -388,11 +388,10 @@ class HFSession:
         # (see `_StepModes`); None: the caller keeps its modes active throughout
         self.trl = setup["loss"] == "chunked"  # TRL's SFTTrainer (probe/trl_stack.py)
         if self.trl and device == "fake" and step_modes:
-            from probe.trl_stack import AllRowsValid
+            from probe.trl_stack import enter_all_rows_valid
 
-            rows_valid = AllRowsValid()
-            rows_valid.__enter__()  # inside the caller's modes, which are active
-            step_modes = [*step_modes, rows_valid]
+            # inside the caller's modes, which are active
+            step_modes = [*step_modes, enter_all_rows_valid()]
         self.step_modes = _StepModes(step_modes) if step_modes else None
         self.torch_device = torch.device("cuda" if device == "cuda" else "cpu")
         self._folder = tempfile.TemporaryDirectory(prefix="trainfit-probe-trainer-")

@@ -32,6 +32,8 @@ __all__ = [
     "FAKE_SUBSTITUTED",
     "AllRowsValid",
     "cuda_paths",
+    "enter_all_rows_valid",
+    "fake_masks_read_as_real",
     "sft_trainer",
     "trl_version",
 ]
@@ -69,23 +71,29 @@ def cuda_paths() -> Iterator[None]:
     import trl.kernels.chunked_logprob as kernels
     import trl.trainer.utils as utils
 
-    saved_kernels = {
-        name: getattr(kernels, name, None)
-        for name in ("_use_triton", "_forward_kernel", "_backward_kernel", "_addmm_fp32", "triton")
+    replacements: dict[Any, dict[str, Any]] = {
+        kernels: {
+            "_use_triton": lambda device: True,
+            "_forward_kernel": _NoKernel(),
+            "_backward_kernel": _NoKernel(),
+            "_addmm_fp32": lambda acc, a, b: None,
+            "triton": types.SimpleNamespace(cdiv=lambda a, b: -(-a // b)),
+        },
+        utils: {"_use_triton": lambda device: True},
     }
-    saved_utils = utils._use_triton
-    kernels._use_triton = lambda device: True
-    kernels._forward_kernel = _NoKernel()
-    kernels._backward_kernel = _NoKernel()
-    kernels._addmm_fp32 = lambda acc, a, b: None
-    kernels.triton = types.SimpleNamespace(cdiv=lambda a, b: -(-a // b))
-    utils._use_triton = lambda device: True
+    saved = {
+        module: {name: getattr(module, name, None) for name in names}
+        for module, names in replacements.items()
+    }
+    for module, names in replacements.items():
+        for name, value in names.items():
+            setattr(module, name, value)
     try:
         yield
     finally:
-        for name, value in saved_kernels.items():
-            setattr(kernels, name, value)
-        utils._use_triton = saved_utils
+        for module, names in saved.items():
+            for name, value in names.items():
+                setattr(module, name, value)
 
 
 def _numel(shape: Any) -> int:
@@ -95,9 +103,12 @@ def _numel(shape: Any) -> int:
     return count
 
 
-class AllRowsValid(TorchDispatchMode):  # type: ignore[misc]
+class AllRowsValid(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Under fake tensors: the data-dependent reads of TRL's step, answered as for unpadded
     rows whose every position has a label (module docstring). Enter it inside the fake mode."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
 
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
@@ -117,13 +128,21 @@ class AllRowsValid(TorchDispatchMode):  # type: ignore[misc]
                 shape = (_numel(first.shape), first.dim())
                 return torch.empty(shape, dtype=torch.int64, device=first.device)
             if func is torch.ops.aten.masked_select.default:
-                count = _numel(torch.broadcast_shapes(first.shape, args[1].shape))
+                shape = torch.broadcast_shapes(first.shape, args[1].shape)  # type: ignore[no-untyped-call]
+                count = _numel(shape)
                 return torch.empty((count,), dtype=first.dtype, device=first.device)
             if func is torch.ops.aten._local_scalar_dense.default:
                 if first.dtype == torch.bool:
                     return True
                 return 0.0 if first.dtype.is_floating_point else 0
         return func(*args, **kwargs)
+
+
+def enter_all_rows_valid() -> AllRowsValid:
+    """An `AllRowsValid` mode, entered (inside the caller's fake mode and tracker)."""
+    mode = AllRowsValid()
+    mode.__enter__()  # type: ignore[no-untyped-call]
+    return mode
 
 
 @contextlib.contextmanager
@@ -134,16 +153,16 @@ def fake_masks_read_as_real() -> Iterator[None]:
     import transformers.masking_utils as masking
     from torch._subclasses.fake_tensor import FakeTensor
 
-    original = masking.is_tracing
+    original = getattr(masking, "is_tracing")  # noqa: B009 - not an exported name
 
     def is_tracing(tensor: Any = None) -> bool:
         return bool(original(None if isinstance(tensor, FakeTensor) else tensor))
 
-    masking.is_tracing = is_tracing
+    setattr(masking, "is_tracing", is_tracing)  # noqa: B010
     try:
         yield
     finally:
-        masking.is_tracing = original
+        setattr(masking, "is_tracing", original)  # noqa: B010
 
 
 def _tokenizer(vocab: int) -> Any:
@@ -154,7 +173,7 @@ def _tokenizer(vocab: int) -> Any:
 
     words = {f"t{i}": i for i in range(vocab)}
     tokenizer = Tokenizer(models.WordLevel(words, unk_token="t0"))
-    return PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tokenizer, pad_token="t0", eos_token="t1", unk_token="t0"
     )
 
