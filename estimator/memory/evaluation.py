@@ -117,9 +117,10 @@ def eval_loss_bytes(
         return tokens * (2 * FP32 + 8 + 8 + 4) + last_hidden
     if rule.fixed_chunked:  # a profile's hand rule for the chunked loss (seed 000)
         return tokens * 0.0 + rule.fixed_chunked + last_hidden
-    if rule.vocab_tile:  # TRL's fused head without grad, and its copy of the hidden states
+    if rule.vocab_tile:  # TRL's fused head without grad, beside the last hidden states its
+        # copy of them (`hidden_states[mask]`, as large bar one position per row)
         held = trl_logprob_bytes(rule, tokens, seq, shape, dtypes, forward_only=True)
-        return held + tokens * hidden * hidden_dtype + last_hidden
+        return held + 2 * last_hidden
     chunk = chunk_positions(rule, tokens, seq)
     if rule.num_chunks:
         upcast = 0 if logit_dtype == FP32 else FP32

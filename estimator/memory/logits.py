@@ -168,12 +168,17 @@ def head_weight_bytes(setup: TrainingSetup) -> int:
     return BF16
 
 
+def _labelled_positions(tokens: Any, seq: Any) -> Any:
+    """The positions TRL's fused head scores: every row's but its last (trl/trainer/utils.py:1618
+    `last_hidden_state[:, :-1]`), tokens - rows."""
+    return tokens - tokens / np.maximum(seq, 1)
+
+
 def trl_tile_bytes(rule: LossRule, tokens: Any, seq: Any, compute: int) -> Any:
     """The one vocab-wide tensor of TRL's fused head (`trl_logprob_bytes`): its tile buffer,
     min(n, 4096) positions x `loss_vocab_tile` columns in the compute dtype."""
     assert rule.vocab_tile
-    n = tokens - tokens / np.maximum(seq, 1)
-    return np.minimum(n, rule.chunk) * rule.vocab_tile * compute
+    return np.minimum(_labelled_positions(tokens, seq), rule.chunk) * rule.vocab_tile * compute
 
 
 def trl_logprob_bytes(
@@ -207,7 +212,7 @@ def trl_logprob_bytes(
     vocab, hidden = shape
     compute, hidden_dtype = dtypes
     assert rule.vocab_tile
-    n = tokens - tokens / np.maximum(seq, 1)
+    n = _labelled_positions(tokens, seq)
     rows = np.minimum(n, rule.chunk)
     tile = trl_tile_bytes(rule, tokens, seq, compute)
     hidden_cast = rows * hidden * compute if hidden_dtype != compute else 0.0
