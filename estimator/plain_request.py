@@ -126,6 +126,7 @@ def _lit(literal: Any, default: Any, optional: bool = False) -> Field:
 SETUP_FIELDS: dict[str, Field] = {  # estimator.setup.TrainingSetup, in its order
     "stack": _lit(choices.StackName, "hf"),
     "method": _lit(choices.Method, "full"),
+    "objective": _lit(choices.Objective, "sft"),
     "lora_rank": Field("int", 16, low=1, high=65536),
     "lora_alpha": Field("float", None, optional=True, low=0, low_open=True, high=1e6),
     "lora_dropout": Field("float", None, optional=True, low=0, high=1, high_open=True),

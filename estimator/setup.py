@@ -11,6 +11,7 @@ from estimator.setup_choices import (
     Checkpointing,
     Loss,
     Method,
+    Objective,
     Offload,
     Optimizer,
     OptimizerImpl,
@@ -48,6 +49,11 @@ class TrainingSetup(BaseModel):
 
     stack: StackName = "hf"
     method: Method = "full"
+    # `dpo`: TRL's DPOTrainer, `batch` preference pairs a micro-batch, each a chosen and a
+    # rejected sequence of up to `seq` tokens, and a reference forward each step;
+    # `dpo-precomputed`: the reference log-probabilities computed before training
+    # (estimator/objective.py)
+    objective: Objective = "sft"
     lora_rank: int = Field(16, ge=1, le=65536)
     lora_alpha: float | None = Field(None, gt=0, le=1e6)
     lora_dropout: float | None = Field(None, ge=0, lt=1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from estimator.lora import PEFT_DEFAULT, REGEX
+from estimator.objective import PREFERENCE
 from estimator.parallel.layout import model_splits, parse_parallel, parse_wrap_units, wrap_text
 from estimator.stacks import OPTIONAL_OVERRIDES, OVERRIDES, load_stack
 
@@ -69,6 +70,7 @@ def resolve_from_stack(s: Any, fields_set: set[str]) -> None:
     stack = load_stack(s.stack)
     asked_experts = "quantize_experts" in fields_set  # setting a field adds it to the set
     asked_adapter = "adapter_dtype" in fields_set
+    asked_padding = "padded_batches" in fields_set
     for name in OVERRIDES:
         unset = name not in fields_set
         if getattr(s, name) is None or (name in ("checkpointing", "loss") and unset):
@@ -83,6 +85,8 @@ def resolve_from_stack(s: Any, fields_set: set[str]) -> None:
     if not asked_adapter and s.base in ("nf4", "int8") and s.loss == "chunked":
         # the stack's trainer casts a quantized model's adapters (TRL's SFTTrainer, hf.json)
         s.adapter_dtype = stack.get_optional("quantized_adapter_dtype", s.adapter_dtype)
+    if s.objective in PREFERENCE and not asked_padding:
+        s.padded_batches = True  # chosen and rejected padded to the longer (estimator/objective)
     check_combinations(s)
     if asked_experts and s.quantize_experts and not stack.get("quantize_experts"):
         check_quantized_experts(s, stack)  # a dumped setup echoes the stack's own value
@@ -171,6 +175,7 @@ def check_combinations(s: Any) -> None:
         )
     check_pipeline(s)
     check_evaluation(s)
+    check_objective(s)
     if s.liger_kernels and s.stack not in ("hf", "deepspeed"):
         raise ValueError(
             f"liger_kernels: Liger patches transformers' model classes; stack {s.stack} runs "
@@ -191,6 +196,36 @@ def check_combinations(s: Any) -> None:
         raise ValueError(
             f"checkpointing: selective (per-op) checkpointing is torchtitan's; stack {s_name} "
             "checkpoints whole layers (use --stack torchtitan)"
+        )
+
+
+def check_objective(s: Any) -> None:
+    """A preference objective where it is modelled: TRL 1.16.0's DPOTrainer (the hf stack),
+    whose every forward runs the fused LM head, on one card or a data-parallel layout, without
+    an evaluation pass (estimator/objective.py)."""
+    if s.objective not in PREFERENCE:
+        return
+    if s.stack != "hf":
+        raise ValueError(
+            f"objective: {s.objective} is modelled for TRL 1.16.0's DPOTrainer (--stack hf); "
+            f"stack {s.stack}'s preference training was not read"
+        )
+    if s.loss != "chunked":
+        raise ValueError(
+            f"loss: DPOTrainer computes the log-probabilities through TRL's fused LM head "
+            f"(trl 1.16.0 trainer/dpo_trainer.py:959, 1299), the hf stack's chunked loss, not "
+            f"{s.loss}"
+        )
+    if s.eval_batch is not None:
+        raise ValueError(
+            "eval_batch: the evaluation pass of DPO (the policy's and the reference's "
+            "forwards) is not modelled"
+        )
+    split = model_splits(parse_parallel(s.parallel)) if s.parallel and s.parallel != "auto" else []
+    if split:
+        raise ValueError(
+            f"parallel: DPO under {', '.join(split)} is not modelled (TRL's DPOTrainer runs "
+            "data parallelism: FSDP, DeepSpeed ZeRO or DDP)"
         )
 
 

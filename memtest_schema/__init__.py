@@ -109,6 +109,9 @@ STACK_SETUP_FIELDS: dict[str, tuple[str, ...] | None] = {
     "eval_skip_logits": None,  # bool: that pass's Liger loss skips the logits (TRL)
     # the estimator's padded rows (SDPA's (b, 1, s, s) masks); the probe's rows are never padded
     "padded_batches": None,  # bool
+    # the training objective (estimator/objective.py): `dpo` runs TRL's DPOTrainer, `batch`
+    # counting preference pairs; absent: sft
+    "objective": ("sft", "dpo", "dpo-precomputed"),
 }
 
 MAX_RESULTS = 1000

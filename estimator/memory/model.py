@@ -62,6 +62,7 @@ from estimator.memory.weights import (
     weight_bytes,
 )
 from estimator.memory.workspaces import add_workspaces, workspace_bytes
+from estimator.objective import reference_weights_held, sequences
 from estimator.parallel.of_setup import layout_of
 from estimator.profile import Profile
 from estimator.spec import LAYER_SLIDING, ModelSpec
@@ -201,7 +202,8 @@ def memory_breakdown(
         from estimator.memory.sharded import layout_breakdown
 
         return layout_breakdown(spec, setup, seq_len, batch, profile, layout)
-    return _evaluate(_fixed_of(spec, setup, profile, n, skey), spec, setup, seq_len, batch)
+    f = _fixed_of(spec, setup, profile, n, skey)
+    return _evaluate(f, spec, setup, seq_len, sequences(batch, setup))
 
 
 def memory_on_card(
@@ -220,7 +222,7 @@ def memory_on_card(
     f = _card_fixed(spec, setup, profile, n, card_bytes)
     if f is None:  # the card changes nothing: the figure without one
         return memory_breakdown(spec, setup, seq_len, batch, profile, n)
-    return _evaluate(f, spec, setup, seq_len, batch)
+    return _evaluate(f, spec, setup, seq_len, sequences(batch, setup))
 
 
 def _fixed_of(
@@ -554,6 +556,8 @@ def _fixed(spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, amp:
     cb = compute_bytes(setup.precision)
     states = _STATES.get((spec,), key, lambda: trainable_state_bytes(spec, setup))
     weights, trainable = _shard(states, weight_bytes(spec, setup, profile), sharding, n)
+    if reference_weights_held(setup):  # DPO's reference model, stored as the policy's
+        weights *= 2
     weights += rope_buffer_bytes(spec, setup)  # buffers, on every device unsharded
     if sharding in ("fsdp", "zero3") and n > 1:
         weights += _gathered_layer_bytes(spec, setup, profile)

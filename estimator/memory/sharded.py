@@ -46,6 +46,7 @@ from estimator.memory.weights import (
     rope_buffer_bytes,
 )
 from estimator.memory.workspaces import add_workspaces, workspaces_in
+from estimator.objective import reference_weights_held, sequences
 from estimator.parallel.data import (
     DataParallelBytes,
     ReplicaBytes,
@@ -542,7 +543,12 @@ def layout_breakdown(
     layout: Layout,
 ) -> MemoryBreakdown:
     """Per-device memory of the worst device under `layout` (module docstring)."""
-    local = setup.model_copy(update={"parallel": None, "sharding": "none", "num_gpus": 1})
+    # the one-device breakdown of the sequences a micro-batch runs (a DPO pair's two,
+    # estimator/objective.py), its reference weights added here, sharded as the policy's
+    local = setup.model_copy(
+        update={"parallel": None, "sharding": "none", "num_gpus": 1, "objective": "sft"}
+    )
+    batch = sequences(batch, setup)
     seq = np.asarray(seq_len, dtype=np.float64)
     local_seq = np.ceil(seq / layout.cp)
     tokens = local_seq * np.asarray(batch, dtype=np.float64)
@@ -567,6 +573,8 @@ def layout_breakdown(
             bool(load_stack(setup.stack).get("pp_keeps_last_reduce_input")),
         )
         dp = torchtitan.fsdp_units(dp, replica, layout, reduce_bytes(setup), setup)
+        if reference_weights_held(setup):  # prepared as the policy (trl dpo_trainer.py:984-990)
+            dp = dataclasses.replace(dp, weights=2 * dp.weights)
         # RoPE buffers (weights.rope_buffer_bytes): FSDP2 shards parameters, not buffers
         dp = dataclasses.replace(dp, weights=dp.weights + rope_buffer_bytes(spec, setup))
         acts = _activations(spec, setup, base, stage, layout, tokens)

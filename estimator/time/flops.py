@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from estimator.architectures.attention import chunked_pairs, core_head_dims
 from estimator.lora import lora_rank_check, lora_targets
 from estimator.memo import Memo, setup_key
+from estimator.objective import reference_forward, sequences
 from estimator.spec import LAYER_CHUNKED, LAYER_FULL, LAYER_LINEAR, LAYER_SLIDING, Linear, ModelSpec
 
 if TYPE_CHECKING:
@@ -77,11 +78,12 @@ class StepFlops:
     parts: dict[str, PartFlops] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     tokens: int = 0
+    reference: float = 0.0  # DPO's reference forward (estimator/objective.py)
 
     @property
     def total(self) -> float:
-        """Executed FLOPs: forward + backward + recomputed forward."""
-        return self.forward + self.backward + self.recompute
+        """Executed FLOPs: forward + backward + recomputed forward + a reference forward."""
+        return self.forward + self.backward + self.recompute + self.reference
 
     @property
     def per_token(self) -> float:
@@ -96,6 +98,7 @@ class StepFlops:
             "forward": self.forward,
             "backward": self.backward,
             "recompute": self.recompute,
+            "reference": self.reference,
             "total": self.total,
             "model_flops": self.model_flops,
             "tokens": self.tokens,
@@ -299,7 +302,9 @@ def step_flops(spec: ModelSpec, setup: TrainingSetup, seq_len: int, batch: int) 
 
     Parts: each Linear group (attention, linear_attention, mlp, experts, shared_expert, router,
     head), `lora` (adapters), `attention_core`, `linear_attention_core`. See the module
-    docstring for the conventions; assumes unpacked sequences of exactly `seq_len` tokens."""
+    docstring for the conventions; assumes unpacked sequences of exactly `seq_len` tokens.
+    A DPO row is two sequences, and its reference forward is `reference` (`_reference`)."""
+    batch = sequences(batch, setup)
     tokens = seq_len * batch
     if not spec.geometry_known:
         return _params_only(spec, setup, tokens)
@@ -309,7 +314,16 @@ def step_flops(spec: ModelSpec, setup: TrainingSetup, seq_len: int, batch: int) 
     bwd_total = sum(v[1] for v in sums.values())
     rec_total = sum(v[2] for v in sums.values())
     model = sum(v[3] for v in sums.values())
-    return StepFlops(fwd_total, bwd_total, rec_total, model, parts, tuple(notes), tokens)
+    lora = sums["lora"][0] if "lora" in sums else 0.0
+    ref = _reference(setup, fwd_total, lora)
+    return StepFlops(fwd_total, bwd_total, rec_total, model + ref, parts, tuple(notes), tokens, ref)
+
+
+def _reference(setup: TrainingSetup, forward: float, lora: float) -> float:
+    """DPO's reference forward (estimator/objective.py): the policy's forward of the same
+    sequences, without the adapters under peft (they are disabled, trl 1.16.0
+    dpo_trainer.py:1328-1336); a model FLOP too, the step needs it."""
+    return forward - lora if reference_forward(setup) else 0.0
 
 
 def step_flops_totals(
@@ -322,6 +336,7 @@ def step_flops_totals(
     """`step_flops(...).total` and `.model_flops`: `_group_sums`' sums (each part's, from zero,
     in the order its terms come; then the parts in the order they first come) without building
     the parts, the notes or a dict. `skey`: `setup_key(setup)` when the caller has it."""
+    batch = sequences(batch, setup)
     if not spec.geometry_known:
         p = _params_only(spec, setup, seq_len * batch)
         return FlopsTotals(p.total, p.model_flops)
@@ -351,10 +366,12 @@ def step_flops_totals(
         bwd_total += b
         rec_total += r
         model_total += m
+    lora = 0.0
     if plan.lora is not None:
         fwd = 0.0  # `0.0 + sum(...)`: the same additions in the same order, a float for none
         for per_token in plan.lora:
             fwd += per_token * tokens
+        lora = fwd
         fwd_total += fwd
         bwd_total += 2.0 * fwd
         rec_total += fwd if recompute_on else 0.0
@@ -372,7 +389,10 @@ def step_flops_totals(
             bwd_total += 2.0 * gdn
             rec_total += gdn if recompute_on else 0.0
             model_total += 3.0 * gdn
-    return FlopsTotals(fwd_total + bwd_total + rec_total, model_total)
+    if setup.objective == "sft":
+        return FlopsTotals(fwd_total + bwd_total + rec_total, model_total)
+    ref = _reference(setup, fwd_total, lora)
+    return FlopsTotals(fwd_total + bwd_total + rec_total + ref, model_total + ref)
 
 
 def _group_sums(

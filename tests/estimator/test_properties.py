@@ -53,6 +53,7 @@ def setups(draw, stack: str):
         ("double_quant", st.booleans()),
         ("train_embeddings", st.booleans()),
         ("kbit_prepare", st.booleans()),
+        ("objective", st.sampled_from(["sft", "dpo", "dpo-precomputed"])),
     ):
         if draw(st.booleans()):  # else the stack decides
             fields[name] = draw(values)

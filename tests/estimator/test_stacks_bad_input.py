@@ -50,6 +50,15 @@ CLI_CASES = [
         ["--liger-kernels", "--model", "gpt2"],
         "liger_kernels",
     ),
+    ("unknown objective", ["--objective", "ppo"], "--objective"),
+    ("dpo outside TRL", ["--objective", "dpo", "--stack", "unsloth"], "objective"),
+    ("dpo with the full loss", ["--objective", "dpo", "--loss", "full"], "loss"),
+    ("dpo with an evaluation pass", ["--objective", "dpo", "--eval-batch", "4"], "eval_batch"),
+    (
+        "dpo under tensor parallelism",
+        ["--objective", "dpo", "--parallel", "fsdp=4,tp=2", "--gpu", "8xh100"],
+        "parallel",
+    ),
     (
         "fsdp wrap of an unknown module",
         ["--method", "full", "--parallel", "fsdp", "--gpu", "8xh100", "--fsdp-wrap", "layer+norm"],
@@ -103,6 +112,10 @@ REST_CASES = [
     ({"attention": "cutlass"}, "attention"),
     ({"optimizer_impl": "in-backward", "grad_accum": 2}, "optimizer_impl"),
     ({"fsdp_wrap": "layer+norm", "parallel": "fsdp", "num_gpus": 8}, "fsdp_wrap"),
+    ({"objective": "ppo"}, "objective"),
+    ({"objective": "dpo", "stack": "torchtune"}, "objective"),
+    ({"objective": "dpo", "loss": "full"}, "loss"),
+    ({"objective": "dpo", "eval_batch": 2}, "eval_batch"),
 ]
 
 

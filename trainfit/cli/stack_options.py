@@ -8,7 +8,14 @@ from __future__ import annotations
 import argparse
 from typing import Any, get_args
 
-from estimator.setup_choices import Base, Checkpointing, Loss, OptimizerImpl, StackName
+from estimator.setup_choices import (
+    Base,
+    Checkpointing,
+    Loss,
+    Objective,
+    OptimizerImpl,
+    StackName,
+)
 
 CHECKPOINTING = get_args(Checkpointing)
 LOSSES = get_args(Loss)
@@ -17,6 +24,13 @@ LOSSES = get_args(Loss)
 def add_stack_options(g: Any) -> None:
     """Add the options to an argparse group (or parser)."""
     g.add_argument("--stack", choices=get_args(StackName), help="training framework (default hf)")
+    g.add_argument(
+        "--objective",
+        choices=get_args(Objective),
+        help="sft (default); dpo: TRL's DPOTrainer, --batch counts preference pairs (a chosen "
+        "and a rejected sequence each) and each step runs a reference forward; "
+        "dpo-precomputed: the reference log-probabilities computed before training",
+    )
     g.add_argument(
         "--autocast", action=argparse.BooleanOptionalAction, default=None, help="torch.autocast"
     )
@@ -69,6 +83,7 @@ def stack_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The options the user gave, as TrainingSetup fields."""
     names = (
         "stack",
+        "objective",
         "autocast",
         "optimizer_impl",
         "paged",

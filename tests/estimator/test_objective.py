@@ -1,0 +1,93 @@
+"""`objective` (estimator/objective.py): a DPO row is two sequences, padded to the longer; the
+reference forward adds FLOPs, and under full fine-tuning its model's weights, stored and
+sharded as the policy's; precomputed reference log-probabilities add neither. The referee
+for the step itself is TRL's DPOTrainer (tests/probe/test_dpo_accuracy.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from estimator.architectures import spec_from_config
+from estimator.memory import memory_breakdown
+from estimator.presets import preset_config
+from estimator.profile import load_profile
+from estimator.setup import TrainingSetup
+from estimator.time.flops import step_flops, step_flops_totals
+
+SPEC = spec_from_config(preset_config("llama-3.1-8b"))
+PROFILE = load_profile("default")
+SEQ = 2048.0
+
+
+def _memory(setup: TrainingSetup, batch: Any = 1, devices: int | None = None) -> Any:
+    return memory_breakdown(SPEC, setup, SEQ, batch, PROFILE, devices)
+
+
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_a_dpo_row_under_peft_is_two_padded_sequences(method: str) -> None:
+    dpo = TrainingSetup(method=method, objective="dpo")
+    assert dpo.padded_batches  # the collator pads chosen and rejected to the longer
+    sft = TrainingSetup(method=method, batch=2, padded_batches=True)
+    assert _memory(dpo).peak == _memory(sft, 2).peak
+    assert _memory(dpo, 3).peak == _memory(sft, 6).peak
+
+
+def test_a_stated_padding_stands() -> None:
+    assert not TrainingSetup(objective="dpo", padded_batches=False).padded_batches
+
+
+def test_full_fine_tuning_holds_the_reference_model_as_the_policys_weights() -> None:
+    dpo = _memory(TrainingSetup(objective="dpo"))
+    pre = _memory(TrainingSetup(objective="dpo-precomputed"))
+    sft = _memory(TrainingSetup(batch=2, padded_batches=True), 2)
+    assert pre.peak == sft.peak  # no reference model in the step
+    policy = sft.components["weights"]
+    assert dpo.components["weights"] == pytest.approx(2 * policy, rel=1e-12)
+    assert dpo.peak == pytest.approx(sft.peak + policy, rel=1e-9)
+
+
+def test_the_reference_model_is_sharded_as_the_policy() -> None:
+    """FSDP over 8 cards: TRL prepares the reference model with FSDP too (trl 1.16.0
+    dpo_trainer.py:984-990), so it adds the policy's shard, not a whole model."""
+    setup = dict(num_gpus=8, parallel="fsdp")
+    dpo = _memory(TrainingSetup(objective="dpo", **setup), 1, 8)
+    pre = _memory(TrainingSetup(objective="dpo-precomputed", **setup), 1, 8)
+    added = dpo.components["weights"] - pre.components["weights"]
+    whole = _memory(TrainingSetup(batch=2, padded_batches=True), 2).components["weights"]
+    assert 0 < added < whole / 4
+
+
+def test_the_reference_forward_is_one_more_forward_without_the_adapters() -> None:
+    for method in ("full", "lora"):
+        dpo = step_flops(SPEC, TrainingSetup(method=method, objective="dpo"), 2048, 1)
+        sft = step_flops(SPEC, TrainingSetup(method=method, batch=2), 2048, 2)
+        lora = sft.parts["lora"].forward if "lora" in sft.parts else 0.0
+        assert dpo.reference == pytest.approx(sft.forward - lora, rel=1e-12)
+        assert dpo.total == pytest.approx(sft.total + dpo.reference, rel=1e-12)
+        totals = step_flops_totals(SPEC, TrainingSetup(method=method, objective="dpo"), 2048, 1)
+        assert totals.total == pytest.approx(dpo.total, rel=1e-12)
+        pre = step_flops(SPEC, TrainingSetup(method=method, objective="dpo-precomputed"), 2048, 1)
+        assert pre.reference == 0.0 and pre.total == pytest.approx(sft.total, rel=1e-12)
+
+
+@pytest.mark.parametrize("objective", ["dpo", "dpo-precomputed"])
+def test_dpo_memory_grows_with_the_pairs(objective: str) -> None:
+    setup = TrainingSetup(objective=objective, method="lora")
+    peaks = [float(_memory(setup, b).peak) for b in (1, 2, 4)]
+    assert peaks == sorted(peaks) and peaks[0] < peaks[-1]
+
+
+@pytest.mark.parametrize(
+    "fields, field",
+    [
+        ({"stack": "unsloth"}, "objective"),
+        ({"loss": "liger"}, "loss"),
+        ({"eval_batch": 4}, "eval_batch"),
+        ({"num_gpus": 4, "parallel": "fsdp=2,tp=2"}, "parallel"),
+    ],
+)
+def test_a_dpo_setup_not_modelled_names_the_field(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValueError, match=f"{field}: "):
+        TrainingSetup(objective="dpo", **fields)
