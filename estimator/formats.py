@@ -116,6 +116,9 @@ def _markdown(header: list[str], body: list[list[str]]) -> str:
 def _title(doc: dict[str, Any]) -> str:
     m, s = doc["model"], doc["setup"]
     method = s["method"] + (f" r{s['lora_rank']}" if s["method"] != "full" else "")
+    objective = s.get("objective", "sft")
+    if objective != "sft":  # a DPO row is a preference pair (estimator/objective.py)
+        method += f", {objective} (batch in preference pairs)"
     return (
         f"{m['name']} ({m['model_type']}, {m['params_in_weights'] / 1e9:.2f} B params in the "
         f"weights, {m['params_trainable']:,} trainable), {method}, {s['optimizer']}, "

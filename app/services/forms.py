@@ -31,6 +31,8 @@ LIST_FIELDS = ("checkpointing", "loss", "gpus")
 
 
 PIPELINE_FIELDS = ("pp_schedule", "pp_virtual")
+# form fields a setup-wide check names at the start of its message (the error goes next to them)
+SETUP_WIDE_NAMED = (*PIPELINE_FIELDS, "objective")
 
 
 @dataclass
@@ -47,6 +49,7 @@ class FormValues:
     train_config_format: str = ""
     train_config_name: str = ""
     stack: str = "hf"
+    objective: str = "sft"  # sft | dpo | dpo-precomputed (estimator/objective.py)
     method: str = "lora"
     lora_rank: str = "16"
     lora_targets: str = "all-linear"
@@ -314,6 +317,8 @@ def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]
                 if values.method in ("lora", "qlora"):
                     setup["lora_rank"] = rank
                     setup["lora_targets"] = targets or ["all-linear"]
+            if values.objective and values.objective != "sft":
+                setup["objective"] = values.objective
             if eval_batch is not None:
                 setup["eval_batch"] = eval_batch
                 if values.eval_skip_logits and setup.get("loss") == "liger":
@@ -350,7 +355,7 @@ def build_requests(values: FormValues) -> list[tuple[str, str, EstimateRequest]]
                     message = clean_message(str(err["msg"]))
                     field_name = form_field(err["loc"])
                     named = message.split(":", 1)[0]
-                    if field_name == "method" and named in PIPELINE_FIELDS:
+                    if field_name == "method" and named in SETUP_WIDE_NAMED:
                         field_name = named  # a setup-wide check whose message names the field
                     if err["type"] == "train_config":  # "{field}: {message}" of the mapping
                         field_name = "train_config_text"

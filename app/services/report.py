@@ -367,12 +367,19 @@ def max_context_chart(answers: list[dict[str, Any]], seq_lens: list[int]) -> Cha
 
 def setup_summary(setup: dict[str, Any]) -> str:
     parts = [f"stack {setup.get('stack', 'hf')}", str(setup.get("method", "?"))]
+    objective = setup.get("objective", "sft")
+    if objective == "dpo":
+        parts.append("DPO (a reference forward each step)")
+    elif objective == "dpo-precomputed":
+        parts.append("DPO (reference log-probabilities precomputed)")
     if setup.get("method") in ("lora", "qlora"):
         parts.append(f"rank {setup.get('lora_rank')} on {', '.join(setup.get('lora_targets', []))}")
     parts += [
         f"optimizer {setup.get('optimizer')}",
         f"precision {setup.get('precision')}",
-        f"batch {setup.get('batch')}" + (" (padded rows)" if setup.get("padded_batches") else ""),
+        f"batch {setup.get('batch')}"
+        + (" preference pairs" if objective != "sft" else "")
+        + (" (padded rows)" if setup.get("padded_batches") else ""),
     ]
     if (setup.get("grad_accum") or 1) > 1:
         parts.append(f"gradient accumulation {setup.get('grad_accum')}")

@@ -432,3 +432,18 @@ def test_the_form_s_precision_defaults_to_the_stack_s(sqlite_client: TestClient)
     assert "precision bf16" in page.text
     page = sqlite_client.post("/estimate", data={**form, "precision": "mixed"})
     assert page.status_code == 200 and "precision mixed" in page.text
+
+
+def test_the_form_prices_a_dpo_run_and_names_a_setup_it_cannot(sqlite_client: TestClient) -> None:
+    form = seed_form(
+        objective="dpo", profile="default", loss=["chunked"], gpus=["h200"], gpus_extra=""
+    )
+    page = sqlite_client.post("/estimate", data=form)
+    assert page.status_code == 200, page.text[:2000]
+    assert "DPO (a reference forward each step)" in page.text
+    assert "batch 1 preference pairs (padded rows)" in page.text
+    edit = sqlite_client.get("/?objective=dpo")  # "Edit these inputs" keeps the objective
+    assert "<option selected>dpo</option>" in edit.text
+    page = sqlite_client.post("/estimate", data={**form, "stack": "unsloth"})
+    assert page.status_code == 422
+    assert 'id="objective-error"' in page.text and "DPOTrainer" in page.text

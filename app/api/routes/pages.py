@@ -44,7 +44,7 @@ TRAIN_CONFIG_FORMATS = (
 
 def _choices() -> dict[str, tuple[str, ...]]:
     fields = TrainingSetup.model_fields
-    names = ("stack", "method", "optimizer", "precision", "checkpointing", "loss")
+    names = ("stack", "objective", "method", "optimizer", "precision", "checkpointing", "loss")
     return {n: tuple(get_args(fields[n].annotation)) for n in names}
 
 
