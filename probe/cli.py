@@ -106,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="after each length's steps, measure Trainer.evaluate() on this many rows (hf)",
     )
     k.add_argument("--double-quant", action="store_true", help="QLoRA bnb_4bit_use_double_quant")
+    k.add_argument(
+        "--objective",
+        choices=("sft", "dpo"),
+        default="sft",
+        help="dpo: TRL's DPOTrainer (--stack hf --loss chunked, lora or qlora), --batch "
+        "preference pairs",
+    )
     r = p.add_argument_group("the run")
     r.add_argument("--sweep", default="16000,32000,48000", help="comma-separated seq lengths")
     r.add_argument("--steps", type=int, default=3, help="optimizer steps per length")
@@ -164,6 +171,7 @@ def _setup_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "grad_accum": args.grad_accum,
         "eval_batch": args.eval_batch,
         "double_quant": args.double_quant,
+        "objective": args.objective,
     }
 
 

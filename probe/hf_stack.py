@@ -401,8 +401,9 @@ class HFSession:
         optim, optim_args = hf_optim(self.setup)
         s = self.setup
         extra = f", optim_args={optim_args!r}" if optim_args else ""
+        trl_trainer = "DPO" if s["objective"] == "dpo" else "SFT"
         trainer = (
-            f"TRL {package_version('trl')} SFTTrainer.train() with SFTConfig("
+            f"TRL {package_version('trl')} {trl_trainer}Trainer.train() with {trl_trainer}Config("
             if self.trl
             else f"transformers {package_version('transformers')} Trainer.train() with "
             "TrainingArguments("
@@ -535,8 +536,10 @@ class HFSession:
         trainer = None
         try:
             with self._trl_paths():
-                if self.trl:
-                    trainer = self._sft_trainer(seq, steps, callback)
+                if self.setup["objective"] == "dpo":
+                    trainer = self._trl_trainer("dpo_trainer", seq, steps, callback)
+                elif self.trl:
+                    trainer = self._trl_trainer("sft_trainer", seq, steps, callback)
                 else:
                     trainer = Trainer(
                         model=self.built.model,
@@ -553,13 +556,16 @@ class HFSession:
                 self.step_modes.pause()  # a step that raised left the modes entered
         return None, trainer
 
-    def _sft_trainer(self, seq: int, steps: int, callback: Any) -> Any:
-        from probe.trl_stack import sft_trainer
+    def _trl_trainer(self, name: str, seq: int, steps: int, callback: Any) -> Any:
+        """TRL's SFTTrainer or DPOTrainer (probe/trl_stack.py `sft_trainer`, `dpo_trainer`)
+        on the rows `steps` optimizer steps take."""
+        from probe import trl_stack
 
         rows = steps * self.setup["batch"] * self.setup["grad_accum"]
         values = self._argument_values(steps)
         fake = self.device == "fake"
-        return sft_trainer(self.built.model, values, fake, self.vocab, seq, rows, callback)
+        build = getattr(trl_stack, name)
+        return build(self.built.model, values, fake, self.vocab, seq, rows, callback)
 
     def _trl_paths(self) -> contextlib.ExitStack:
         """TRL's CUDA paths off CUDA, and under fake tensors its masks read as a real run's

@@ -146,9 +146,36 @@ def _check_evaluation(setup: dict[str, Any], device: str) -> None:
         )
 
 
+def _check_objective(setup: dict[str, Any]) -> None:
+    """DPO is measured through TRL's DPOTrainer (probe.trl_stack.dpo_trainer): the hf stack with
+    TRL's fused head (`--loss chunked`), a peft model (a full fine-tune's reference model is a
+    second model DPOTrainer loads from the hub by the config's name, dpo_trainer.py:916-927),
+    no evaluation pass; reference log-probabilities computed each step."""
+    objective = setup["objective"]
+    if objective == "sft":
+        return
+    if objective != "dpo":
+        raise ProbeInputError(
+            "setup.objective", f"{objective} is not measured (the probe runs sft and dpo)"
+        )
+    if setup["stack"] != "hf" or setup["loss"] != "chunked":
+        raise ProbeInputError(
+            "setup.objective", "dpo runs TRL's DPOTrainer: --stack hf --loss chunked"
+        )
+    if setup["method"] == "full":
+        raise ProbeInputError(
+            "setup.objective",
+            "dpo is measured with lora or qlora: a full fine-tune's reference model is loaded "
+            "from the hub by name (trl 1.16.0 dpo_trainer.py:916-927)",
+        )
+    if setup["eval_batch"] is not None:
+        raise ProbeInputError("setup.eval_batch", "no evaluation pass is measured under dpo")
+
+
 def check_stack(setup: dict[str, Any], device: str) -> None:
     """Raise `ProbeInputError` when `setup.stack` cannot run `setup` on `device` here."""
     stack = setup["stack"]
+    _check_objective(setup)
     if setup.get("eval_batch") is not None:
         _check_evaluation(setup, device)
     if stack in NOT_RUNNABLE:

@@ -34,6 +34,7 @@ __all__ = [
     "cuda_paths",
     "enter_all_rows_valid",
     "fake_masks_read_as_real",
+    "dpo_trainer",
     "sft_trainer",
     "trl_version",
 ]
@@ -166,13 +167,15 @@ def fake_masks_read_as_real() -> Iterator[None]:
 
 
 def _tokenizer(vocab: int) -> Any:
-    """A word-level tokenizer over the model's ids (`t0` pads, `t1` ends a row): SFTTrainer
-    needs one, the probe's rows are already ids, nothing is downloaded."""
-    from tokenizers import Tokenizer, models
+    """A word-level tokenizer over the model's ids (`t0` pads, `t1` ends a row), words split at
+    spaces: SFTTrainer needs one (the probe's rows are already ids), DPOTrainer tokenizes the
+    rows' text (`_preference_rows`); nothing is downloaded."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     words = {f"t{i}": i for i in range(vocab)}
     tokenizer = Tokenizer(models.WordLevel(words, unk_token="t0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tokenizer, pad_token="t0", eos_token="t1", unk_token="t0"
     )
@@ -222,6 +225,69 @@ def sft_trainer(
         model=model,
         args=args,
         train_dataset=datasets.Dataset.from_dict({"input_ids": ids}),
+        processing_class=_tokenizer(vocab),
+        callbacks=[callback],
+    )
+
+
+def _words(ids: list[int]) -> str:
+    return " ".join(f"t{i}" for i in ids)
+
+
+def _preference_rows(vocab: int, seq: int, rows: int) -> dict[str, list[str]]:
+    """`rows` preference rows of `seq` tokens each way: a prompt of seq // 4 random ids, a
+    chosen and a rejected completion of the rest, each ending with the end token (DPOTrainer
+    adds it when missing, trl 1.16.0 dpo_trainer.py:1063-1068). Chosen and rejected are the
+    same length, so the collator pads neither: the fake trace's all-valid masks are the real
+    run's (module docstring), and the estimate to compare is `padded_batches: false`."""
+    prompt_len = max(1, seq // 4)
+    completion = seq - prompt_len
+    generator = torch.Generator().manual_seed(0)
+
+    def draw(n: int) -> list[list[int]]:
+        ids: list[list[int]] = torch.randint(2, vocab, (rows, n), generator=generator).tolist()
+        return ids
+
+    prompts = draw(prompt_len)
+    chosen, rejected = draw(completion - 1), draw(completion - 1)
+    return {
+        "prompt": [_words(p) for p in prompts],
+        # a leading space: DPOTrainer tokenizes prompt + completion as one string (:1098-1108)
+        "chosen": [" " + _words([*c, 1]) for c in chosen],
+        "rejected": [" " + _words([*r, 1]) for r in rejected],
+    }
+
+
+def dpo_trainer(
+    model: Any,
+    arguments: dict[str, Any],
+    fake: bool,
+    vocab: int,
+    seq: int,
+    rows: int,
+    callback: Any,
+) -> Any:
+    """`DPOTrainer(model, args=DPOConfig(**arguments), ...)` on `rows` preference rows
+    (`_preference_rows`) of `seq` tokens each way: under peft the reference is the policy with
+    its adapters disabled (trl 1.16.0 dpo_trainer.py:908-914, 1328-1336)."""
+    import datasets
+    from trl import DPOConfig, DPOTrainer  # type: ignore[attr-defined]
+
+    config_class: type = DPOConfig
+    if fake:
+
+        class FakeTensorDPOConfig(DPOConfig):
+            @property
+            def place_model_on_device(self) -> bool:
+                return False
+
+        config_class = FakeTensorDPOConfig
+    _restore_forward(model)
+    args = config_class(**arguments, max_length=seq)
+    return DPOTrainer(
+        model=model,
+        args=args,
+        train_dataset=datasets.Dataset.from_dict(_preference_rows(vocab, seq, rows)),
         processing_class=_tokenizer(vocab),
         callbacks=[callback],
     )

@@ -1,0 +1,78 @@
+"""`objective: dpo` against TRL 1.16's own DPOTrainer step (fake trace), per component.
+
+The probe runs `DPOTrainer` (probe/trl_stack.py `dpo_trainer`) on a peft model: every row's chosen
+and rejected sequences in one batch, the policy's forward and backward through TRL's fused LM
+head, and the reference forward (adapters disabled, no grad) between them. The estimator prices a
+DPO row as two sequences and no moment of the reference's own (estimator/objective.py). Before
+`objective` existed a DPO run was priced as SFT of one sequence per row: the
+`as_sft` figures below (about -40 %).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+pytest.importorskip("trl")
+
+from estimator.document import compare_memtest  # noqa: E402
+from probe import run_probe  # noqa: E402
+from probe.options import ProbeInputError  # noqa: E402
+
+CONFIG = json.loads(
+    (Path(__file__).resolve().parents[2] / "bench" / "configs" / "small-llama.json").read_text()
+)
+VOCAB = 32768
+BASE = {
+    "stack": "hf",
+    "method": "lora",
+    "lora_rank": 8,
+    "checkpointing": "gpu",
+    "loss": "chunked",
+    "objective": "dpo",
+}
+
+
+@pytest.mark.parametrize(
+    "change, seq",
+    [({}, 1024), ({"batch": 2}, 1024), ({}, 3000)],
+    ids=["lora", "lora-batch-2", "lora-two-token-tiles"],
+)
+def test_the_dpo_trainer_step_is_two_sequences_a_row(change: dict, seq: int) -> None:
+    doc = run_probe({**CONFIG, "vocab_size": VOCAB}, {**BASE, **change}, [seq], 2, "fake")
+    res = doc["results"][0]
+    assert res["status"] == "ok", res["error"]
+    assert any("DPOTrainer" in line for line in doc["environment"]["ran"])
+    assert doc["setup"]["objective"] == "dpo" and doc["setup"]["padded_batches"] is False
+    row = compare_memtest(doc, "default")["rows"][0]
+    assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
+    # the fused head's tile covers the policy's 2 x batch sequences: min(positions, 4096) rows
+    positions = 2 * change.get("batch", 1) * (seq - 1)
+    tile = min(positions, 4096) * VOCAB * 2
+    assert res["component_maxima"]["logits"] == tile
+    assert row["estimated_loss_logits"] == tile
+    # the same step priced as SFT of one sequence a row (what the readers said before)
+    as_sft = {**doc, "setup": {**doc["setup"], "objective": "sft"}}
+    sft_row = compare_memtest(as_sft, "default")["rows"][0]
+    assert sft_row["error_pct"] < -20.0, sft_row["error_pct"]
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"loss": "full"}, "setup.objective"),
+        ({"method": "full"}, "setup.objective"),
+        ({"stack": "probe"}, "setup.objective"),
+        ({"objective": "dpo-precomputed"}, "setup.objective"),
+        ({"objective": "ppo"}, "setup.objective"),
+    ],
+)
+def test_a_dpo_the_probe_cannot_run_is_refused_naming_the_field(change: dict, field: str) -> None:
+    with pytest.raises(ProbeInputError) as err:
+        run_probe(CONFIG, {**BASE, **change}, [256], 1, "fake")
+    assert err.value.field == field
