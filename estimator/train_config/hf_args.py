@@ -30,6 +30,7 @@ from estimator.lora import PEFT_DEFAULT
 from estimator.train_config.evaluation import set_eval_batch
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
+from estimator.train_config.trl_dpo import is_dpo_config, map_dpo
 from estimator.train_config.vocab import (
     HF_OPTIMIZERS,
     lora_targets,
@@ -296,16 +297,26 @@ def map_peft_keys(m: TrainConfigMapping, data: dict[str, Any], base_dir: Path | 
 
 
 def read_hf(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
-    sft = is_sft_config(data)
+    dpo = is_dpo_config(data)
+    sft = dpo or is_sft_config(data)  # DPOConfig changes the defaults SFTConfig does
     m = TrainConfigMapping("trl" if sft else "hf-trainer")
     map_peft_keys(m, data, base_dir)
     map_trainer_args(m, data, sft)
-    if sft:
+    if dpo:
+        map_dpo(m, data)
+        init = m.get(data, "model_init_kwargs")
+        if isinstance(init, dict):
+            map_model_keys(m, init, "model_init_kwargs.")
+    elif sft:
         map_sft(m, data)
     else:
         set_trainer_loss(m, "transformers Trainer")
     m.get(data, "deepspeed")
-    map_eval_batch(m, data, sft)
+    if dpo and evaluates(data):
+        key = "eval_strategy" if "eval_strategy" in data else "evaluation_strategy"
+        m.ignore(key, "DPO's evaluation pass is not modelled: the training step alone is priced")
+    else:
+        map_eval_batch(m, data, sft)
     _loaded_dtype(m, data)
     m.warn_unread(data)
     return m

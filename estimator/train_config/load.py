@@ -36,6 +36,7 @@ from estimator.train_config.peft import read_peft
 from estimator.train_config.result import TrainConfigMapping
 from estimator.train_config.sharding import read_accelerate, read_deepspeed
 from estimator.train_config.torchtune import read_torchtune
+from estimator.train_config.trl_dpo import is_dpo_config
 
 FIELD = "train_config"
 MAX_BYTES = 2 * 2**20
@@ -111,7 +112,7 @@ def detect_format(data: dict[str, Any]) -> str | None:
         return "llamafactory"
     if is_v1(data):
         return "llamafactory"
-    if any(k in data for k in HF_KEYS):
+    if any(k in data for k in HF_KEYS) or is_dpo_config(data):
         return "trl"
     return None
 

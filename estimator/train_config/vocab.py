@@ -83,9 +83,10 @@ ATTENTION: dict[str, str] = {
 # trainer/dpo_trainer.py:169) and runs a reference forward besides the policy's, both through
 # the fused LM head the SFT estimate models (:1299, :1327-1338)
 AS_SFT_UNDERESTIMATES = (
-    "not modelled: estimated as SFT of one sequence per row, an underestimate (a DPO step runs "
-    "each row's chosen and rejected sequences together and a reference model's forward, trl "
-    "1.16.0 trainer/dpo_trainer.py:169, 1327-1338)"
+    "not modelled for this trainer: estimated as SFT of one sequence per row, an underestimate "
+    "(a DPO step runs each row's chosen and rejected sequences together and a reference "
+    "model's forward, trl 1.16.0 trainer/dpo_trainer.py:169, 1327-1338; TRL 1.16's own "
+    "DPOTrainer is priced by setup.objective dpo)"
 )
 
 
