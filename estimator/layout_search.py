@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from estimator.errors import EstimatorInputError
 from estimator.memory import memory_breakdown
+from estimator.objective import splits_the_model_ok
 from estimator.parallel import check_model
+from estimator.parallel.layout import model_splits, parse_parallel
 from estimator.parallel.of_setup import layout_of
 from estimator.scenario import Scenario
 from estimator.time.plan import row_time_and_cost
@@ -57,6 +59,8 @@ def candidates(sc: Scenario, gpus: int, per_node: int) -> list[dict[str, str]]:
         for e in DEGREES:
             if gpus % e == 0 and sc.spec.moe.num_experts % e == 0:
                 out.append({"parallel": f"fsdp,ep={e}", "offload": "none"})
+    if not splits_the_model_ok(sc.setup):
+        out = [c for c in out if not model_splits(parse_parallel(c["parallel"]))]
     return out
 
 

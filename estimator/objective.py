@@ -66,6 +66,17 @@ def reference_forward(setup: TrainingSetup) -> bool:
     return setup.objective == "dpo"
 
 
+def losses_for(setup: TrainingSetup, losses: tuple[str, ...]) -> tuple[str, ...]:
+    """The losses of `losses` a setup can run: DPOTrainer's fused head alone under DPO (for
+    the grids that try losses: recommend, the settings table)."""
+    return ("chunked",) if setup.objective in PREFERENCE else losses
+
+
+def splits_the_model_ok(setup: TrainingSetup) -> bool:
+    """Whether tp / pp / cp / ep layouts are candidates (DPO's are not modelled)."""
+    return setup.objective not in PREFERENCE
+
+
 def reference_weights_held(setup: TrainingSetup) -> bool:
     """Whether a reference model's weights are held beside the policy's: DPO without
     precomputation of full fine-tuning (under peft the reference is the policy with its

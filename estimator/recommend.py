@@ -10,6 +10,7 @@ from typing import Any
 from estimator.errors import EstimatorInputError
 from estimator.gpu_options import GpuOption, devices_for
 from estimator.layout_search import candidates
+from estimator.objective import losses_for
 from estimator.scenario import Scenario
 from estimator.solvers import Budget, max_seq, peak_bytes
 from estimator.time.plan import row_time_and_cost
@@ -70,7 +71,7 @@ def recommend_option(
     n = devices_for(option, base)
     candidates = []
     variants = _layout_variants(sc.at(seq_len=required_seq, gpu=option.gpu), n)
-    for ck, loss in product(GRID["checkpointing"], GRID["loss"]):
+    for ck, loss in product(GRID["checkpointing"], losses_for(base, GRID["loss"])):
         for variant in variants:
             setup = base.model_copy(update={"checkpointing": ck, "loss": loss, **variant})
             try:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from estimator.errors import EstimatorInputError
 from estimator.memory import memory_breakdown
 from estimator.memory.model import memory_on_card
+from estimator.objective import losses_for
 from estimator.profile import Profile
 from estimator.scenario import Scenario
 from estimator.spec import ModelSpec
@@ -221,6 +222,8 @@ def fitting_settings(
     fitting ones first by margin... the caller ranks by cost/time."""
     card = budget.capacity_bytes
     grid = grid or SETTING_GRID
+    if "loss" in grid:
+        grid = {**grid, "loss": losses_for(setup, grid["loss"])}
     rows: list[dict[str, Any]] = []
     keys = list(grid)
     for values in product(*(grid[k] for k in keys)):

@@ -91,3 +91,28 @@ def test_dpo_memory_grows_with_the_pairs(objective: str) -> None:
 def test_a_dpo_setup_not_modelled_names_the_field(fields: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=f"{field}: "):
         TrainingSetup(objective="dpo", **fields)
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    import json
+
+    from trainfit.cli import main
+
+    capsys.readouterr()
+    assert main([*argv, "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_recommend_tries_only_what_dpo_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The grids that try losses and layouts without validating each (recommend, min-gpus)
+    keep to the fused head's loss and to data parallelism under DPO."""
+    args = ("--model", "llama-3.1-70b", "--method", "full", "--objective", "dpo", "--seq", "4096")
+    doc = _json(capsys, "recommend", *args, "--gpu", "8xh100-80gb,h100-80gb")
+    tried = [row for row in doc["rows"] if "loss" in row]  # a card nothing fits has none
+    assert tried
+    for row in tried:
+        assert row["loss"] == "chunked"
+        assert not any(k in str(row["parallel"]) for k in ("tp=", "pp=", "cp=", "ep="))
+    lora = ("--model", "llama-3.1-8b", "--method", "lora", "--objective", "dpo", "--seq", "8192")
+    rows = _json(capsys, "recommend", *lora, "--gpu", "h100-80gb,rtx-4090")["rows"]
+    assert {row.get("loss") for row in rows} == {"chunked"}
