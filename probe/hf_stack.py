@@ -207,6 +207,16 @@ def build_hf_model(
     )
 
 
+def build_hf_reference(config: dict[str, Any], setup: dict[str, Any], device: str) -> Any:
+    """DPO's reference model under full fine-tuning, as DPOTrainer loads it: the same config
+    in the policy's dtype (trl 1.16.0 dpo_trainer.py:916-927, `create_model_from_path` with
+    `dtype=self.model.dtype`; here from the config with random weights, nothing downloaded),
+    in eval mode as `from_pretrained` returns it; on meta for `fake`, as the policy."""
+    reference = _from_config(config, setup, device, [])
+    reference.eval()
+    return reference
+
+
 class _RandomTokens(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
     """An endless stream of random token rows (labels = input ids, as a causal-LM dataset)."""
 
@@ -381,9 +391,11 @@ class HFSession:
         tracker: StorageTracker | None,
         env: dict[str, Any],
         step_modes: list[Any] | None = None,
+        reference: Any = None,
     ) -> None:
         self.built, self.setup, self.device, self.vocab = built, setup, device, vocab
         self.tracker, self.env = tracker, env
+        self.reference = reference  # DPO's reference model (full fine-tuning), or None
         # fake: the fake mode and the tracker, active only from on_step_begin to on_step_end
         # (see `_StepModes`); None: the caller keeps its modes active throughout
         self.trl = setup["loss"] == "chunked"  # TRL's SFTTrainer (probe/trl_stack.py)
@@ -421,6 +433,12 @@ class HFSession:
             )
             + ")",
         )
+        if self.reference is not None:
+            self.env["substituted"].append(
+                "DPO's reference model: built from the config with random weights in the "
+                "policy's dtype and passed as ref_model (DPOTrainer loads it by the config's "
+                "name, trl 1.16.0 dpo_trainer.py:916-927)"
+            )
         if self.device == "cuda":
             return
         if self.trl:
@@ -564,8 +582,13 @@ class HFSession:
         rows = steps * self.setup["batch"] * self.setup["grad_accum"]
         values = self._argument_values(steps)
         fake = self.device == "fake"
-        build = getattr(trl_stack, name)
-        return build(self.built.model, values, fake, self.vocab, seq, rows, callback)
+        if name == "dpo_trainer":
+            return trl_stack.dpo_trainer(
+                self.built.model, values, fake, self.vocab, seq, rows, callback, self.reference
+            )
+        return trl_stack.sft_trainer(
+            self.built.model, values, fake, self.vocab, seq, rows, callback
+        )
 
     def _trl_paths(self) -> contextlib.ExitStack:
         """TRL's CUDA paths off CUDA, and under fake tensors its masks read as a real run's

@@ -36,7 +36,7 @@ from probe.config import check_config, text_config
 from probe.cuda_kernels import SUBSTITUTED as CUDA_KERNELS_SUBSTITUTED
 from probe.cuda_kernels import CudaKernels
 from probe.environment import describe_environment, package_version
-from probe.hf_stack import HFSession, build_hf_model
+from probe.hf_stack import HFSession, build_hf_model, build_hf_reference
 from probe.linear_attention import install_linear_attention
 from probe.loss import chunked_loss, full_loss
 from probe.model import BuiltModel, UnsupportedSetup, build_model
@@ -464,6 +464,7 @@ def run_probe(
             stack.enter_context(dist)
         cuda_kernels = stack.enter_context(CudaKernels()) if device != "cuda" else None
         tracker: StorageTracker | None = None
+        reference: Any = None  # DPO's reference model under full fine-tuning (hf stack)
         bar = _progress(len(lengths) * steps, progress)
         stack.callback(lambda: bar.close() if bar is not None else None)
         try:
@@ -477,6 +478,8 @@ def run_probe(
                 built, tracker = tt_session.built, tt_session.tracker
             elif setup["stack"] == "hf":
                 built = _build_with(build_hf_model, config, setup, device, stack_env)
+                if setup["objective"] == "dpo" and setup["method"] == "full":
+                    reference = _build_with(build_hf_reference, config, setup, device)
             else:
                 built = _build(config, setup, device)
                 notes.extend(built.notes)
@@ -491,8 +494,10 @@ def run_probe(
                 tracker = stack.enter_context(StorageTracker(cap=memory_cap, vocab=vocab))
                 step_modes.append(tracker)
             if device == "fake" and setup["stack"] != "torchtune":
-                built.model.to_empty(device="cpu")
-                _retie(built.model)  # to_empty gives tied weights separate storages
+                for model in (built.model, reference):
+                    if model is not None:
+                        model.to_empty(device="cpu")
+                        _retie(model)  # to_empty gives tied weights separate storages
                 if setup["stack"] == "probe":
                     notes.append(
                         "fake: weights are fake CPU tensors; attention traced with the CPU SDPA "
@@ -501,13 +506,17 @@ def run_probe(
             if dist.world_size > 1:
                 dist.shard(built)
             if tracker is not None and setup["stack"] != "torchtune":
-                tracker.adopt(list(built.model.parameters()) + list(built.model.buffers()))
+                for model in (built.model, reference):
+                    if model is not None:
+                        tracker.adopt(list(model.parameters()) + list(model.buffers()))
             session: _Session | HFSession | TorchtuneSession
             if setup["stack"] == "torchtune":
                 session = tt_session
             elif setup["stack"] == "hf":
                 modes = step_modes or None  # the tracker (and fake mode): inside steps only
-                session = HFSession(built, setup, device, vocab, tracker, stack_env, modes)
+                session = HFSession(
+                    built, setup, device, vocab, tracker, stack_env, modes, reference
+                )
             else:
                 session = _Session(built, setup, device, vocab, tracker)
         except (UnsupportedSetup, _BuildOOM, torch.OutOfMemoryError) as exc:

@@ -148,9 +148,9 @@ def _check_evaluation(setup: dict[str, Any], device: str) -> None:
 
 def _check_objective(setup: dict[str, Any]) -> None:
     """DPO is measured through TRL's DPOTrainer (probe.trl_stack.dpo_trainer): the hf stack with
-    TRL's fused head (`--loss chunked`), a peft model (a full fine-tune's reference model is a
-    second model DPOTrainer loads from the hub by the config's name, dpo_trainer.py:916-927),
-    no evaluation pass; reference log-probabilities computed each step."""
+    TRL's fused head (`--loss chunked`), no evaluation pass; reference log-probabilities
+    computed each step (a full fine-tune's reference model is built from the config as the
+    policy is, probe.hf_stack.build_hf_reference)."""
     objective = setup["objective"]
     if objective == "sft":
         return
@@ -161,12 +161,6 @@ def _check_objective(setup: dict[str, Any]) -> None:
     if setup["stack"] != "hf" or setup["loss"] != "chunked":
         raise ProbeInputError(
             "setup.objective", "dpo runs TRL's DPOTrainer: --stack hf --loss chunked"
-        )
-    if setup["method"] == "full":
-        raise ProbeInputError(
-            "setup.objective",
-            "dpo is measured with lora or qlora: a full fine-tune's reference model is loaded "
-            "from the hub by name (trl 1.16.0 dpo_trainer.py:916-927)",
         )
     if setup["eval_batch"] is not None:
         raise ProbeInputError("setup.eval_batch", "no evaluation pass is measured under dpo")

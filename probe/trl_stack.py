@@ -266,10 +266,13 @@ def dpo_trainer(
     seq: int,
     rows: int,
     callback: Any,
+    ref_model: Any = None,
 ) -> Any:
-    """`DPOTrainer(model, args=DPOConfig(**arguments), ...)` on `rows` preference rows
-    (`_preference_rows`) of `seq` tokens each way: under peft the reference is the policy with
-    its adapters disabled (trl 1.16.0 dpo_trainer.py:908-914, 1328-1336)."""
+    """`DPOTrainer(model, ref_model, args=DPOConfig(**arguments), ...)` on `rows` preference
+    rows (`_preference_rows`) of `seq` tokens each way: under peft the reference is the policy
+    with its adapters disabled (`ref_model` None; trl 1.16.0 dpo_trainer.py:908-914,
+    1328-1336), under full fine-tuning `ref_model`, the model DPOTrainer would load by name
+    (probe.hf_stack.build_hf_reference)."""
     import datasets
     from trl import DPOConfig, DPOTrainer  # type: ignore[attr-defined]
 
@@ -283,9 +286,12 @@ def dpo_trainer(
 
         config_class = FakeTensorDPOConfig
     _restore_forward(model)
+    if ref_model is not None:
+        _restore_forward(ref_model)  # DPOTrainer patches its forward too (:961-962)
     args = config_class(**arguments, max_length=seq)
     return DPOTrainer(
         model=model,
+        ref_model=ref_model,
         args=args,
         train_dataset=datasets.Dataset.from_dict(_preference_rows(vocab, seq, rows)),
         processing_class=_tokenizer(vocab),

@@ -3,7 +3,8 @@
 The probe runs `DPOTrainer` (probe/trl_stack.py `dpo_trainer`) on a peft model: every row's chosen
 and rejected sequences in one batch, the policy's forward and backward through TRL's fused LM
 head, and the reference forward (adapters disabled, no grad) between them. The estimator prices a
-DPO row as two sequences and no moment of the reference's own (estimator/objective.py). Before
+DPO row as two sequences, no moment of the reference's own, and under full fine-tuning the
+reference model's weights beside the policy's (estimator/objective.py). Before
 `objective` existed a DPO run was priced as SFT of one sequence per row: the
 `as_sft` figures below (about -40 %).
 """
@@ -63,10 +64,31 @@ def test_the_dpo_trainer_step_is_two_sequences_a_row(change: dict, seq: int) -> 
 
 
 @pytest.mark.parametrize(
+    "change, seq",
+    [({}, 1024), ({}, 3000), ({"precision": "bf16", "autocast": False}, 1024)],
+    ids=["amp", "amp-two-token-tiles", "bf16"],
+)
+def test_a_full_fine_tune_holds_the_reference_model(change: dict, seq: int) -> None:
+    """Full fine-tuning: DPOTrainer's reference model (built from the config in the policy's
+    dtype, probe.hf_stack.build_hf_reference) is a second copy of the weights; its forward
+    sets no moment of its own."""
+    setup = {**BASE, "method": "full", **change}
+    setup.pop("lora_rank")
+    doc = run_probe({**CONFIG, "vocab_size": VOCAB}, setup, [seq], 2, "fake")
+    res = doc["results"][0]
+    assert res["status"] == "ok", res["error"]
+    assert any("reference model" in line for line in doc["environment"]["substituted"])
+    row = compare_memtest(doc, "default")["rows"][0]
+    assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
+    # without the reference's weights the estimate is the policy's step alone: well under
+    alone = {**doc, "setup": {**doc["setup"], "objective": "dpo-precomputed"}}
+    assert compare_memtest(alone, "default")["rows"][0]["error_pct"] < -8.0
+
+
+@pytest.mark.parametrize(
     "change, field",
     [
         ({"loss": "full"}, "setup.objective"),
-        ({"method": "full"}, "setup.objective"),
         ({"stack": "probe"}, "setup.objective"),
         ({"objective": "dpo-precomputed"}, "setup.objective"),
         ({"objective": "ppo"}, "setup.objective"),
