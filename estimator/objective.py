@@ -26,6 +26,10 @@ completion). Read from the source:
   runs afterwards on the same sequences with the policy's activations and the gradients alive,
   so it sets no moment of its own (measured with the probe's DPOTrainer referee,
   tests/probe/test_dpo_accuracy.py). Its FLOPs are one forward (`reference_forward`).
+- the labels are the completions only (:1297-1298): the fused head scores the completion
+  positions, while the estimate counts every position but each sequence's first (the hf
+  stack's chunked loss), an upper bound by the prompt's share of the head's tile (at most
+  4096 x 32768 values), of TRL's hidden-state copy and of its per-position statistics.
 
 `dpo-precomputed` (DPOConfig `precompute_ref_log_probs=True`, dpo_config.py:227): the
 reference log-probabilities are computed once before training and read from the batch

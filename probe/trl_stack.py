@@ -235,12 +235,15 @@ def _words(ids: list[int]) -> str:
 
 
 def _preference_rows(vocab: int, seq: int, rows: int) -> dict[str, list[str]]:
-    """`rows` preference rows of `seq` tokens each way: a prompt of seq // 4 random ids, a
-    chosen and a rejected completion of the rest, each ending with the end token (DPOTrainer
-    adds it when missing, trl 1.16.0 dpo_trainer.py:1063-1068). Chosen and rejected are the
-    same length, so the collator pads neither: the fake trace's all-valid masks are the real
-    run's (module docstring), and the estimate to compare is `padded_batches: false`."""
-    prompt_len = max(1, seq // 4)
+    """`rows` preference rows of `seq` tokens each way: a one-token prompt, a chosen and a
+    rejected completion of the rest, each ending with the end token (DPOTrainer adds it when
+    missing, trl 1.16.0 dpo_trainer.py:1063-1068). Chosen and rejected are the same length, so
+    the collator pads neither: the fake trace's all-valid masks are the real run's (module
+    docstring), and the estimate to compare is `padded_batches: false`. The prompt is one token
+    because DPOTrainer labels the completions only (:1298): the fake trace's mask selections keep
+    every position, what a real run keeps when every position but the first has a label (the
+    estimator's count, an upper bound for longer prompts)."""
+    prompt_len = 1
     completion = seq - prompt_len
     generator = torch.Generator().manual_seed(0)
 

@@ -85,6 +85,22 @@ def test_a_full_fine_tune_holds_the_reference_model(change: dict, seq: int) -> N
     assert compare_memtest(alone, "default")["rows"][0]["error_pct"] < -8.0
 
 
+def test_qlora_under_dpo_trainer_on_the_cpu() -> None:
+    """Real NF4 weights (bitsandbytes on the CPU, real tensors: the mask selections are real
+    too); DPOTrainer casts the adapters of a quantized model to bf16 as SFTTrainer does (trl
+    1.16.0 dpo_trainer.py:726-729). -0.98 % here: the step measures 2.3 MB more than the same
+    trainer's SFT of two rows, not attributed yet."""
+    pytest.importorskip("bitsandbytes")
+    setup = {**BASE, "method": "qlora"}
+    doc = run_probe({**CONFIG, "vocab_size": VOCAB}, setup, [1024], 2, "cpu")
+    res = doc["results"][0]
+    assert res["status"] == "ok", res["error"]
+    assert doc["setup"]["adapter_dtype"] == "bf16"
+    row = compare_memtest(doc, "default")["rows"][0]
+    assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
+    assert res["component_maxima"]["logits"] == 2 * 1023 * VOCAB * 2  # every completion position
+
+
 @pytest.mark.parametrize(
     "change, field",
     [
