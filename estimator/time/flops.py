@@ -230,7 +230,8 @@ def _params_only(spec: ModelSpec, setup: TrainingSetup, tokens: int) -> StepFlop
     )
     if setup.is_adapter:
         notes += ("params-only spec: adapter FLOPs not included",)
-    return StepFlops(fwd, bwd, rec, fwd + bwd, {"params": part}, notes, tokens)
+    ref = _reference(setup, fwd, 0.0)
+    return StepFlops(fwd, bwd, rec, fwd + bwd + ref, {"params": part}, notes, tokens, ref)
 
 
 @dataclass(frozen=True)

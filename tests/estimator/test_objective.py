@@ -116,3 +116,14 @@ def test_recommend_tries_only_what_dpo_runs(capsys: pytest.CaptureFixture[str]) 
     lora = ("--model", "llama-3.1-8b", "--method", "lora", "--objective", "dpo", "--seq", "8192")
     rows = _json(capsys, "recommend", *lora, "--gpu", "h100-80gb,rtx-4090")["rows"]
     assert {row.get("loss") for row in rows} == {"chunked"}
+
+
+def test_a_params_only_model_gets_the_reference_forward_too() -> None:
+    from estimator.spec import params_only_spec
+
+    spec = params_only_spec(7e9)
+    dpo = step_flops(spec, TrainingSetup(objective="dpo"), 1024, 1)
+    sft = step_flops(spec, TrainingSetup(batch=2), 1024, 2)
+    assert dpo.reference == sft.forward == 2.0 * 7e9 * 2048
+    assert dpo.total == sft.total + dpo.reference
+    assert step_flops_totals(spec, TrainingSetup(objective="dpo"), 1024, 1).total == dpo.total
