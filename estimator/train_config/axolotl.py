@@ -421,7 +421,14 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     m.get(data, "liger_rope")
     rl = m.get(data, "rl")
     if rl:
-        m.ignore("rl", f"{rl!r} training (TRL's preference/RL trainers) is {AS_SFT_UNDERESTIMATES}")
+        # axolotl 067b021c pins trl==1.8.0 (pyproject.toml), whose DPOTrainer makes the full
+        # logits and a log-softmax of them (trl v1.8.0 trainer/dpo_trainer.py:1293-1296,
+        # selective_log_softmax), not TRL 1.16's fused head that `objective: dpo` models
+        m.ignore(
+            "rl",
+            f"{rl!r} training (TRL 1.8.0's preference/RL trainers, axolotl's pin, which make the "
+            f"full logits) is {AS_SFT_UNDERESTIMATES}",
+        )
     else:  # core/trainers/base.py:72-82, 445-450: AxolotlTrainer(Trainer), the Trainer's loss
         set_trainer_loss(m, "axolotl's AxolotlTrainer (transformers Trainer)")
     for key in ("liger_cross_entropy", "liger_layer_norm", "liger_rms_norm_gated"):
