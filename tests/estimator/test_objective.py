@@ -127,3 +127,15 @@ def test_a_params_only_model_gets_the_reference_forward_too() -> None:
     assert dpo.reference == sft.forward == 2.0 * 7e9 * 2048
     assert dpo.total == sft.total + dpo.reference
     assert step_flops_totals(spec, TrainingSetup(objective="dpo"), 1024, 1).total == dpo.total
+
+
+def test_max_batch_counts_preference_pairs(capsys: pytest.CaptureFixture[str]) -> None:
+    from trainfit.cli import main
+
+    args = ("--model", "llama-3.1-8b", "--method", "lora", "--seq", "4096", "--gpu", "h100-80gb")
+    pairs = _json(capsys, "max-batch", *args, "--objective", "dpo")["batch"]
+    rows = _json(capsys, "max-batch", *args, "--padded-batches")["batch"]
+    assert pairs == rows // 2 and pairs > 1
+    capsys.readouterr()
+    assert main(["max-batch", *args, "--objective", "dpo"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith(f": {pairs} preference pairs")

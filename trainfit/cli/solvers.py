@@ -58,6 +58,7 @@ QUESTIONS = (
         True,
         lambda a, req, ans: (
             f"largest micro-batch at {req.seq_len} tokens on {a.gpu}: {ans['batch']}"
+            + (" preference pairs" if req.setup.objective != "sft" else "")
         ),
     ),
     Question(
