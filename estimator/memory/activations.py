@@ -529,8 +529,8 @@ def head_input_saved(ctx: Context, spec: ModelSpec, loss: str, fused_input: int 
         norm = ctx.compute_bytes * h + FP32
     elif ctx.liger:  # its input is the last layer's output, the stream (memory/liger.py)
         norm = liger.norm_saved(ctx.input_bytes, h)
-    else:
-        norm = rms_norm_saved(ctx, h)
+    else:  # the last norm reads the residual stream (its output fp32 under AMP's fp32 stream)
+        norm = rms_norm_saved(ctx, h, stream=True)
     if fused_input:
         return norm + h * fused_input
     head = 0.0 if loss in ("liger", "unsloth") else inputs_saved(ctx, ["lm_head"], h)

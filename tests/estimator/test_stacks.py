@@ -674,12 +674,17 @@ def test_amp_keeps_autocasts_bf16_weight_copies_through_the_forward() -> None:
     bf16 = _c(bf16_mem, "logits")
     forward = tokens * vocab * 10 + 2 * body + 2 * h * vocab + 4 * tokens * h
     backward = tokens * vocab * 12 + 2 * h * vocab
-    assert amp - bf16 == pytest.approx(max(forward, backward) - tokens * vocab * 12, rel=1e-6)
+    # and the last norm's saved normalised tensor, fp32 under AMP's fp32 stream (bf16 without:
+    # tests/estimator/test_last_norm_saved.py)
+    normed = 2 * tokens * h
+    assert amp - bf16 == pytest.approx(
+        max(forward, backward) - tokens * vocab * 12 + normed, rel=1e-6
+    )
     # what the probe counts as activations: the copies and that output, at the forward moment
     extra = float(mem.logits_other["activations"][0]) - float(
         bf16_mem.logits_other["activations"][0]
     )
-    assert extra == pytest.approx(2 * body + 2 * h * vocab + 4 * tokens * h, rel=1e-6)
+    assert extra == pytest.approx(2 * body + 2 * h * vocab + 4 * tokens * h + normed, rel=1e-6)
 
 
 def test_torchtune_rope_cache_buffers_count_in_weights_on_every_rank() -> None:
