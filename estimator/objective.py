@@ -25,7 +25,11 @@ completion). Read from the source:
   nothing; its transients (one layer's, and the head's tile) are within the backward's, which
   runs afterwards on the same sequences with the policy's activations and the gradients alive,
   so it sets no moment of its own (measured with the probe's DPOTrainer referee,
-  tests/probe/test_dpo_accuracy.py). Its FLOPs are one forward (`reference_forward`).
+  tests/probe/test_dpo_accuracy.py). Not modelled: under an fp32 residual stream (AMP full
+  fine-tuning, QLoRA's kbit preparation) the reference head's forward holds its own fp32 copy
+  of the labelled hidden states (trl utils.py:1645) beside the policy's saved one, which the
+  referee's storage dumps show at its peak (-0.2 to -1.0 % on its 2-layer models). Its FLOPs
+  are one forward (`reference_forward`).
 - the labels are the completions only (:1297-1298): the fused head scores the completion
   positions, while the estimate counts every position but each sequence's first (the hf
   stack's chunked loss), an upper bound by the prompt's share of the head's tile (at most
