@@ -138,6 +138,14 @@ def eval_split_unmodelled(layout: Any) -> str | None:
     )
 
 
+def stated_layout(s: Any) -> Any:
+    """The `parallel` layout the setup states, parsed; None for none or `auto` (the layout
+    search picks one)."""
+    if not s.parallel or s.parallel == "auto":
+        return None
+    return parse_parallel(s.parallel)
+
+
 def check_evaluation(s: Any) -> None:
     """`eval_batch` where its pass is modelled: those losses, one card, data parallelism or
     device_map (an evaluation's logits under tp / pp / cp / ep are not)."""
@@ -153,8 +161,9 @@ def check_evaluation(s: Any) -> None:
     if s.eval_batch is None:
         return
     reason = eval_loss_unmodelled(s.loss)
-    if reason is None and s.parallel and s.parallel != "auto":
-        reason = eval_split_unmodelled(parse_parallel(s.parallel))
+    layout = stated_layout(s)
+    if reason is None and layout is not None:
+        reason = eval_split_unmodelled(layout)
     if reason is not None:
         raise ValueError(f"eval_batch: {reason}")
 
@@ -221,7 +230,8 @@ def check_objective(s: Any) -> None:
             "eval_batch: the evaluation pass of DPO (the policy's and the reference's "
             "forwards) is not modelled"
         )
-    split = model_splits(parse_parallel(s.parallel)) if s.parallel and s.parallel != "auto" else []
+    layout = stated_layout(s)
+    split = model_splits(layout) if layout is not None else []
     if split:
         raise ValueError(
             f"parallel: DPO under {', '.join(split)} is not modelled (TRL's DPOTrainer runs "

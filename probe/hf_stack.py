@@ -554,10 +554,8 @@ class HFSession:
         trainer = None
         try:
             with self._trl_paths():
-                if self.setup["objective"] == "dpo":
-                    trainer = self._trl_trainer("dpo_trainer", seq, steps, callback)
-                elif self.trl:
-                    trainer = self._trl_trainer("sft_trainer", seq, steps, callback)
+                if self.trl:
+                    trainer = self._trl_trainer(seq, steps, callback)
                 else:
                     trainer = Trainer(
                         model=self.built.model,
@@ -574,15 +572,16 @@ class HFSession:
                 self.step_modes.pause()  # a step that raised left the modes entered
         return None, trainer
 
-    def _trl_trainer(self, name: str, seq: int, steps: int, callback: Any) -> Any:
-        """TRL's SFTTrainer or DPOTrainer (probe/trl_stack.py `sft_trainer`, `dpo_trainer`)
-        on the rows `steps` optimizer steps take."""
+    def _trl_trainer(self, seq: int, steps: int, callback: Any) -> Any:
+        """TRL's DPOTrainer under `objective: dpo` (which needs the chunked loss,
+        probe/stacks.py), else its SFTTrainer (probe/trl_stack.py `dpo_trainer`,
+        `sft_trainer`), on the rows `steps` optimizer steps take."""
         from probe import trl_stack
 
         rows = steps * self.setup["batch"] * self.setup["grad_accum"]
         values = self._argument_values(steps)
         fake = self.device == "fake"
-        if name == "dpo_trainer":
+        if self.setup["objective"] == "dpo":
             return trl_stack.dpo_trainer(
                 self.built.model, values, fake, self.vocab, seq, rows, callback, self.reference
             )
