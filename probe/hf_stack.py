@@ -298,18 +298,20 @@ def _callback_class() -> type:
     return MemoryCallback
 
 
-def _FakeArguments() -> type:  # noqa: N802 - a class factory (transformers imported lazily)
-    """`TrainingArguments` whose documented `place_model_on_device` hook says False: under fake
-    tensors the model is already materialised on the fake CPU, and `Module.to` would try to
-    swap fake parameters that the fake mode holds weak references to."""
-    from transformers import TrainingArguments
+def arguments_class(base: type, fake: bool) -> type:
+    """`base` (`TrainingArguments`, or a TRL config, its subclass), or under fake tensors a
+    subclass whose documented `place_model_on_device` hook says False: the model is already
+    materialised on the fake CPU, and `Module.to` would try to swap fake parameters that the
+    fake mode holds weak references to."""
+    if not fake:
+        return base
 
-    class FakeTensorTrainingArguments(TrainingArguments):
+    class FakeTensorArguments(base):  # type: ignore[misc]
         @property
         def place_model_on_device(self) -> bool:
             return False
 
-    return FakeTensorTrainingArguments
+    return FakeTensorArguments
 
 
 @contextlib.contextmanager
@@ -487,8 +489,8 @@ class HFSession:
     def _arguments(self, steps: int) -> Any:
         from transformers import TrainingArguments
 
-        arguments_class = _FakeArguments() if self.device == "fake" else TrainingArguments
-        return arguments_class(**self._argument_values(steps))
+        fake = self.device == "fake"
+        return arguments_class(TrainingArguments, fake)(**self._argument_values(steps))
 
     def _argument_values(self, steps: int) -> dict[str, Any]:
         s = self.setup

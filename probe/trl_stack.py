@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from probe.hf_stack import arguments_class
+
 __all__ = [
     "SUBSTITUTED",
     "FAKE_SUBSTITUTED",
@@ -181,20 +183,6 @@ def _tokenizer(vocab: int) -> Any:
     )
 
 
-def _config_class(config: type, fake: bool) -> type:
-    """TRL's config class, or under fake tensors a subclass that keeps the Trainer from moving
-    the model (its fake weights stay where the probe made them)."""
-    if not fake:
-        return config
-
-    class FakeTensorConfig(config):  # type: ignore[misc]
-        @property
-        def place_model_on_device(self) -> bool:
-            return False
-
-    return FakeTensorConfig
-
-
 def _restore_forward(model: Any) -> None:
     """Undo what an earlier length's trainer did to the model, as a user's one-trainer run
     finds it: SFTTrainer's fused forward (on the base model under peft) and accelerate's
@@ -223,7 +211,7 @@ def sft_trainer(
     from trl import SFTConfig, SFTTrainer  # type: ignore[attr-defined]
 
     _restore_forward(model)
-    args = _config_class(SFTConfig, fake)(**arguments, max_length=seq, packing=False)
+    args = arguments_class(SFTConfig, fake)(**arguments, max_length=seq, packing=False)
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(2, vocab, (rows, seq), generator=generator).tolist()
     return SFTTrainer(
@@ -287,7 +275,7 @@ def dpo_trainer(
     _restore_forward(model)
     if ref_model is not None:
         _restore_forward(ref_model)  # DPOTrainer patches its forward too (:961-962)
-    args = _config_class(DPOConfig, fake)(**arguments, max_length=seq)
+    args = arguments_class(DPOConfig, fake)(**arguments, max_length=seq)
     return DPOTrainer(
         model=model,
         ref_model=ref_model,

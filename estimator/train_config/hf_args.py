@@ -245,9 +245,6 @@ def map_sft(m: TrainConfigMapping, data: dict[str, Any]) -> None:
             m.set("loss", "chunked", "loss_type" if loss_type else "loss_type (default nll)")
         else:
             m.ignore("loss_type", f"loss {loss_type!r} is not modelled; counted as full")
-    init = m.get(data, "model_init_kwargs")
-    if isinstance(init, dict):
-        map_model_keys(m, init, "model_init_kwargs.")
     for k in ("dataset_text_field", "completion_only_loss", "assistant_only_loss"):
         m.get(data, k)
 
@@ -304,13 +301,13 @@ def read_hf(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
     map_trainer_args(m, data, sft)
     if dpo:
         map_dpo(m, data)
-        init = m.get(data, "model_init_kwargs")
-        if isinstance(init, dict):
-            map_model_keys(m, init, "model_init_kwargs.")
     elif sft:
         map_sft(m, data)
     else:
         set_trainer_loss(m, "transformers Trainer")
+    init = m.get(data, "model_init_kwargs") if sft else None  # TRL's load options
+    if isinstance(init, dict):
+        map_model_keys(m, init, "model_init_kwargs.")
     m.get(data, "deepspeed")
     if dpo and evaluates(data):
         key = "eval_strategy" if "eval_strategy" in data else "evaluation_strategy"
