@@ -35,6 +35,14 @@ completion). Read from the source:
   stack's chunked loss), an upper bound by the prompt's share of the head's tile (at most
   4096 x 32768 values), of TRL's hidden-state copy and of its per-position statistics.
 
+`loss: full` under `dpo`: TRL 1.0-1.9's DPOTrainer (1.8.0 is axolotl 067b021c's pin,
+pyproject.toml:23), the same batch of 2 x batch sequences and the same reference, but the
+log-probabilities are taken from the full logits the model returns (trl v1.8.0
+trainer/dpo_trainer.py:1289-1296, `selective_log_softmax`), the reference's logits likewise
+(:1329-1334), and the metrics take the entropy of a copy of the policy's (:1536): the loss's
+bytes are `dpo_full_logits_bytes` (estimator/memory/logits.py), measured with the probe's
+trace of TRL 1.8.0's step (tests/probe/test_dpo_full_logits.py).
+
 `dpo-precomputed` (DPOConfig `precompute_ref_log_probs=True`, dpo_config.py:227): the
 reference log-probabilities are computed once before training and read from the batch
 (:1317-1318); without FSDP no reference model is kept (:910-914), under FSDP the one loaded for
@@ -75,8 +83,9 @@ def reference_forward(setup: TrainingSetup) -> bool:
 
 
 def losses_for(setup: TrainingSetup, losses: tuple[str, ...]) -> tuple[str, ...]:
-    """The losses of `losses` a setup can run: DPOTrainer's fused head alone under DPO (for
-    the grids that try losses: recommend, the settings table)."""
+    """The losses of `losses` a setup can run: TRL 1.16's DPOTrainer's fused head alone under
+    DPO (for the grids that try losses: recommend, the settings table; `full`, TRL 1.0-1.9's
+    DPOTrainer, is a release to state, not a setting to try)."""
     return ("chunked",) if setup.objective in PREFERENCE else losses
 
 

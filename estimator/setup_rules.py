@@ -209,21 +209,22 @@ def check_combinations(s: Any) -> None:
 
 
 def check_objective(s: Any) -> None:
-    """A preference objective where it is modelled: TRL 1.16.0's DPOTrainer (the hf stack),
-    whose every forward runs the fused LM head, on one card or a data-parallel layout, without
-    an evaluation pass (estimator/objective.py)."""
+    """A preference objective where it is modelled: TRL's DPOTrainer (the hf stack), 1.16.0's
+    whose every forward runs the fused LM head (`loss chunked`) or 1.0-1.9's with the full
+    logits (`loss full`, axolotl's pin), on one card or a data-parallel layout, without an
+    evaluation pass (estimator/objective.py)."""
     if s.objective not in PREFERENCE:
         return
     if s.stack != "hf":
         raise ValueError(
-            f"objective: {s.objective} is modelled for TRL 1.16.0's DPOTrainer (--stack hf); "
+            f"objective: {s.objective} is modelled for TRL's DPOTrainer (--stack hf); "
             f"stack {s.stack}'s preference training was not read"
         )
-    if s.loss != "chunked":
+    if s.loss not in ("chunked", "full"):
         raise ValueError(
-            f"loss: DPOTrainer computes the log-probabilities through TRL's fused LM head "
-            f"(trl 1.16.0 trainer/dpo_trainer.py:959, 1299), the hf stack's chunked loss, not "
-            f"{s.loss}"
+            f"loss: DPOTrainer computes the log-probabilities through TRL 1.16.0's fused LM head "
+            f"(trainer/dpo_trainer.py:959, 1299: loss chunked) or, up to TRL 1.9, from the full "
+            f"logits (v1.8.0 trainer/dpo_trainer.py:1289-1296: loss full), not {s.loss}"
         )
     if s.eval_batch is not None:
         raise ValueError(

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from estimator import lazy_numpy as np
 from estimator.dtypes import BF16, FP32, INT64
 from estimator.memory.weights import amp_full, kbit_fp32
+from estimator.objective import PREFERENCE, reference_forward
 from estimator.profile import Profile
 from estimator.stacks import load_stack
 
@@ -107,6 +108,11 @@ class LossRule:
     # buffer's columns, and the bytes per value of the head's weight; None: not that loss
     vocab_tile: int | None = None
     head_bytes: int = BF16
+    # TRL 1.0-1.9's DPOTrainer with the full logits (`dpo_full_logits_bytes`): the bytes per
+    # value of the logits the model returns, and whether the reference's are held beside them;
+    # None: not that loss
+    preference_logits: int | None = None
+    reference_logits: bool = False
 
 
 def loss_free_fraction(setup: TrainingSetup) -> float | None:
@@ -147,7 +153,21 @@ def loss_rule(
         eval_skips_logits=setup.eval_skip_logits,
         vocab_tile=None if fixed_chunked else trl_vocab_tile(setup),
         head_bytes=head_weight_bytes(setup),
+        preference_logits=preference_output_bytes(setup),
+        reference_logits=reference_forward(setup),
     )
+
+
+def preference_output_bytes(setup: TrainingSetup) -> int | None:
+    """Bytes per value of the logits TRL 1.0-1.9's DPOTrainer reads (`dpo_full_logits_bytes`)
+    where `setup` runs it (a preference objective with the full loss); None otherwise. Under
+    autocast accelerate wraps the model's forward so that every bf16 output is returned as an
+    fp32 copy (accelerate 1.16.0 accelerator.py:1796 `convert_outputs_to_fp32`,
+    utils/operations.py:872-885 `tensor.float()`), so the logits are fp32 even where lm_head
+    ran in bf16; without autocast they are the head's output dtype (`head_weight_bytes`)."""
+    if setup.objective not in PREFERENCE or setup.loss != "full":
+        return None
+    return FP32 if setup.autocast else head_weight_bytes(setup)
 
 
 def trl_vocab_tile(setup: TrainingSetup) -> int | None:
@@ -172,6 +192,42 @@ def _labelled_positions(tokens: Any, seq: Any) -> Any:
     """The positions TRL's fused head scores: every row's but its last (trl/trainer/utils.py:1618
     `last_hidden_state[:, :-1]`), tokens - rows."""
     return tokens - tokens / np.maximum(seq, 1)
+
+
+# TRL 1.0-1.9's entropy metric (`entropy_from_logits`, trl v1.8.0 trl/trainer/utils.py:476-503):
+# `chunk_size` rows of the flattened logits at a time
+ENTROPY_CHUNK_ROWS = 128
+
+
+def dpo_full_logits_bytes(rule: LossRule, tokens: Any, vocab: int) -> Any:
+    """TRL 1.0-1.9's DPOTrainer loss (`_compute_loss`, trl v1.8.0 trl/trainer/dpo_trainer.py
+    :1278-1334 and :1536; v1.9.0 the same at :1329-1385, :1587; axolotl 067b021c pins 1.8.0)
+    on the `tokens` positions of the micro-batch's 2 x batch sequences, with the logits in
+    `rule.preference_logits` bytes (c). The policy's forward returns the full logits (kept by
+    `outputs` until the loss returns); `selective_log_softmax` (utils.py:429-469) then
+    - c = 4: gathers the labels' logits and a log-sum-exp per row, both saving the logits
+      themselves (torch tools/autograd/derivatives.yaml: `gather` and `logsumexp` save `self`);
+    - c = 2: a log-softmax of each row, each output saved (`_log_softmax` saves its result),
+      one more logits-sized tensor over the rows.
+    The reference's forward (no grad) returns its own logits, alive to the loss's end; the
+    metrics' `entropy_from_logits(shift_logits.detach())` reshapes the shifted (non-contiguous)
+    logits, a copy (c), and takes 128 rows at a time through log_softmax, exp and their
+    product (three chunk-sized tensors). Forward moment: logits + saved log-softmax +
+    reference logits + the copy + the chunk's three. Backward (c = 4), before the head's: the
+    saved logits, the rows' log-sum-exp gradients stacked by `unbind`'s backward, and
+    `gather`'s backward, a zeros tensor and its out-of-place `scatter_add`, four logits-sized
+    fp32 tensors together (measured in the probe's trace of TRL 1.8.0's step,
+    tests/probe/test_dpo_full_logits.py); for c = 2 the backward's two to three logits-sized
+    bf16 tensors stay under the forward's four. Shifted positions (each row's last dropped)
+    are counted as all positions, an upper bound by one position per sequence."""
+    c = rule.preference_logits
+    assert c
+    saved = c if c != FP32 else 0  # bf16: each row's saved log-softmax output
+    held = c + saved + (c if rule.reference_logits else 0) + c  # + the entropy's copy
+    forward = tokens * vocab * held + np.minimum(tokens, ENTROPY_CHUNK_ROWS) * vocab * 3 * c
+    if c != FP32:
+        return forward
+    return np.maximum(forward, tokens * vocab * 4 * FP32)
 
 
 def trl_tile_bytes(rule: LossRule, tokens: Any, seq: Any, compute: int) -> Any:
@@ -378,6 +434,8 @@ def loss_bytes(
     compiled = rule.compiled
     rows = tokens * 2 * FP32  # compiled cross-entropy: amax and log-sum-exp per row
     if loss == "full":
+        if rule.preference_logits:
+            return dpo_full_logits_bytes(rule, tokens, vocab)
         if compiled:
             return tokens * vocab * 2 * logit_dtype + rows
         return tokens * vocab * per_logit

@@ -139,3 +139,37 @@ def test_max_batch_counts_preference_pairs(capsys: pytest.CaptureFixture[str]) -
     capsys.readouterr()
     assert main(["max-batch", *args, "--objective", "dpo"]) == 0
     assert capsys.readouterr().out.splitlines()[0].endswith(f": {pairs} preference pairs")
+
+
+def _loss_logits(setup: TrainingSetup, batch: int = 1) -> float:
+    return float(_memory(setup, batch).loss_logits)
+
+
+@pytest.mark.parametrize("objective", ["dpo", "dpo-precomputed"])
+def test_trl_1_9_dpo_under_autocast_holds_four_fp32_logits(objective: str) -> None:
+    """TRL 1.0-1.9's DPOTrainer (`loss full`): under autocast accelerate returns fp32 logits and
+    the loss's backward holds four logits-sized fp32 tensors, with or without a reference
+    (`dpo_full_logits_bytes`; the referee is tests/probe/test_dpo_full_logits.py)."""
+    setup = TrainingSetup(method="lora", objective=objective, loss="full")
+    logits = 2 * SEQ * SPEC.vocab  # a pair: two sequences
+    assert _loss_logits(setup) == pytest.approx(4 * 4 * logits, rel=1e-12)
+    assert _loss_logits(setup, 2) == pytest.approx(2 * 4 * 4 * logits, rel=1e-12)
+
+
+def test_trl_1_9_dpo_in_bf16_peaks_in_the_forward_with_the_reference_logits() -> None:
+    """Without autocast the logits stay bf16: the policy's, their saved log-softmax, the
+    reference's and the entropy metric's copy, and three 128-row chunks of that metric."""
+    setup = dict(method="lora", loss="full", precision="bf16", autocast=False)
+    chunk = 128 * SPEC.vocab * 3 * 2
+    logits = 2 * SEQ * SPEC.vocab
+    dpo = _loss_logits(TrainingSetup(objective="dpo", **setup))
+    assert dpo == pytest.approx(4 * 2 * logits + chunk, rel=1e-12)
+    pre = _loss_logits(TrainingSetup(objective="dpo-precomputed", **setup))
+    assert pre == pytest.approx(3 * 2 * logits + chunk, rel=1e-12)
+
+
+def test_trl_1_9_dpo_costs_more_than_the_fused_head_and_than_sft() -> None:
+    full = _memory(TrainingSetup(method="lora", objective="dpo", loss="full")).peak
+    fused = _memory(TrainingSetup(method="lora", objective="dpo")).peak
+    sft = _memory(TrainingSetup(method="lora", loss="full", batch=2, padded_batches=True), 2).peak
+    assert full > sft > fused

@@ -52,7 +52,7 @@ CLI_CASES = [
     ),
     ("unknown objective", ["--objective", "ppo"], "--objective"),
     ("dpo outside TRL", ["--objective", "dpo", "--stack", "unsloth"], "objective"),
-    ("dpo with the full loss", ["--objective", "dpo", "--loss", "full"], "loss"),
+    ("dpo with liger's loss", ["--objective", "dpo", "--loss", "liger"], "loss"),
     ("dpo with an evaluation pass", ["--objective", "dpo", "--eval-batch", "4"], "eval_batch"),
     (
         "dpo under tensor parallelism",
@@ -114,7 +114,7 @@ REST_CASES = [
     ({"fsdp_wrap": "layer+norm", "parallel": "fsdp", "num_gpus": 8}, "fsdp_wrap"),
     ({"objective": "ppo"}, "objective"),
     ({"objective": "dpo", "stack": "torchtune"}, "objective"),
-    ({"objective": "dpo", "loss": "full"}, "loss"),
+    ({"objective": "dpo", "loss": "cce"}, "loss"),
     ({"objective": "dpo", "eval_batch": 2}, "eval_batch"),
 ]
 
