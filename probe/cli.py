@@ -110,8 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--objective",
         choices=("sft", "dpo"),
         default="sft",
-        help="dpo: TRL's DPOTrainer (--stack hf --loss chunked, lora or qlora), --batch "
-        "preference pairs",
+        help="dpo: the installed TRL's DPOTrainer (--stack hf; --loss chunked from TRL 1.10, "
+        "--loss full up to 1.9), --batch preference pairs",
     )
     r = p.add_argument_group("the run")
     r.add_argument("--sweep", default="16000,32000,48000", help="comma-separated seq lengths")

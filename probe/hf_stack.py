@@ -400,7 +400,9 @@ class HFSession:
         self.reference = reference  # DPO's reference model (full fine-tuning), or None
         # fake: the fake mode and the tracker, active only from on_step_begin to on_step_end
         # (see `_StepModes`); None: the caller keeps its modes active throughout
-        self.trl = setup["loss"] == "chunked"  # TRL's SFTTrainer (probe/trl_stack.py)
+        # TRL's SFTTrainer, or its DPOTrainer whatever the loss (probe/trl_stack.py)
+        self.trl = setup["loss"] == "chunked" or setup["objective"] == "dpo"
+        self.fused_head = setup["loss"] == "chunked"  # TRL's fused LM head runs
         if self.trl and device == "fake" and step_modes:
             from probe.trl_stack import enter_all_rows_valid
 
@@ -446,7 +448,8 @@ class HFSession:
         if self.trl:
             from probe.trl_stack import FAKE_SUBSTITUTED, SUBSTITUTED
 
-            self.env["substituted"].append(SUBSTITUTED)
+            if self.fused_head:
+                self.env["substituted"].append(SUBSTITUTED)
             if self.device == "fake":
                 self.env["substituted"].append(FAKE_SUBSTITUTED)
         if s["autocast"]:
@@ -598,7 +601,8 @@ class HFSession:
         if self.trl and self.device != "cuda":
             from probe.trl_stack import cuda_paths, fake_masks_read_as_real
 
-            stack.enter_context(cuda_paths())
+            if self.fused_head:
+                stack.enter_context(cuda_paths())
             if self.device == "fake":
                 stack.enter_context(fake_masks_read_as_real())
         return stack

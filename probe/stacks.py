@@ -147,10 +147,11 @@ def _check_evaluation(setup: dict[str, Any], device: str) -> None:
 
 
 def _check_objective(setup: dict[str, Any]) -> None:
-    """DPO is measured through TRL's DPOTrainer (probe.trl_stack.dpo_trainer): the hf stack with
-    TRL's fused head (`--loss chunked`), no evaluation pass; reference log-probabilities
-    computed each step (a full fine-tune's reference model is built from the config as the
-    policy is, probe.hf_stack.build_hf_reference)."""
+    """DPO is measured through TRL's DPOTrainer (probe.trl_stack.dpo_trainer) as installed: the
+    hf stack with TRL's fused head (`--loss chunked`, TRL 1.10 on) or TRL 1.0-1.9's full logits
+    (`--loss full`), no evaluation pass; reference log-probabilities computed each step (a full
+    fine-tune's reference model is built from the config as the policy is,
+    probe.hf_stack.build_hf_reference)."""
     objective = setup["objective"]
     if objective == "sft":
         return
@@ -158,9 +159,17 @@ def _check_objective(setup: dict[str, Any]) -> None:
         raise ProbeInputError(
             "setup.objective", f"{objective} is not measured (the probe runs sft and dpo)"
         )
-    if setup["stack"] != "hf" or setup["loss"] != "chunked":
+    if setup["stack"] != "hf":
+        raise ProbeInputError("setup.stack", "dpo runs TRL's DPOTrainer: --stack hf")
+    from probe.trl_stack import fused_head_available, trl_version
+
+    loss = "chunked" if fused_head_available() else "full"
+    if setup["loss"] != loss:
         raise ProbeInputError(
-            "setup.objective", "dpo runs TRL's DPOTrainer: --stack hf --loss chunked"
+            "setup.loss",
+            f"dpo runs the installed TRL's DPOTrainer (trl {trl_version()}), which computes "
+            f"the log-probabilities with --loss {loss} (the fused LM head from TRL 1.10, the "
+            "full logits up to TRL 1.9)",
         )
     if setup["eval_batch"] is not None:
         raise ProbeInputError("setup.eval_batch", "no evaluation pass is measured under dpo")

@@ -37,6 +37,7 @@ __all__ = [
     "enter_all_rows_valid",
     "fake_masks_read_as_real",
     "dpo_trainer",
+    "fused_head_available",
     "sft_trainer",
     "trl_version",
 ]
@@ -59,6 +60,17 @@ def trl_version() -> str | None:
     except ImportError:
         return None
     return str(trl.__version__)
+
+
+def fused_head_available() -> bool:
+    """Whether the installed TRL has the fused LM head (`add_fused_lm_head`, TRL 1.10 on): its
+    DPOTrainer runs it (the hf stack's `chunked` loss); TRL 1.0-1.9's makes the full logits
+    (`full`, trl v1.8.0 trainer/dpo_trainer.py:1289-1296)."""
+    try:
+        import trl.trainer.utils as utils
+    except ImportError:
+        return False
+    return hasattr(utils, "add_fused_lm_head")
 
 
 class _NoKernel:
@@ -273,6 +285,10 @@ def dpo_trainer(
     from trl import DPOConfig, DPOTrainer  # type: ignore[attr-defined]
 
     _restore_forward(model)
+    if "ref" in getattr(model, "peft_config", {}):
+        # an earlier length's trainer added its frozen copy of the adapter (trl 1.16.0
+        # dpo_trainer.py:667-694, v1.8.0 :648-669); a user's one-trainer run starts without it
+        model.delete_adapter("ref")
     if ref_model is not None:
         _restore_forward(ref_model)  # DPOTrainer patches its forward too (:961-962)
     args = arguments_class(DPOConfig, fake)(**arguments, max_length=seq)

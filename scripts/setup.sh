@@ -52,6 +52,13 @@ case "$version" in
   *) echo "setup: expected torch 2.13.0, found $version" >&2; exit 1 ;;
 esac
 
+# TRL 1.8.0 (axolotl 067b021c's pin), whose DPOTrainer makes the full logits (`--objective dpo
+# --loss full`), beside .venv's TRL 1.16: its files alone in .trl-1.8 (pure Python, its
+# dependencies are .venv's), put first on PYTHONPATH by tests/probe/test_dpo_full_logits.py.
+if [ ! -f .trl-1.8/trl/__init__.py ]; then
+  .venv/bin/python -m pip install -q --no-deps --target .trl-1.8 trl==1.8.0 2>&1 | grep -v "^WARNING: Location" || true
+fi
+
 if ! wait "$torchtune_pid"; then
   cat .venv-torchtune.log >&2
   exit 1

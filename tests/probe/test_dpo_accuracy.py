@@ -104,8 +104,8 @@ def test_qlora_under_dpo_trainer_on_the_cpu() -> None:
 @pytest.mark.parametrize(
     "change, field",
     [
-        ({"loss": "full"}, "setup.objective"),
-        ({"stack": "probe"}, "setup.objective"),
+        ({"loss": "full"}, "setup.loss"),
+        ({"stack": "probe"}, "setup.stack"),
         ({"objective": "dpo-precomputed"}, "setup.objective"),
         ({"objective": "ppo"}, "setup.objective"),
     ],

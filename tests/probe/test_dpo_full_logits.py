@@ -1,0 +1,92 @@
+"""`objective: dpo` with `loss: full` against TRL 1.8.0's own DPOTrainer step (fake trace).
+
+TRL 1.0-1.9's DPOTrainer (1.8.0 is axolotl 067b021c's pin) computes the log-probabilities from the
+full logits (trl v1.8.0 trainer/dpo_trainer.py:1289-1296, `selective_log_softmax`), where 1.16's
+runs its fused head (tests/probe/test_dpo_accuracy.py). `.venv` holds TRL 1.16, so the probe runs
+here in a subprocess with TRL 1.8.0's files (scripts/setup.sh installs them in `.trl-1.8`) first
+on its path. The estimator prices the step with `dpo_full_logits_bytes`
+(estimator/memory/logits.py): four fp32 logits-sized tensors in the loss's backward under
+autocast (accelerate returns fp32 logits), the forward's four bf16 ones without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from estimator.document import compare_memtest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+TRL_18 = ROOT / ".trl-1.8"
+VOCAB = 32768
+
+pytestmark = pytest.mark.skipif(
+    not (TRL_18 / "trl" / "__init__.py").is_file(),
+    reason="TRL 1.8.0 is not in .trl-1.8 (scripts/setup.sh installs it)",
+)
+
+
+def _probe(tmp_path: Path, args: list[str], seqs: str) -> dict[str, Any]:
+    """The probe's memtest of TRL 1.8.0's DPOTrainer step on small-llama with a 32k vocab."""
+    config = json.loads((ROOT / "bench" / "configs" / "small-llama.json").read_text())
+    config_path = tmp_path / "small-llama.json"
+    config_path.write_text(json.dumps({**config, "vocab_size": VOCAB}))
+    out = tmp_path / "memtest.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TRL_18), str(ROOT)])}
+    command = [sys.executable, "-m", "probe", "--config", str(config_path), "--stack", "hf"]
+    command += ["--objective", "dpo", "--loss", "full", "--checkpointing", "gpu", *args]
+    command += ["--sweep", seqs, "--steps", "2", "--device", "fake", "--out", str(out)]
+    command += ["--no-progress"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc: dict[str, Any] = json.loads(out.read_text())
+    assert any("TRL 1.8.0 DPOTrainer" in line for line in doc["environment"]["ran"])
+    return doc
+
+
+def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    for res in doc["results"]:
+        assert res["status"] == "ok", res["error"]
+    rows: list[dict[str, Any]] = compare_memtest(doc, "default")["rows"]
+    return rows
+
+
+def test_autocast_holds_four_fp32_logits_in_the_loss_backward(tmp_path: Path) -> None:
+    """LoRA under autocast (accelerate's fp32 logits): the saved logits, the stacked
+    log-sum-exp gradients, and gather's zeros and scatter_add, each fp32 and logits-sized."""
+    doc = _probe(tmp_path, ["--method", "lora", "--lora-rank", "8", "--batch", "2"], "1024,3000")
+    for res, row in zip(doc["results"], _rows(doc), strict=True):
+        assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
+        sequences = 2 * 2  # two preference pairs, each a chosen and a rejected sequence
+        logits = sequences * res["seq_len"] * VOCAB * 4
+        shifted = sequences * (res["seq_len"] - 1) * VOCAB * 4
+        assert res["component_maxima"]["logits"] == logits + 3 * shifted
+        assert row["estimated_loss_logits"] == 4 * logits  # every position: an upper bound
+        # the same step priced as SFT of one sequence a row (what axolotl's rl: read before)
+        as_sft = {**doc, "setup": {**doc["setup"], "objective": "sft"}}
+        sft = next(r for r in compare_memtest(as_sft, "default")["rows"] if r is not None)
+        assert sft["error_pct"] < -40.0, sft["error_pct"]
+
+
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_bf16_logits_peak_in_the_forward(tmp_path: Path, method: str) -> None:
+    """Without autocast the logits stay bf16: the forward's policy logits, their saved
+    log-softmax, the reference's logits and the entropy metric's copy set the peak; a full
+    fine-tune also holds the reference model's weights."""
+    args = ["--method", method, "--precision", "bf16", "--no-autocast"]
+    if method == "lora":
+        args += ["--lora-rank", "8"]
+    doc = _probe(tmp_path, args, "1024")
+    row = _rows(doc)[0]
+    assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
+    assert row["estimated_loss_logits"] > 4 * 2 * 1023 * VOCAB * 2
