@@ -15,6 +15,7 @@ Option names and defaults read from axolotl 067b021c (2026-07-24), `src/axolotl/
   `chunked_cross_entropy` + `_num_chunks` (978-984), `deepspeed` (1032), `fsdp_config` (1049)
   and its older companion `fsdp` (a list of transformers' FSDP words),
   `torch_compile` (1148), `plugins` (1423).
+- `rl: dpo|ipo` (TRL 1.8.0's DPOTrainer, axolotl's pin): `_dpo`.
 - `src/axolotl/integrations/liger/args.py` line 55 `liger_fused_linear_cross_entropy`;
   `integrations/cut_cross_entropy/args.py` line 33 `cut_cross_entropy`.
 - `src/axolotl/loaders/model.py` line 718: QLoRA's BitsAndBytesConfig sets
@@ -131,6 +132,47 @@ def read_axolotl(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapp
     return m
 
 
+# axolotl 067b021c core/builders/rl.py:71-73, 197-199: `rl: dpo` and `rl: ipo` train with
+# AxolotlDPOTrainer (core/trainers/dpo/trainer.py: TRL's DPOTrainer, its loss unchanged) and
+# AxolotlDPOConfig (DPOConfig); ipo is its loss_type (core/trainers/dpo/__init__.py:30-31)
+DPO_RL = ("dpo", "ipo")
+
+
+def _dpo(m: TrainConfigMapping, data: dict[str, Any], rl: str) -> None:
+    """`rl: dpo|ipo`: TRL 1.8.0's DPOTrainer (axolotl 067b021c pyproject.toml:23 pins
+    trl==1.8.0), which takes the log-probabilities from the full logits (trl v1.8.0
+    trainer/dpo_trainer.py:1289-1296): `objective` dpo (or dpo-precomputed) with `loss` full
+    (estimator/objective.py). DPOStrategy passes max_length = sequence_len and the DPO keys
+    below (core/trainers/dpo/__init__.py:22-46); DPOConfig's disable_dropout (default true,
+    trl v1.8.0 dpo_config.py:178) zeroes the adapters' dropout (dpo_trainer.py:890-891)."""
+    precompute = bool(m.get(data, "precompute_ref_log_probs"))
+    objective = "dpo-precomputed" if precompute else "dpo"
+    m.set("objective", objective, "precompute_ref_log_probs" if precompute else f"rl: {rl}")
+    if m.setup.get("loss") in ("liger", "cce"):  # their patched forwards fuse the loss only
+        # when given labels, which DPOTrainer does not pass
+        m.ignore(
+            m.origin["loss"],
+            "DPOTrainer calls the model without labels and reads its logits (trl v1.8.0 "
+            "dpo_trainer.py:1289-1293)",
+        )
+    m.set("loss", "full", f"rl: {rl} (TRL 1.8.0's DPOTrainer: the full logits)")
+    if m.setup.get("method") in ("lora", "qlora"):
+        m.set("lora_dropout", 0.0, "rl: dpo (DPOConfig disable_dropout, default true)")
+    if m.get(data, "dpo_use_liger_kernel"):
+        m.ignore(
+            "dpo_use_liger_kernel",
+            "Liger's fused DPO loss (trl v1.8.0 dpo_trainer.py:1173-1276) is not modelled: "
+            "priced with the full logits, an overestimate",
+        )
+    if m.get(data, "dpo_padding_free"):
+        m.ignore(
+            "dpo_padding_free",
+            "DPOTrainer falls back to padded batches (trl v1.8.0 dpo_trainer.py:686-690)",
+        )
+    for key in ("dpo_loss_type", "dpo_loss_weights", "dpo_label_smoothing", "dpo_use_weighting"):
+        m.get(data, key)  # the loss's arithmetic on per-sequence values: no memory
+
+
 def _padding(m: TrainConfigMapping, pad_to_length: object) -> None:
     """Unpacked rows carry padding: axolotl 067b021c src/axolotl/core/builders/causal.py:383-394
     builds DataCollatorForSeq2Seq with padding=True and pad_to_multiple_of 64 (sequence_len's
@@ -172,6 +214,9 @@ def _eval_batch(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     utils/config/__init__.py:208-209) as `eval_batch` (estimator.train_config.evaluation)."""
     rows = m.get(data, "eval_batch_size")
     if not _evaluates(data):
+        return
+    if m.setup.get("objective") in ("dpo", "dpo-precomputed"):
+        m.ignore("val_set_size", "DPO's evaluation pass is not modelled")
         return
     micro = m.setup.get("batch", 1)
     set_eval_batch(m, rows if rows is not None else micro, "eval_batch_size")
@@ -420,14 +465,12 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
         m.ignore(key, "modelled only with both liger_rms_norm and liger_glu_activation")
     m.get(data, "liger_rope")
     rl = m.get(data, "rl")
-    if rl:
-        # axolotl 067b021c pins trl==1.8.0 (pyproject.toml), whose DPOTrainer makes the full
-        # logits and a log-softmax of them (trl v1.8.0 trainer/dpo_trainer.py:1293-1296,
-        # selective_log_softmax), not TRL 1.16's fused head that `objective: dpo` models
+    if rl in DPO_RL:
+        _dpo(m, data, rl)
+    elif rl:
         m.ignore(
             "rl",
-            f"{rl!r} training (TRL 1.8.0's preference/RL trainers, axolotl's pin, which make the "
-            f"full logits) is {AS_SFT_UNDERESTIMATES}",
+            f"{rl!r} training (TRL 1.8.0's trainers, axolotl's pin) is {AS_SFT_UNDERESTIMATES}",
         )
     else:  # core/trainers/base.py:72-82, 445-450: AxolotlTrainer(Trainer), the Trainer's loss
         set_trainer_loss(m, "axolotl's AxolotlTrainer (transformers Trainer)")

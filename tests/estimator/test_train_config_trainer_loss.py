@@ -44,7 +44,7 @@ def test_the_trainer_s_loss(text: str, loss: str) -> None:
 @pytest.mark.parametrize(
     ("text", "key"),
     [
-        (AXOLOTL + "rl: dpo\n", "rl"),
+        (AXOLOTL + "rl: kto\n", "rl"),
         ("model_name_or_path: x/y\nstage: dpo\ncutoff_len: 4096\n", "stage"),
     ],
 )
@@ -72,3 +72,32 @@ def test_an_axolotl_run_is_priced_with_the_trainer_s_logits(
     chunked = _peak(capsys, *stated, "--loss", "chunked", "--lora-dropout", "0")
     logits = 8192 * 128256 * 4  # at least the fp32 upcast of every logit
     assert read - chunked > logits
+
+
+@pytest.mark.parametrize("rl", ["dpo", "ipo"])
+def test_axolotl_dpo_is_trl_1_8_s_dpo_trainer_with_the_full_logits(rl: str) -> None:
+    """axolotl pins trl==1.8.0, whose DPOTrainer reads the full logits: `objective dpo`,
+    `loss full`; DPOConfig's disable_dropout zeroes the adapters' dropout."""
+    mapping = read_train_config_text(AXOLOTL + f"rl: {rl}\nlora_dropout: 0.05\n" + CCE)
+    setup = mapping.setup
+    assert (setup["objective"], setup["loss"], setup["lora_dropout"]) == ("dpo", "full", 0.0)
+    assert "plugins (CutCrossEntropyPlugin)" in {i.key for i in mapping.ignored}
+    pre = read_train_config_text(AXOLOTL + f"rl: {rl}\nprecompute_ref_log_probs: true\n")
+    assert pre.setup["objective"] == "dpo-precomputed"
+    evaluated = read_train_config_text(AXOLOTL + f"rl: {rl}\nval_set_size: 0.05\n")
+    assert "eval_batch" not in evaluated.setup  # DPO's evaluation pass: reported
+    assert "val_set_size" in {i.key for i in evaluated.ignored}
+
+
+def test_an_axolotl_dpo_run_is_priced_above_its_sft_reading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "axolotl.yml"
+    path.write_text(AXOLOTL + "rl: dpo\n")
+    read = _peak(capsys, "--train-config", str(path))
+    stated = ("--model", "llama-3.1-8b", "--method", "lora", "--seq", "8192", "--padded-batches")
+    dpo = ("--objective", "dpo", "--loss", "full", "--lora-dropout", "0")
+    assert read == _peak(capsys, *stated, *dpo)
+    as_sft = _peak(capsys, *stated, "--loss", "full", "--lora-dropout", "0")
+    logits = 2 * 8192 * 128256 * 4 * 4  # a pair's four fp32 logits-sized tensors
+    assert read - as_sft > logits / 2
