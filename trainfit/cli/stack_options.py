@@ -28,7 +28,8 @@ def add_stack_options(g: Any) -> None:
         "--objective",
         choices=get_args(Objective),
         help="sft (default); dpo: TRL's DPOTrainer, --batch counts preference pairs (a chosen "
-        "and a rejected sequence each) and each step runs a reference forward; "
+        "and a rejected sequence each) and each step runs a reference forward (--loss "
+        "chunked: TRL 1.16's fused head; --loss full: TRL 1.0-1.9, axolotl's pin); "
         "dpo-precomputed: the reference log-probabilities computed before training",
     )
     g.add_argument(
