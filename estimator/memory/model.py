@@ -28,6 +28,7 @@ from estimator.memory.activations import (
     stream_bytes,
 )
 from estimator.memory.dequant import dequant_terms
+from estimator.memory.embedding_leaf import embedding_leaf_bytes
 from estimator.memory.evaluation import eval_loss_bytes, eval_parts, layer_bytes_per_token
 from estimator.memory.fragmentation import (
     counts_fragmentation,
@@ -381,7 +382,10 @@ def _layer_terms(f: _Fixed, spec: ModelSpec, tokens: Any, seq: Any) -> tuple[Any
         saved = _layer_saved(acts, tokens, seq)
         fwd_cache = forward_cache_bytes(saved, 0.0, f.frag)
     checkpoints = (
-        checkpoints / f.layer_split + mask_bytes(f.mask, seq, tokens) + f.rope_per_position * seq
+        checkpoints / f.layer_split
+        + mask_bytes(f.mask, seq, tokens)
+        + f.rope_per_position * seq
+        + tokens * f.embedding_leaf
     )
     if f.checkpointing != "none":  # the recomputed layer's copy
         recompute = recompute + sdpa_mask_copies(f.mask, seq, tokens, min(f.mask.copy_layers, 1))
@@ -476,6 +480,7 @@ class _Fixed:
     dequant: tuple[float, float]  # (bytes per token, bytes): memory/dequant.py dequant_terms
     final_norm: float  # bytes per token of the last norm's backward (memory/outer_norms)
     first_norm_unsaved: float  # bytes per token the first norm does not save (no checkpoints)
+    embedding_leaf: float  # bytes per token of the embedding's output held as a leaf
     eval_rows: int | None  # `setup.eval_batch`: the evaluation pass's rows (memory/evaluation.py)
     eval_casts: tuple[float, float]  # (the layers', the head's) autocast copies in the pass
 
@@ -660,6 +665,7 @@ def _fixed(spec: ModelSpec, setup: TrainingSetup, profile: Profile, n: int, amp:
         dequant=dequant,
         final_norm=final_norm,
         first_norm_unsaved=first_norm,
+        embedding_leaf=embedding_leaf_bytes(spec, setup, stream) if ctx is not None else 0.0,
         eval_rows=_eval_rows(setup, profile),
         eval_casts=_eval_casts(spec, ctx, amp),
     )

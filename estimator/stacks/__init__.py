@@ -83,6 +83,7 @@ OPTIONAL_FACTS = (
     "full_precision",
     "loss_vocab_tile",
     "quantized_adapter_dtype",
+    "embedding_output_leaf",
 )
 
 
