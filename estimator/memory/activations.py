@@ -393,10 +393,12 @@ def input_reused(ctx: Context, spec: ModelSpec) -> float:
     models/llama/modeling_llama.py:64; an fp32 residual stream under AMP or after
     prepare_model_for_kbit_training). GPT-2's ln_1 (nn.LayerNorm, aten native_layer_norm saves
     `input`) saves the layer input as is without autocast; autocast runs layer_norm in fp32
-    (torch aten/src/ATen/autocast_mode.h `AT_FORALL_FP32`: `layer_norm`), a copy."""
+    (torch aten/src/ATen/autocast_mode.h `AT_FORALL_FP32`: `layer_norm`), a copy of a bf16
+    input, the fp32 input itself (AMP full fine-tuning's fp32 stream: the cast is a no-op)."""
     h = spec.hidden or 0
     if spec.model_type == "gpt2":
-        return 0.0 if ctx.autocast else float(ctx.input_bytes * h)
+        copied = ctx.autocast and ctx.input_bytes != FP32
+        return 0.0 if copied else float(ctx.input_bytes * h)
     if ctx.fused or ctx.compiled or spec.model_type in POST_NORM_MODEL_TYPES:
         # OLMo 2's layers norm the sublayers' outputs, never their input (transformers 5.25.0
         # models/olmo2/modeling_olmo2.py Olmo2DecoderLayer.forward): no norm saves the input
@@ -523,8 +525,8 @@ def head_input_saved(ctx: Context, spec: ModelSpec, loss: str, fused_input: int 
     `hidden_states[mask]`, kept by trl/kernels/chunked_logprob.py:386)."""
     h = spec.hidden or 0
     norm: float
-    if spec.model_type == "gpt2":
-        norm = ctx.compute_bytes * h + 2 * FP32
+    if spec.model_type == "gpt2":  # ln_f saves its input, the last layer's output (the stream)
+        norm = ctx.input_bytes * h + 2 * FP32
     elif ctx.fused:
         norm = ctx.compute_bytes * h + FP32
     elif ctx.liger:  # its input is the last layer's output, the stream (memory/liger.py)
@@ -1289,7 +1291,8 @@ def _gpt2_layer(ctx: Context, spec: ModelSpec) -> LayerActivations:
     cb = ctx.compute_bytes
     h, m = spec.hidden or 0, spec.intermediate or 0
     heads = spec.num_heads or 1
-    saved = 2.0 * (cb * h + 2 * FP32)  # ln_1, ln_2 inputs, mean and rstd
+    # ln_1, ln_2 inputs (the residual stream: fp32 under AMP full fine-tuning), mean and rstd
+    saved = 2.0 * (ctx.input_bytes * h + 2 * FP32)
     saved += inputs_saved(ctx, ["c_attn"], h) + cb * 3 * h + cb * h + FP32 * heads
     saved += inputs_saved(ctx, ["attn.c_proj"], h) - sdpa_output_reused(ctx, h)
     saved += inputs_saved(ctx, ["c_fc"], h) + 4 * cb * m + inputs_saved(ctx, ["mlp.c_proj"], m)
