@@ -455,7 +455,11 @@ class HFSession:
         if s["autocast"]:
             self.env["substituted"].append(
                 "bf16 autocast runs with the CPU's autocast op lists (torch.amp), which stand "
-                "in for CUDA's"
+                "in for CUDA's: they agree on the matmuls and SDPA (bf16), but CUDA's also runs "
+                "layer_norm, pow, exp, log, rsqrt, sum and softmax without a dtype in fp32 "
+                "(aten/src/ATen/autocast_mode.cpp, the AutocastCUDA fp32 lists), so a model "
+                "applying those to bf16 tensors (GPT-2's LayerNorms and gelu_new) makes fp32 "
+                "tensors on CUDA where this run makes bf16 ones"
             )
         if s["optimizer"] == "adamw" and s["optimizer_impl"] == "foreach":
             self.env["substituted"].append(
