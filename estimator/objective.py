@@ -83,10 +83,10 @@ def reference_forward(setup: TrainingSetup) -> bool:
 
 
 def losses_for(setup: TrainingSetup, losses: tuple[str, ...]) -> tuple[str, ...]:
-    """The losses of `losses` a setup can run: TRL 1.16's DPOTrainer's fused head alone under
-    DPO (for the grids that try losses: recommend, the settings table; `full`, TRL 1.0-1.9's
-    DPOTrainer, is a release to state, not a setting to try)."""
-    return ("chunked",) if setup.objective in PREFERENCE else losses
+    """The losses of `losses` a setup can run, for the grids that try losses (recommend, the
+    settings table): under DPO the setup's own, which names the TRL release
+    (`chunked`: 1.16's fused head; `full`: 1.0-1.9's full logits), not a setting to try."""
+    return (setup.loss,) if setup.objective in PREFERENCE else losses
 
 
 def splits_the_model_ok(setup: TrainingSetup) -> bool:

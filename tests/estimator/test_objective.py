@@ -5,6 +5,7 @@ for the step itself is TRL's DPOTrainer (tests/probe/test_dpo_accuracy.py)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -116,6 +117,11 @@ def test_recommend_tries_only_what_dpo_runs(capsys: pytest.CaptureFixture[str]) 
     lora = ("--model", "llama-3.1-8b", "--method", "lora", "--objective", "dpo", "--seq", "8192")
     rows = _json(capsys, "recommend", *lora, "--gpu", "h100-80gb,rtx-4090")["rows"]
     assert {row.get("loss") for row in rows} == {"chunked"}
+    # TRL 1.0-1.9's DPOTrainer (axolotl's pin) makes the full logits: the grids keep that
+    rows = _json(capsys, "recommend", *lora, "--loss", "full", "--gpu", "h100-80gb")["rows"]
+    assert {row.get("loss") for row in rows} == {"full"}
+    minimum = _json(capsys, "min-gpus", *lora, "--loss", "full", "--gpu", "h100-80gb")
+    assert "chunked" not in json.dumps(minimum)
 
 
 def test_a_params_only_model_gets_the_reference_forward_too() -> None:
