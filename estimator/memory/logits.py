@@ -113,6 +113,7 @@ class LossRule:
     # None: not that loss
     preference_logits: int | None = None
     reference_logits: bool = False
+    softcap: int = 0  # bytes per logit of the softcapped logits' saved tanh (`final_logit_softcap`)
 
 
 def loss_free_fraction(setup: TrainingSetup) -> float | None:
@@ -155,6 +156,7 @@ def loss_rule(
         head_bytes=head_weight_bytes(setup),
         preference_logits=preference_output_bytes(setup),
         reference_logits=reference_forward(setup),
+        softcap=softcap,
     )
 
 
@@ -218,16 +220,23 @@ def dpo_full_logits_bytes(rule: LossRule, tokens: Any, vocab: int) -> Any:
     `gather`'s backward, a zeros tensor and its out-of-place `scatter_add`, four logits-sized
     fp32 tensors together (measured in the probe's trace of TRL 1.8.0's step,
     tests/probe/test_dpo_full_logits.py); for c = 2 the backward's two to three logits-sized
-    bf16 tensors stay under the forward's four. Shifted positions (each row's last dropped)
-    are counted as all positions, an upper bound by one position per sequence."""
+    bf16 tensors stay under the forward's four. A model that softcaps its logits (Gemma 2)
+    keeps the policy's saved tanh output (`rule.softcap` bytes per logit, made by the model's
+    forward: `final_logit_softcap`) through both moments. Shifted positions (each row's last
+    dropped) are counted as all positions, an upper bound by one position per sequence. Not
+    modelled: the reference's forward runs its layers beside the policy's held logits, so
+    where the forward moment is the larger (c = 2) a layer's no-grad transient can set the
+    peak: eager attention's seq x seq scores at small vocabularies (small Gemma 2, bf16 without
+    autocast, 512 tokens: -11 %, the logits themselves exact)."""
     c = rule.preference_logits
     assert c
     saved = c if c != FP32 else 0  # bf16: each row's saved log-softmax output
     held = c + saved + (c if rule.reference_logits else 0) + c  # + the entropy's copy
+    held += rule.softcap
     forward = tokens * vocab * held + np.minimum(tokens, ENTROPY_CHUNK_ROWS) * vocab * 3 * c
     if c != FP32:
         return forward
-    return np.maximum(forward, tokens * vocab * 4 * FP32)
+    return np.maximum(forward, tokens * vocab * (4 * FP32 + rule.softcap))
 
 
 def trl_tile_bytes(rule: LossRule, tokens: Any, seq: Any, compute: int) -> Any:
