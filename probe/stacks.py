@@ -163,6 +163,8 @@ def _check_objective(setup: dict[str, Any]) -> None:
         raise ProbeInputError("setup.stack", "dpo runs TRL's DPOTrainer: --stack hf")
     from probe.trl_stack import fused_head_available, trl_version
 
+    if trl_version() is None:
+        raise ProbeInputError("setup.objective", "dpo runs TRL's DPOTrainer: install trl")
     loss = "chunked" if fused_head_available() else "full"
     if setup["loss"] != loss:
         raise ProbeInputError(

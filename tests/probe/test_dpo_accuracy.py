@@ -114,3 +114,13 @@ def test_a_dpo_the_probe_cannot_run_is_refused_naming_the_field(change: dict, fi
     with pytest.raises(ProbeInputError) as err:
         run_probe(CONFIG, {**BASE, **change}, [256], 1, "fake")
     assert err.value.field == field
+
+
+def test_dpo_without_trl_is_refused_naming_the_objective(monkeypatch: pytest.MonkeyPatch) -> None:
+    import probe.trl_stack
+
+    monkeypatch.setattr(probe.trl_stack, "trl_version", lambda: None)
+    with pytest.raises(ProbeInputError) as err:
+        run_probe(CONFIG, BASE, [256], 1, "fake")
+    assert err.value.field == "setup.objective"
+    assert "install trl" in str(err.value)
