@@ -196,7 +196,7 @@ def _labelled_positions(tokens: Any, seq: Any) -> Any:
     return tokens - tokens / np.maximum(seq, 1)
 
 
-# TRL 1.0-1.9's entropy metric (`entropy_from_logits`, trl v1.8.0 trl/trainer/utils.py:476-503):
+# TRL 1.0-1.9's entropy metric (`entropy_from_logits`, trl v1.8.0 trl/trainer/utils.py:476-510):
 # `chunk_size` rows of the flattened logits at a time
 ENTROPY_CHUNK_ROWS = 128
 
