@@ -13,6 +13,7 @@ Option names and defaults read from LLaMA-Factory ff6d4d12 (2026-08-18),
   `lora_target` (81, default `all`), `use_dora`, `use_galore`/`use_apollo`/`use_badam`,
   `pure_bf16` (456, bf16 without AMP), `stage` (460), `finetuning_type` (464, default lora).
 - `data_args.py`: `cutoff_len` (46, default 2048), `packing` (108), `neat_packing` (112).
+- `stage: dpo` (`pref_loss`, 183; `use_ref_model`, 593; `ref_model`): `_dpo`.
 The rest are HF `Seq2SeqTrainingArguments` keys (`per_device_train_batch_size`, `optim`, `bf16`,
 `deepspeed`, ...), read as for a TRL/HF config. A v1 config (`model:` instead of
 `model_name_or_path:`, `peft_config:`, `micro_batch_size:`) is read by `llamafactory_v1.py`.
@@ -23,7 +24,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from estimator.train_config.hf_args import map_eval_batch, map_trainer_args
+from estimator.objective import PREFERENCE
+from estimator.train_config.hf_args import evaluates, map_eval_batch, map_trainer_args
 from estimator.train_config.llamafactory_v1 import V1_KEYS, read_llamafactory_v1
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.vocab import (
@@ -82,8 +84,17 @@ def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfi
     stage = data.get("stage")
     if stage in (None, "sft", "pt"):
         set_trainer_loss(m, "LLaMA-Factory's CustomSeq2SeqTrainer / CustomTrainer")
-    else:  # dpo, kto, ppo, rm: TRL's trainers or a value head, other losses
-        m.ignore("stage", f"stage {stage!r} is {AS_SFT_UNDERESTIMATES}")
+    elif stage == "dpo" and not data.get("pure_bf16"):
+        _dpo(m, data)
+    else:  # kto, ppo, rm, dpo under pure_bf16: TRL's trainers or a value head, other losses
+        reason = f"stage {stage!r} is {AS_SFT_UNDERESTIMATES}"
+        if stage == "dpo":
+            reason = (
+                "stage 'dpo' under pure_bf16 (train/dpo/trainer.py:230 upcasts the bf16 logits "
+                "to fp32 itself, a copy the modelled DPOTrainer without autocast does not make) "
+                f"is {AS_SFT_UNDERESTIMATES}"
+            )
+        m.ignore("stage", reason)
     _custom_losses(m, data)
     length = m.get(data, "cutoff_len")
     m.seq_lens = [whole_number(length, "cutoff_len") if length is not None else 2048]
@@ -110,9 +121,45 @@ def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfi
     for key in MEGATRON_KEYS:
         m.get(data, key)
     m.get(data, "plot_loss")  # a loss-curve image after training (finetuning_args.py:570)
-    map_eval_batch(m, data, sft=False)
+    if m.setup.get("objective") in PREFERENCE:
+        if evaluates(data):
+            m.ignore("eval_strategy", "DPO's evaluation pass is not modelled")
+    else:
+        map_eval_batch(m, data, sft=False)
     m.warn_unread(data)
     return m
+
+
+def _dpo(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    """`stage: dpo` with AMP: LLaMA-Factory ff6d4d12's CustomDPOTrainer (train/dpo/trainer.py)
+    over the pairwise collator (train/dpo/workflow.py:48-54: each pair's chosen and rejected in
+    one batch, padded to a multiple of 8). Its step takes the log-probabilities from the full
+    logits (`concatenated_forward`, trainer.py:219-253: `logits.to(torch.float32)`, a no-op on
+    the fp32 logits accelerate returns under autocast, then `get_batch_logps`,
+    trainer_utils.py:592-612: one fp32 `log_softmax` of all of them, saved, and a gather); the
+    reference's forward does the same under no_grad (:255-275) with the policy's logits and
+    log-softmax alive: four fp32 logits-sized tensors, the bytes of TRL 1.0-1.9's step that
+    `--objective dpo --loss full` models (estimator/memory/logits.py `dpo_full_logits_bytes`:
+    its four at the loss's backward), so it is read as that. The reference is the policy with
+    its adapters disabled under LoRA, else a second model (trainer_utils.py:116-148; loaded in
+    the compute dtype where the policy trains in fp32 under AMP, which the estimate counts at
+    the policy's: an overestimate of full fine-tuning's); `pref_loss` orpo and simpo use none
+    (finetuning_args.py:593): `dpo-precomputed`, whose four fp32 tensors are one more than
+    their step's three (an overestimate). Dropout is off (trainer.py:51-60
+    `disable_dropout`, default true). Not modelled: a separate `ref_model` under LoRA (its
+    weights); the `pure_bf16` step (the caller reports it)."""
+    pref_loss = m.get(data, "pref_loss") or "sigmoid"
+    reference = pref_loss not in ("orpo", "simpo")
+    objective = "dpo" if reference else "dpo-precomputed"
+    m.set("objective", objective, "stage: dpo" + ("" if reference else f", pref_loss {pref_loss}"))
+    m.set("loss", "full", "stage: dpo (CustomDPOTrainer: the full logits, fp32 log_softmax)")
+    m.set("padded_batches", True, "stage: dpo (pairs padded to a multiple of 8)")
+    if m.setup.get("method") in ("lora", "qlora"):
+        m.set("lora_dropout", 0.0, "stage: dpo (disable_dropout, default true)")
+        if m.get(data, "ref_model"):
+            m.ignore("ref_model", "a separate reference model under LoRA: its weights not counted")
+    for key in ("pref_beta", "pref_ftx", "dpo_label_smoothing", "simpo_gamma", "pref_bco_weight"):
+        m.get(data, key)  # the loss's arithmetic on per-sequence values: no memory
 
 
 def _custom_losses(m: TrainConfigMapping, data: dict[str, Any]) -> None:

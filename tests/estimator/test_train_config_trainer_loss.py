@@ -45,7 +45,8 @@ def test_the_trainer_s_loss(text: str, loss: str) -> None:
     ("text", "key"),
     [
         (AXOLOTL + "rl: kto\n", "rl"),
-        ("model_name_or_path: x/y\nstage: dpo\ncutoff_len: 4096\n", "stage"),
+        ("model_name_or_path: x/y\nstage: kto\ncutoff_len: 4096\n", "stage"),
+        ("model_name_or_path: x/y\nstage: dpo\npure_bf16: true\n", "stage"),
     ],
 )
 def test_preference_training_is_reported_not_guessed(text: str, key: str) -> None:
@@ -101,3 +102,36 @@ def test_an_axolotl_dpo_run_is_priced_above_its_sft_reading(
     as_sft = _peak(capsys, *stated, "--loss", "full", "--lora-dropout", "0")
     logits = 2 * 8192 * 128256 * 4 * 4  # a pair's four fp32 logits-sized tensors
     assert read - as_sft > logits / 2
+
+
+LF_DPO = "model_name_or_path: x/y\nstage: dpo\ncutoff_len: 4096\nbf16: true\n"
+
+
+def test_llamafactory_dpo_is_priced_with_its_full_fp32_logits() -> None:
+    """LLaMA-Factory's CustomDPOTrainer under AMP holds the policy's fp32 logits and their
+    log-softmax beside the reference's: the four fp32 logits-sized tensors of `loss full`."""
+    mapping = read_train_config_text(LF_DPO + "lora_dropout: 0.05\neval_strategy: steps\n")
+    setup = mapping.setup
+    assert (setup["objective"], setup["loss"], setup["lora_dropout"]) == ("dpo", "full", 0.0)
+    assert setup["padded_batches"] is True and "eval_batch" not in setup
+    assert "eval_strategy" in {i.key for i in mapping.ignored}
+    for pref_loss in ("orpo", "simpo"):  # no reference model (finetuning_args.py:593)
+        alone = read_train_config_text(LF_DPO + f"pref_loss: {pref_loss}\n")
+        assert alone.setup["objective"] == "dpo-precomputed"
+    separate = read_train_config_text(LF_DPO + "ref_model: x/z\n")
+    assert "ref_model" in {i.key for i in separate.ignored}
+
+
+def test_a_llamafactory_dpo_run_is_priced_above_its_sft_reading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = "model_name_or_path: meta-llama/Llama-3.1-8B\nbf16: true\ncutoff_len: 4096\n"
+    base += "per_device_train_batch_size: 1\n"
+    dpo, sft = tmp_path / "dpo.yml", tmp_path / "sft.yml"
+    dpo.write_text(base + "stage: dpo\n")
+    sft.write_text(base + "stage: sft\n")
+    pair_logits = 2 * 4096 * 128256 * 4
+    assert (
+        _peak(capsys, "--train-config", str(dpo)) - _peak(capsys, "--train-config", str(sft))
+        > 2 * pair_logits
+    )
