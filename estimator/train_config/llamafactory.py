@@ -154,10 +154,16 @@ def _dpo(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     m.set("objective", objective, "stage: dpo" + ("" if reference else f", pref_loss {pref_loss}"))
     m.set("loss", "full", "stage: dpo (CustomDPOTrainer: the full logits, fp32 log_softmax)")
     m.set("padded_batches", True, "stage: dpo (pairs padded to a multiple of 8)")
+    separate = m.get(data, "ref_model")
     if m.setup.get("method") in ("lora", "qlora"):
         m.set("lora_dropout", 0.0, "stage: dpo (disable_dropout, default true)")
-        if m.get(data, "ref_model"):
+        if separate:
             m.ignore("ref_model", "a separate reference model under LoRA: its weights not counted")
+    elif separate:
+        m.ignore("ref_model", "counted as a copy of the policy's weights, whatever its size")
+    for key in ("ref_model_adapters", "ref_model_quantization_bit"):
+        if m.get(data, key):
+            m.ignore(key, "the reference counted as the policy's weights, unquantized")
     for key in ("pref_beta", "pref_ftx", "dpo_label_smoothing", "simpo_gamma", "pref_bco_weight"):
         m.get(data, key)  # the loss's arithmetic on per-sequence values: no memory
 
