@@ -442,6 +442,10 @@ def test_the_form_prices_a_dpo_run_and_names_a_setup_it_cannot(sqlite_client: Te
     assert page.status_code == 200, page.text[:2000]
     assert "DPO (a reference forward each step)" in page.text
     assert "batch 1 preference pairs (padded rows)" in page.text
+    # TRL 1.0-1.9's DPOTrainer (axolotl's pin): the full logits, priced above the fused head
+    full = sqlite_client.post("/estimate", data={**form, "loss": ["full"]})
+    assert full.status_code == 200, full.text[:2000]
+    assert "DPO (a reference forward each step)" in full.text
     edit = sqlite_client.get("/?objective=dpo")  # "Edit these inputs" keeps the objective
     assert "<option selected>dpo</option>" in edit.text
     page = sqlite_client.post("/estimate", data={**form, "stack": "unsloth"})
