@@ -30,10 +30,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from estimator.objective import PREFERENCE
 from estimator.train_config.evaluation import set_eval_batch
 from estimator.train_config.hf_args import map_optim
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
+from estimator.train_config.trl_dpo import map_dpo_objective
 from estimator.train_config.vocab import (
     AS_SFT_UNDERESTIMATES,
     add_bank_targets,
@@ -145,9 +147,7 @@ def _dpo(m: TrainConfigMapping, data: dict[str, Any], rl: str) -> None:
     (estimator/objective.py). DPOStrategy passes max_length = sequence_len and the DPO keys
     below (core/trainers/dpo/__init__.py:22-46); DPOConfig's disable_dropout (default true,
     trl v1.8.0 dpo_config.py:178) zeroes the adapters' dropout (dpo_trainer.py:890-891)."""
-    precompute = bool(m.get(data, "precompute_ref_log_probs"))
-    objective = "dpo-precomputed" if precompute else "dpo"
-    m.set("objective", objective, "precompute_ref_log_probs" if precompute else f"rl: {rl}")
+    map_dpo_objective(m, data, f"rl: {rl}")  # passed on to DPOConfig (dpo/__init__.py:43-46)
     if m.setup.get("loss") in ("liger", "cce"):  # their patched forwards fuse the loss only
         # when given labels, which DPOTrainer does not pass
         m.ignore(
@@ -215,7 +215,7 @@ def _eval_batch(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     rows = m.get(data, "eval_batch_size")
     if not _evaluates(data):
         return
-    if m.setup.get("objective") in ("dpo", "dpo-precomputed"):
+    if m.setup.get("objective") in PREFERENCE:
         m.ignore("val_set_size", "DPO's evaluation pass is not modelled")
         return
     micro = m.setup.get("batch", 1)

@@ -27,6 +27,7 @@ from typing import Any
 
 from estimator.errors import EstimatorInputError
 from estimator.lora import PEFT_DEFAULT
+from estimator.objective import PREFERENCE
 from estimator.train_config.evaluation import set_eval_batch
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
@@ -173,6 +174,16 @@ def map_eval_batch(m: TrainConfigMapping, data: dict[str, Any], sft: bool) -> No
     set_eval_batch(m, rows, "per_device_eval_batch_size", skips_liger_logits=sft)
 
 
+def map_evaluation(m: TrainConfigMapping, data: dict[str, Any], sft: bool) -> None:
+    """`map_eval_batch`, or under a preference objective, whose evaluation pass is not
+    modelled, the evaluation key reported. Call after the objective is read."""
+    if m.setup.get("objective") not in PREFERENCE:
+        map_eval_batch(m, data, sft)
+    elif evaluates(data):
+        key = "eval_strategy" if "eval_strategy" in data else "evaluation_strategy"
+        m.ignore(key, "DPO's evaluation pass is not modelled: the training step alone is priced")
+
+
 def evaluates(data: dict[str, Any]) -> bool:
     """Whether the Trainer evaluates during training: `eval_strategy` other than "no"
     (`evaluation_strategy` before transformers 4.46; training_args.py:1106, 1571-1572)."""
@@ -309,11 +320,7 @@ def read_hf(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
     if isinstance(init, dict):
         map_model_keys(m, init, "model_init_kwargs.")
     m.get(data, "deepspeed")
-    if dpo and evaluates(data):
-        key = "eval_strategy" if "eval_strategy" in data else "evaluation_strategy"
-        m.ignore(key, "DPO's evaluation pass is not modelled: the training step alone is priced")
-    else:
-        map_eval_batch(m, data, sft)
+    map_evaluation(m, data, sft)
     _loaded_dtype(m, data)
     m.warn_unread(data)
     return m

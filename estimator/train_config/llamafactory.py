@@ -24,8 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from estimator.objective import PREFERENCE
-from estimator.train_config.hf_args import evaluates, map_eval_batch, map_trainer_args
+from estimator.train_config.hf_args import map_evaluation, map_trainer_args
 from estimator.train_config.llamafactory_v1 import V1_KEYS, read_llamafactory_v1
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.vocab import (
@@ -121,11 +120,7 @@ def read_llamafactory(data: dict[str, Any], base_dir: Path | None) -> TrainConfi
     for key in MEGATRON_KEYS:
         m.get(data, key)
     m.get(data, "plot_loss")  # a loss-curve image after training (finetuning_args.py:570)
-    if m.setup.get("objective") in PREFERENCE:
-        if evaluates(data):
-            m.ignore("eval_strategy", "DPO's evaluation pass is not modelled")
-    else:
-        map_eval_batch(m, data, sft=False)
+    map_evaluation(m, data, sft=False)
     m.warn_unread(data)
     return m
 

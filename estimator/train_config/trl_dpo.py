@@ -68,11 +68,17 @@ def is_dpo_config(data: dict[str, Any]) -> bool:
     return bool(names) and all(isinstance(n, str) and n in DPO_LOSS_TYPES for n in names)
 
 
-def map_dpo(m: TrainConfigMapping, data: dict[str, Any]) -> None:
-    """DPOConfig's own keys (module docstring); the caller mapped the Trainer's and peft's."""
+def map_dpo_objective(m: TrainConfigMapping, data: dict[str, Any], origin: str) -> None:
+    """`objective` dpo, or `dpo-precomputed` under DPOConfig's `precompute_ref_log_probs`;
+    `origin` names what made the run a DPO one."""
     precompute = bool(m.get(data, "precompute_ref_log_probs"))
     objective = "dpo-precomputed" if precompute else "dpo"
-    m.set("objective", objective, "precompute_ref_log_probs" if precompute else "DPOConfig")
+    m.set("objective", objective, "precompute_ref_log_probs" if precompute else origin)
+
+
+def map_dpo(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    """DPOConfig's own keys (module docstring); the caller mapped the Trainer's and peft's."""
+    map_dpo_objective(m, data, "DPOConfig")
     length = m.get(data, "max_length")
     key = "max_length"
     if length is None and "max_length" not in data:
