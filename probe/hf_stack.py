@@ -582,7 +582,7 @@ class HFSession:
         return None, trainer
 
     def _trl_trainer(self, seq: int, steps: int, callback: Any) -> Any:
-        """TRL's DPOTrainer under `objective: dpo` (which needs the chunked loss,
+        """TRL's DPOTrainer under `objective: dpo` (the loss the installed TRL runs,
         probe/stacks.py), else its SFTTrainer (probe/trl_stack.py `dpo_trainer`,
         `sft_trainer`), on the rows `steps` optimizer steps take."""
         from probe import trl_stack

@@ -54,7 +54,7 @@ STACK_DEFAULTS: dict[str, Any] = {
     "grad_accum": 1,
     "double_quant": False,
     "eval_batch": None,  # rows of an evaluation pass after each length's steps (--stack hf)
-    "objective": "sft",  # dpo: TRL's DPOTrainer (--stack hf --loss chunked, probe.trl_stack)
+    "objective": "sft",  # dpo: TRL's DPOTrainer (--stack hf, probe.trl_stack)
 }
 assert set(STACK_DEFAULTS) <= set(STACK_SETUP_FIELDS)
 

@@ -15,6 +15,10 @@ Under fake tensors three data-dependent reads get the answers the probe's rows g
 real tokens, every position has a label): a boolean mask selects every position, `.item()` of a
 metric reads 0 (True for a boolean), and transformers' causal-mask skip, which it refuses to take
 while tracing, reads the all-ones attention mask as a real run does.
+
+DPO runs the installed TRL's `DPOTrainer` (`dpo_trainer`): 1.16's through the same fused head,
+TRL 1.0-1.9's from the full logits (`--loss full`, no fused head to substitute: `cuda_paths` is
+entered for the fused head only).
 """
 
 from __future__ import annotations
