@@ -7,6 +7,8 @@ import csv
 import io
 from typing import Any
 
+from estimator.objective import batch_unit
+
 GIB = 2**30
 COLOURS = {"fits": "\033[32m", "tight": "\033[33m", "no": "\033[31m"}
 RESET = "\033[0m"
@@ -118,7 +120,7 @@ def _title(doc: dict[str, Any]) -> str:
     method = s["method"] + (f" r{s['lora_rank']}" if s["method"] != "full" else "")
     objective = s.get("objective", "sft")
     if objective != "sft":  # a DPO row is a preference pair (estimator/objective.py)
-        method += f", {objective} (batch in preference pairs)"
+        method += f", {objective} (batch in {batch_unit(objective)})"
     return (
         f"{m['name']} ({m['model_type']}, {m['params_in_weights'] / 1e9:.2f} B params in the "
         f"weights, {m['params_trainable']:,} trainable), {method}, {s['optimizer']}, "

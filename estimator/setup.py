@@ -52,7 +52,9 @@ class TrainingSetup(BaseModel):
     # `dpo`: TRL's DPOTrainer, `batch` preference pairs a micro-batch, each a chosen and a
     # rejected sequence of up to `seq` tokens, and a reference forward each step;
     # `dpo-precomputed`: the reference log-probabilities computed before training; `loss`
-    # chunked is TRL 1.16's fused head, full TRL 1.0-1.9's full logits (estimator/objective.py)
+    # chunked is TRL 1.16's fused head, full TRL 1.0-1.9's full logits; `orpo`, `cpo`, `simpo`:
+    # TRL 1.0-1.9's ORPOTrainer, CPOTrainer, CPOTrainer with cpo_alpha 0, pairs as DPO's, no
+    # reference, the full logits (estimator/objective.py)
     objective: Objective = "sft"
     lora_rank: int = Field(16, ge=1, le=65536)
     lora_alpha: float | None = Field(None, gt=0, le=1e6)

@@ -23,4 +23,4 @@ PPSchedule = Literal["1f1b", "interleaved-1f1b", "gpipe"]  # estimator/parallel/
 AdapterDtype = Literal["fp32", "bf16"]
 # the training objective (estimator/objective.py): supervised fine-tuning, or TRL's DPOTrainer
 # with the reference log-probabilities computed each step or precomputed before training
-Objective = Literal["sft", "dpo", "dpo-precomputed"]
+Objective = Literal["sft", "dpo", "dpo-precomputed", "kto", "orpo", "cpo", "simpo"]

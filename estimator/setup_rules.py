@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from estimator.lora import PEFT_DEFAULT, REGEX
-from estimator.objective import PREFERENCE
+from estimator.objective import FULL_LOGITS_ONLY, PREFERENCE, smallest_batch
 from estimator.parallel.layout import model_splits, parse_parallel, parse_wrap_units, wrap_text
 from estimator.stacks import OPTIONAL_OVERRIDES, OVERRIDES, load_stack
 
@@ -71,10 +71,15 @@ def resolve_from_stack(s: Any, fields_set: set[str]) -> None:
     asked_experts = "quantize_experts" in fields_set  # setting a field adds it to the set
     asked_adapter = "adapter_dtype" in fields_set
     asked_padding = "padded_batches" in fields_set
+    asked_loss = "loss" in fields_set and s.loss is not None
+    if "batch" not in fields_set:
+        s.batch = smallest_batch(s.objective)  # KTO's KL term needs two rows (objective.py)
     for name in OVERRIDES:
         unset = name not in fields_set
         if getattr(s, name) is None or (name in ("checkpointing", "loss") and unset):
             setattr(s, name, stack.get(name))
+    if s.objective in FULL_LOGITS_ONLY and not asked_loss:
+        s.loss = "full"  # ORPOTrainer / CPOTrainer read the full logits (estimator/objective)
     for name in OPTIONAL_OVERRIDES:
         if name not in fields_set:
             setattr(s, name, stack.get_optional(name, getattr(s, name)))
@@ -208,17 +213,49 @@ def check_combinations(s: Any) -> None:
         )
 
 
+# the TRL trainer each preference objective prices
+TRAINERS = {
+    "dpo": "DPOTrainer",
+    "dpo-precomputed": "DPOTrainer",
+    "kto": "KTOTrainer",
+    "orpo": "ORPOTrainer",
+    "cpo": "CPOTrainer",
+    "simpo": "CPOTrainer",
+}
+
+
+# where each trainer of FULL_LOGITS_ONLY reads the model's logits (trl v1.8.0)
+FULL_LOGITS_READ = {
+    "KTOTrainer": "trl/trainer/kto_trainer.py:1493-1496",
+    "ORPOTrainer": "trl/experimental/orpo/orpo_trainer.py:780-810",
+    "CPOTrainer": "trl/experimental/cpo/cpo_trainer.py:823-851",
+}
+
+
 def check_objective(s: Any) -> None:
-    """A preference objective where it is modelled: TRL's DPOTrainer (the hf stack), 1.16.0's
-    whose every forward runs the fused LM head (`loss chunked`) or 1.0-1.9's with the full
-    logits (`loss full`, axolotl's pin), on one card or a data-parallel layout, without an
-    evaluation pass (estimator/objective.py)."""
+    """A preference objective where it is modelled (estimator/objective.py): TRL's trainers on
+    the hf stack, on one card or a data-parallel layout, without an evaluation pass. DPOTrainer
+    with 1.16.0's fused LM head (`loss chunked`) or 1.0-1.9's full logits (`loss full`,
+    axolotl's pin); KTOTrainer, ORPOTrainer and CPOTrainer (`kto`, `orpo`, `cpo`, `simpo`) with
+    the full logits."""
     if s.objective not in PREFERENCE:
         return
+    trainer = TRAINERS[s.objective]
     if s.stack != "hf":
         raise ValueError(
-            f"objective: {s.objective} is modelled for TRL's DPOTrainer (--stack hf); "
+            f"objective: {s.objective} is modelled for TRL's {trainer} (--stack hf); "
             f"stack {s.stack}'s preference training was not read"
+        )
+    if s.objective in FULL_LOGITS_ONLY and s.loss != "full":
+        raise ValueError(
+            f"loss: TRL's {trainer} computes the log-probabilities from the full logits the "
+            f"model returns (trl v1.8.0 {FULL_LOGITS_READ[trainer]}): loss full, not {s.loss}"
+        )
+    if s.batch < smallest_batch(s.objective):
+        raise ValueError(
+            f"batch: {trainer}'s KL term needs micro-batches of at least "
+            f"{smallest_batch(s.objective)} rows (trl v1.8.0 trainer/kto_trainer.py:785-789 "
+            "raises below that)"
         )
     if s.loss not in ("chunked", "full"):
         raise ValueError(
@@ -228,15 +265,15 @@ def check_objective(s: Any) -> None:
         )
     if s.eval_batch is not None:
         raise ValueError(
-            "eval_batch: the evaluation pass of DPO (the policy's and the reference's "
-            "forwards) is not modelled"
+            f"eval_batch: the evaluation pass of {trainer} (its forwards of the pairs) is not "
+            "modelled"
         )
     layout = stated_layout(s)
     split = model_splits(layout) if layout is not None else []
     if split:
         raise ValueError(
-            f"parallel: DPO under {', '.join(split)} is not modelled (TRL's DPOTrainer runs "
-            "data parallelism: FSDP, DeepSpeed ZeRO or DDP)"
+            f"parallel: {s.objective} under {', '.join(split)} is not modelled (TRL's "
+            f"{trainer} runs data parallelism: FSDP, DeepSpeed ZeRO or DDP)"
         )
 
 

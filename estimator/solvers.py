@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from estimator.errors import EstimatorInputError
 from estimator.memory import memory_breakdown
 from estimator.memory.model import memory_on_card
-from estimator.objective import losses_for
+from estimator.objective import losses_for, smallest_batch
 from estimator.profile import Profile
 from estimator.scenario import Scenario
 from estimator.spec import ModelSpec
@@ -126,16 +126,23 @@ def max_batch(
     devices: int | None = None,
     upper: int = MAX_BATCH_SEARCH,
 ) -> dict[str, Any]:
-    """Largest micro-batch at `seq` that fits."""
+    """Largest micro-batch at `seq` that fits; none below the objective's smallest
+    (`smallest_batch`: KTO's 2)."""
     card = budget.capacity_bytes
+    lowest = smallest_batch(setup.objective)
 
     def fits(b: int) -> bool:
         return peak_bytes(spec, setup, seq, b, profile, devices, card) <= budget.usable_bytes
 
     b = largest_fitting(fits, upper)
-    fixed = setup.model_copy(update={"batch": b or 1})
+    if b is not None and b < lowest:
+        b = None
+    fixed = setup.model_copy(update={"batch": b or lowest})
     sc = Scenario(spec, fixed, profile, seq_len=seq, count=devices)
-    return _answer("batch", b, 1, sc, budget, upper)
+    out = _answer("batch", b, 1, sc, budget, upper)
+    if b is None and lowest > 1:
+        out["reason"] = f"even batch = {lowest}, the smallest {setup.objective} takes, does not fit"
+    return out
 
 
 def min_gpus(

@@ -111,7 +111,7 @@ STACK_SETUP_FIELDS: dict[str, tuple[str, ...] | None] = {
     "padded_batches": None,  # bool
     # the training objective (estimator/objective.py): `dpo` runs TRL's DPOTrainer, `batch`
     # counting preference pairs; absent: sft
-    "objective": ("sft", "dpo", "dpo-precomputed"),
+    "objective": ("sft", "dpo", "dpo-precomputed", "kto", "orpo", "cpo", "simpo"),
 }
 
 MAX_RESULTS = 1000

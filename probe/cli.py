@@ -108,10 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--double-quant", action="store_true", help="QLoRA bnb_4bit_use_double_quant")
     k.add_argument(
         "--objective",
-        choices=("sft", "dpo"),
+        choices=("sft", "dpo", "kto", "orpo", "cpo", "simpo"),
         default="sft",
         help="dpo: the installed TRL's DPOTrainer (--stack hf; --loss chunked from TRL 1.10, "
-        "--loss full up to 1.9), --batch preference pairs",
+        "--loss full up to 1.9); orpo, cpo: TRL 1.0-1.9's ORPOTrainer, CPOTrainer; simpo: "
+        "their CPOTrainer with loss_type simpo, cpo_alpha 0 (--loss full); --batch preference "
+        "pairs",
     )
     r = p.add_argument_group("the run")
     r.add_argument("--sweep", default="16000,32000,48000", help="comma-separated seq lengths")

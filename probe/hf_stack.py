@@ -298,6 +298,10 @@ def _callback_class() -> type:
     return MemoryCallback
 
 
+# the TRL trainer each objective runs, as `<prefix>Trainer` / `<prefix>Config`
+TRAINER_PREFIX = {"dpo": "DPO", "kto": "KTO", "orpo": "ORPO", "cpo": "CPO", "simpo": "CPO"}
+
+
 def arguments_class(base: type, fake: bool) -> type:
     """`base` (`TrainingArguments`, or a TRL config, its subclass), or under fake tensors a
     subclass whose documented `place_model_on_device` hook says False: the model is already
@@ -400,8 +404,8 @@ class HFSession:
         self.reference = reference  # DPO's reference model (full fine-tuning), or None
         # fake: the fake mode and the tracker, active only from on_step_begin to on_step_end
         # (see `_StepModes`); None: the caller keeps its modes active throughout
-        # TRL's SFTTrainer, or its DPOTrainer whatever the loss (probe/trl_stack.py)
-        self.trl = setup["loss"] == "chunked" or setup["objective"] == "dpo"
+        # TRL's SFTTrainer, or its preference trainer whatever the loss (probe/trl_stack.py)
+        self.trl = setup["loss"] == "chunked" or setup["objective"] != "sft"
         self.fused_head = setup["loss"] == "chunked"  # TRL's fused LM head runs
         if self.trl and device == "fake" and step_modes:
             from probe.trl_stack import enter_all_rows_valid
@@ -417,7 +421,7 @@ class HFSession:
         optim, optim_args = hf_optim(self.setup)
         s = self.setup
         extra = f", optim_args={optim_args!r}" if optim_args else ""
-        trl_trainer = "DPO" if s["objective"] == "dpo" else "SFT"
+        trl_trainer = TRAINER_PREFIX.get(s["objective"], "SFT")
         trainer = (
             f"TRL {package_version('trl')} {trl_trainer}Trainer.train() with {trl_trainer}Config("
             if self.trl
@@ -583,7 +587,8 @@ class HFSession:
 
     def _trl_trainer(self, seq: int, steps: int, callback: Any) -> Any:
         """TRL's DPOTrainer under `objective: dpo` (the loss the installed TRL runs,
-        probe/stacks.py), else its SFTTrainer (probe/trl_stack.py `dpo_trainer`,
+        probe/stacks.py), its ORPOTrainer under `orpo`, its CPOTrainer under `cpo` and
+        `simpo`, else its SFTTrainer (probe/trl_stack.py `dpo_trainer`, `orpo_trainer`,
         `sft_trainer`), on the rows `steps` optimizer steps take."""
         from probe import trl_stack
 
@@ -593,6 +598,21 @@ class HFSession:
         if self.setup["objective"] == "dpo":
             return trl_stack.dpo_trainer(
                 self.built.model, values, fake, self.vocab, seq, rows, callback, self.reference
+            )
+        if self.setup["objective"] == "kto":
+            return trl_stack.kto_trainer(
+                self.built.model, values, fake, self.vocab, seq, rows, callback, self.reference
+            )
+        if self.setup["objective"] != "sft":
+            return trl_stack.orpo_trainer(
+                self.built.model,
+                values,
+                fake,
+                self.vocab,
+                seq,
+                rows,
+                callback,
+                self.setup["objective"],
             )
         return trl_stack.sft_trainer(
             self.built.model, values, fake, self.vocab, seq, rows, callback

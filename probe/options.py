@@ -54,7 +54,7 @@ STACK_DEFAULTS: dict[str, Any] = {
     "grad_accum": 1,
     "double_quant": False,
     "eval_batch": None,  # rows of an evaluation pass after each length's steps (--stack hf)
-    "objective": "sft",  # dpo: TRL's DPOTrainer (--stack hf, probe.trl_stack)
+    "objective": "sft",  # dpo / orpo / simpo: TRL's trainers (--stack hf, probe.trl_stack)
 }
 assert set(STACK_DEFAULTS) <= set(STACK_SETUP_FIELDS)
 
@@ -161,7 +161,7 @@ def _normalize_stack_fields(out: dict[str, Any]) -> None:
         # TRL's SFTTrainer (probe.trl_stack) casts a quantized model's trainable parameters to
         # bf16 (trl 1.16.0 trl/trainer/sft_trainer.py:908-911): record what ran
         out["adapter_dtype"] = "bf16"
-    if out["objective"] == "dpo":
+    if out["objective"] != "sft":
         # probe.trl_stack's chosen and rejected completions are the same length: the collator
         # pads neither, so the rows carry no padding (the estimator's dpo default pads)
         out["padded_batches"] = False

@@ -478,7 +478,7 @@ def run_probe(
                 built, tracker = tt_session.built, tt_session.tracker
             elif setup["stack"] == "hf":
                 built = _build_with(build_hf_model, config, setup, device, stack_env)
-                if setup["objective"] == "dpo" and setup["method"] == "full":
+                if setup["objective"] in ("dpo", "kto") and setup["method"] == "full":
                     reference = _build_with(build_hf_reference, config, setup, device)
             else:
                 built = _build(config, setup, device)

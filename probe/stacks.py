@@ -26,6 +26,15 @@ from typing import Any
 
 from probe.options import ProbeInputError
 
+# the preference objectives the probe measures, each through the installed TRL's own trainer
+PREFERENCE_TRAINERS = {
+    "dpo": "DPOTrainer",
+    "kto": "KTOTrainer",
+    "orpo": "ORPOTrainer",
+    "cpo": "CPOTrainer",
+    "simpo": "CPOTrainer",
+}
+
 # trl 1.16.0 trl/kernels/chunked_logprob.py:31 TOKEN_CHUNK_SIZE: the fused LM head's tile
 TRL_TOKEN_TILE = 4096
 
@@ -146,41 +155,69 @@ def _check_evaluation(setup: dict[str, Any], device: str) -> None:
         )
 
 
-def _check_objective(setup: dict[str, Any]) -> None:
-    """DPO is measured through TRL's DPOTrainer (probe.trl_stack.dpo_trainer) as installed: the
-    hf stack with TRL's fused head (`--loss chunked`, TRL 1.10 on) or TRL 1.0-1.9's full logits
-    (`--loss full`), no evaluation pass; reference log-probabilities computed each step (a full
-    fine-tune's reference model is built from the config as the policy is,
-    probe.hf_stack.build_hf_reference)."""
+def _check_objective(setup: dict[str, Any], device: str) -> None:
+    """A preference objective is measured through the installed TRL's own trainer
+    (probe.trl_stack): DPO's DPOTrainer with TRL's fused head (`--loss chunked`, TRL 1.10 on) or
+    TRL 1.0-1.9's full logits (`--loss full`), reference log-probabilities computed each step (a
+    full fine-tune's reference model is built from the config as the policy is,
+    probe.hf_stack.build_hf_reference); ORPOTrainer and CPOTrainer (`cpo`; `simpo` with
+    cpo_alpha 0) from the full logits of TRL 1.0-1.9 (`--loss full`; from TRL 1.10
+    `selective_log_softmax` runs a Triton kernel on CUDA, trl 1.16.0 trainer/utils.py:572-574,
+    which is not modelled); KTOTrainer likewise, on real tensors (the cpu or cuda). The hf
+    stack, no evaluation pass."""
     objective = setup["objective"]
     if objective == "sft":
         return
-    if objective != "dpo":
+    if objective not in PREFERENCE_TRAINERS:
         raise ProbeInputError(
-            "setup.objective", f"{objective} is not measured (the probe runs sft and dpo)"
+            "setup.objective",
+            f"{objective} is not measured (the probe runs sft, {', '.join(PREFERENCE_TRAINERS)})",
         )
+    trainer = PREFERENCE_TRAINERS[objective]
     if setup["stack"] != "hf":
-        raise ProbeInputError("setup.stack", "dpo runs TRL's DPOTrainer: --stack hf")
+        raise ProbeInputError("setup.stack", f"{objective} runs TRL's {trainer}: --stack hf")
     from probe.trl_stack import fused_head_available, trl_version
 
     if trl_version() is None:
-        raise ProbeInputError("setup.objective", "dpo runs TRL's DPOTrainer: install trl")
-    loss = "chunked" if fused_head_available() else "full"
+        raise ProbeInputError("setup.objective", f"{objective} runs TRL's {trainer}: install trl")
+    fused = fused_head_available()
+    if objective != "dpo" and fused:
+        raise ProbeInputError(
+            "setup.objective",
+            f"{objective} is measured with TRL 1.0-1.9's {trainer} (the full logits through "
+            f"selective_log_softmax's autograd path); the installed trl {trl_version()} runs "
+            "a Triton kernel there on CUDA (put TRL 1.8.0 first on PYTHONPATH: .trl-1.8, "
+            "scripts/setup.sh)",
+        )
+    loss = "chunked" if fused else "full"
     if setup["loss"] != loss:
         raise ProbeInputError(
             "setup.loss",
-            f"dpo runs the installed TRL's DPOTrainer (trl {trl_version()}), which computes "
-            f"the log-probabilities with --loss {loss} (the fused LM head from TRL 1.10, the "
-            "full logits up to TRL 1.9)",
+            f"{objective} runs the installed TRL's {trainer} (trl {trl_version()}), which "
+            f"computes the log-probabilities with --loss {loss} (the fused LM head from TRL "
+            "1.10, the full logits up to TRL 1.9)",
         )
     if setup["eval_batch"] is not None:
-        raise ProbeInputError("setup.eval_batch", "no evaluation pass is measured under dpo")
+        raise ProbeInputError(
+            "setup.eval_batch", f"no evaluation pass is measured under {objective}"
+        )
+    if objective == "kto" and device == "fake":
+        raise ProbeInputError(
+            "setup.objective",
+            "kto is measured on the cpu or a cuda device: KTOTrainer splits each batch by its "
+            "labels (torch.nonzero, trl v1.8.0 kto_trainer.py:1508-1514), which the fake "
+            "trace reads as every row",
+        )
+    if objective == "kto" and setup["batch"] < 2:
+        raise ProbeInputError(
+            "setup.batch", "KTOTrainer needs micro-batches of at least 2 rows (kto_trainer.py:785)"
+        )
 
 
 def check_stack(setup: dict[str, Any], device: str) -> None:
     """Raise `ProbeInputError` when `setup.stack` cannot run `setup` on `device` here."""
     stack = setup["stack"]
-    _check_objective(setup)
+    _check_objective(setup, device)
     if setup.get("eval_batch") is not None:
         _check_evaluation(setup, device)
     if stack in NOT_RUNNABLE:

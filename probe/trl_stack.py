@@ -18,7 +18,8 @@ while tracing, reads the all-ones attention mask as a real run does.
 
 DPO runs the installed TRL's `DPOTrainer` (`dpo_trainer`): 1.16's through the same fused head,
 TRL 1.0-1.9's from the full logits (`--loss full`, no fused head to substitute: `cuda_paths` is
-entered for the fused head only).
+entered for the fused head only). ORPO and SimPO run TRL 1.0-1.9's `ORPOTrainer` and
+`CPOTrainer` (`orpo_trainer`), from the full logits too.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ __all__ = [
     "fake_masks_read_as_real",
     "dpo_trainer",
     "fused_head_available",
+    "kto_trainer",
+    "orpo_trainer",
     "sft_trainer",
     "trl_version",
 ]
@@ -186,16 +189,25 @@ def fake_masks_read_as_real() -> Iterator[None]:
 
 def _tokenizer(vocab: int) -> Any:
     """A word-level tokenizer over the model's ids (`t0` pads, `t1` ends a row), words split at
-    spaces: SFTTrainer needs one (the probe's rows are already ids), DPOTrainer tokenizes the
-    rows' text (`_preference_rows`); nothing is downloaded."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    spaces: SFTTrainer needs one (the probe's rows are already ids), the preference trainers
+    tokenize the rows' text (`_preference_rows`); nothing is downloaded. The special tokens
+    match whole words only: matched anywhere, `t1` would split every `t1...` word in two (the
+    rest read as unknown), lengthening the rows past `seq`."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     words = {f"t{i}": i for i in range(vocab)}
     tokenizer = Tokenizer(models.WordLevel(words, unk_token="t0"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+
+    def special(word: str) -> Any:
+        return AddedToken(word, single_word=True, special=True)
+
     return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=tokenizer, pad_token="t0", eos_token="t1", unk_token="t0"
+        tokenizer_object=tokenizer,
+        pad_token=special("t0"),
+        eos_token=special("t1"),
+        unk_token=special("t0"),
     )
 
 
@@ -301,6 +313,98 @@ def dpo_trainer(
         ref_model=ref_model,
         args=args,
         train_dataset=datasets.Dataset.from_dict(_preference_rows(vocab, seq, rows)),
+        processing_class=_tokenizer(vocab),
+        callbacks=[callback],
+    )
+
+
+def orpo_trainer(
+    model: Any,
+    arguments: dict[str, Any],
+    fake: bool,
+    vocab: int,
+    seq: int,
+    rows: int,
+    callback: Any,
+    objective: str = "orpo",
+) -> Any:
+    """`ORPOTrainer(model, args=ORPOConfig(**arguments), ...)` under `objective` orpo,
+    `CPOTrainer(model, args=CPOConfig(**arguments), ...)` under cpo (its defaults: loss_type
+    sigmoid, cpo_alpha 1.0), and under simpo `CPOConfig(loss_type="simpo", cpo_alpha=0.0)`
+    (SimPO as TRL's docs configure it, docs/source/cpo_trainer.md:83: no NLL term), on `rows`
+    preference rows (`_preference_rows`) of `seq` tokens each way: TRL 1.0-1.9's
+    trl/experimental/orpo and trl/experimental/cpo, as axolotl 067b021c runs `rl: orpo` and
+    `rl: simpo` (core/builders/rl.py:75-80, 135-145). Neither keeps a reference model. The rows'
+    prompt is one token and no BOS token exists, so each sequence is `seq` tokens
+    (orpo_trainer.py tokenize_row: `add_bos_token_if_needed` adds none, the rows end with the
+    end token: no truncation at `max_length` = `seq`)."""
+    import importlib
+
+    import datasets
+
+    prefix = "ORPO" if objective == "orpo" else "CPO"
+    module = importlib.import_module(f"trl.experimental.{prefix.lower()}")
+    extra: dict[str, Any] = {"loss_type": "simpo", "cpo_alpha": 0.0} if objective == "simpo" else {}
+    _restore_forward(model)
+    args = arguments_class(getattr(module, f"{prefix}Config"), fake)(
+        **arguments, **extra, max_length=seq
+    )
+    return getattr(module, f"{prefix}Trainer")(
+        model=model,
+        args=args,
+        train_dataset=datasets.Dataset.from_dict(_preference_rows(vocab, seq, rows)),
+        processing_class=_tokenizer(vocab),
+        callbacks=[callback],
+    )
+
+
+def _unpaired_rows(vocab: int, seq: int, rows: int) -> dict[str, list[Any]]:
+    """`rows` unpaired preference rows of `seq` tokens, a one-token prompt and a completion of
+    the rest ending with the end token (KTOTrainer adds it when missing, trl v1.8.0
+    trainer/kto_trainer.py:1066-1070), labelled desirable and undesirable in turn, so every
+    micro-batch of two or more holds both; every completion is the same length, so the
+    collator pads nothing, and the KL rows (each prompt with another row's completion,
+    :1114-1118) are `seq` tokens too."""
+    pairs = _preference_rows(vocab, seq, rows)
+    return {
+        "prompt": pairs["prompt"],
+        "completion": pairs["chosen"],
+        "label": [i % 2 == 0 for i in range(rows)],
+    }
+
+
+def kto_trainer(
+    model: Any,
+    arguments: dict[str, Any],
+    fake: bool,
+    vocab: int,
+    seq: int,
+    rows: int,
+    callback: Any,
+    ref_model: Any = None,
+) -> Any:
+    """`KTOTrainer(model, ref_model, args=KTOConfig(**arguments), ...)` of TRL 1.0-1.9 (trl
+    v1.8.0 trl/trainer/kto_trainer.py; axolotl 067b021c runs it for `rl: kto`,
+    core/builders/rl.py:77-78) on `rows` unpaired rows (`_unpaired_rows`) of `seq` tokens:
+    under peft the reference is the policy with its adapters disabled (`ref_model` None), under
+    full fine-tuning `ref_model` (probe.hf_stack.build_hf_reference)."""
+    import datasets
+    import trl
+
+    _restore_forward(model)
+    if "ref" in getattr(model, "peft_config", {}):
+        # an earlier length's trainer added its frozen copy of the adapter (trl v1.8.0
+        # kto_trainer.py:696-716); a user's one-trainer run starts without it
+        model.delete_adapter("ref")
+    if ref_model is not None:
+        _restore_forward(ref_model)
+    config, trainer = getattr(trl, "KTOConfig"), getattr(trl, "KTOTrainer")  # noqa: B009
+    args = arguments_class(config, fake)(**arguments, max_length=seq)
+    return trainer(
+        model=model,
+        ref_model=ref_model,
+        args=args,
+        train_dataset=datasets.Dataset.from_dict(_unpaired_rows(vocab, seq, rows)),
         processing_class=_tokenizer(vocab),
         callbacks=[callback],
     )

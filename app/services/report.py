@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.services.charts import Bar, ChartSpec, Group, RefLine
+from estimator.objective import batch_unit
 
 GIB = 2**30
 COMPONENTS = ("weights", "trainable_states", "checkpoints", "recompute_peak", "logits", "overhead")
@@ -365,6 +366,15 @@ def max_context_chart(answers: list[dict[str, Any]], seq_lens: list[int]) -> Cha
     )
 
 
+# the policy-only preference objectives (estimator/objective.py), as the summary names them
+PREFERENCE_TRAINERS = {
+    "kto": "KTO (TRL's KTOTrainer: reference and KL forwards each step)",
+    "orpo": "ORPO (TRL's ORPOTrainer, no reference)",
+    "cpo": "CPO (TRL's CPOTrainer with its NLL term, no reference)",
+    "simpo": "SimPO (TRL's CPOTrainer, cpo_alpha 0, no reference)",
+}
+
+
 def setup_summary(setup: dict[str, Any]) -> str:
     parts = [f"stack {setup.get('stack', 'hf')}", str(setup.get("method", "?"))]
     objective = setup.get("objective", "sft")
@@ -372,13 +382,15 @@ def setup_summary(setup: dict[str, Any]) -> str:
         parts.append("DPO (a reference forward each step)")
     elif objective == "dpo-precomputed":
         parts.append("DPO (reference log-probabilities precomputed)")
+    elif objective in PREFERENCE_TRAINERS:
+        parts.append(PREFERENCE_TRAINERS[objective])
     if setup.get("method") in ("lora", "qlora"):
         parts.append(f"rank {setup.get('lora_rank')} on {', '.join(setup.get('lora_targets', []))}")
     parts += [
         f"optimizer {setup.get('optimizer')}",
         f"precision {setup.get('precision')}",
         f"batch {setup.get('batch')}"
-        + (" preference pairs" if objective != "sft" else "")
+        + (f" {batch_unit(objective)}" if objective != "sft" else "")
         + (" (padded rows)" if setup.get("padded_batches") else ""),
     ]
     if (setup.get("grad_accum") or 1) > 1:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from estimator import lazy_numpy as np
 from estimator.dtypes import BF16, FP32, INT64
 from estimator.memory.weights import amp_full, kbit_fp32
-from estimator.objective import PREFERENCE, reference_forward
+from estimator.objective import PREFERENCE, chosen_nll, reference_forward
 from estimator.profile import Profile
 from estimator.stacks import load_stack
 
@@ -108,11 +108,15 @@ class LossRule:
     # buffer's columns, and the bytes per value of the head's weight; None: not that loss
     vocab_tile: int | None = None
     head_bytes: int = BF16
-    # TRL 1.0-1.9's DPOTrainer with the full logits (`dpo_full_logits_bytes`): the bytes per
-    # value of the logits the model returns, and whether the reference's are held beside them;
-    # None: not that loss
+    # TRL 1.0-1.9's preference trainers with the full logits (`preference_full_logits_bytes`):
+    # the bytes per value of the logits the model returns, whether the reference's are held
+    # beside them, whether DPO's entropy metric copies them, whether the chosen half's
+    # cross-entropy runs (ORPO, CPO); preference_logits None: not that loss
     preference_logits: int | None = None
     reference_logits: bool = False
+    entropy_copy: bool = False
+    chosen_nll: bool = False
+    index_copy: bool = False  # KTO's index_select of the desirable and undesirable rows
     softcap: int = 0  # bytes per logit of the softcapped logits' saved tanh (`final_logit_softcap`)
 
 
@@ -156,13 +160,17 @@ def loss_rule(
         head_bytes=head_weight_bytes(setup),
         preference_logits=preference_output_bytes(setup),
         reference_logits=reference_forward(setup),
+        entropy_copy=setup.objective in ("dpo", "dpo-precomputed", "kto"),
+        chosen_nll=chosen_nll(setup),
+        index_copy=setup.objective == "kto",
         softcap=softcap,
     )
 
 
 def preference_output_bytes(setup: TrainingSetup) -> int | None:
-    """Bytes per value of the logits TRL 1.0-1.9's DPOTrainer reads (`dpo_full_logits_bytes`)
-    where `setup` runs it (a preference objective with the full loss); None otherwise. Under
+    """Bytes per value of the logits TRL 1.0-1.9's preference trainers read
+    (`preference_full_logits_bytes`) where `setup` runs one (a preference objective with the
+    full loss); None otherwise. Under
     autocast accelerate wraps the model's forward so that every bf16 output is returned as an
     fp32 copy (accelerate 1.16.0 accelerator.py:1796 `convert_outputs_to_fp32`,
     utils/operations.py:872-885 `tensor.float()`), so the logits are fp32 even where lm_head
@@ -201,42 +209,68 @@ def _labelled_positions(tokens: Any, seq: Any) -> Any:
 ENTROPY_CHUNK_ROWS = 128
 
 
-def dpo_full_logits_bytes(rule: LossRule, tokens: Any, vocab: int) -> Any:
-    """TRL 1.0-1.9's DPOTrainer loss (`_compute_loss`, trl v1.8.0 trl/trainer/dpo_trainer.py
-    :1278-1334 and :1536; v1.9.0 the same at :1329-1385, :1587; axolotl 067b021c pins 1.8.0)
-    on the `tokens` positions of the micro-batch's 2 x batch sequences, with the logits in
-    `rule.preference_logits` bytes (c). The policy's forward returns the full logits (kept by
-    `outputs` until the loss returns); `selective_log_softmax` (utils.py:429-469) then
+def preference_full_logits_bytes(rule: LossRule, tokens: Any, vocab: int) -> Any:
+    """The loss of TRL 1.0-1.9's preference trainers on the `tokens` positions of the
+    micro-batch's 2 x batch sequences, with the logits in `rule.preference_logits` bytes (c).
+    The policy's forward returns the full logits (kept by `outputs` until the loss returns);
+    `selective_log_softmax` (trl v1.8.0 trl/trainer/utils.py:429-469) then
     - c = 4: gathers the labels' logits and a log-sum-exp per row, both saving the logits
       themselves (torch tools/autograd/derivatives.yaml: `gather` and `logsumexp` save `self`);
     - c = 2: a log-softmax of each row, each output saved (`_log_softmax` saves its result),
       one more logits-sized tensor over the rows.
-    The reference's forward (no grad) returns its own logits, alive to the loss's end; the
-    metrics' `entropy_from_logits(shift_logits.detach())` reshapes the shifted (non-contiguous)
-    logits, a copy (c), and takes 128 rows at a time through log_softmax, exp and their
-    product (three chunk-sized tensors). Forward moment: logits + saved log-softmax +
-    reference logits + the copy + the chunk's three. Backward (c = 4), before the head's: the
-    saved logits, the rows' log-sum-exp gradients stacked by `unbind`'s backward, and
-    `gather`'s backward, a zeros tensor and its out-of-place `scatter_add`, four logits-sized
-    fp32 tensors together (measured in the probe's trace of TRL 1.8.0's step,
-    tests/probe/test_dpo_full_logits.py); for c = 2 the backward's two to three logits-sized
-    bf16 tensors stay under the forward's four. A model that softcaps its logits (Gemma 2)
-    keeps the policy's saved tanh output (`rule.softcap` bytes per logit, made by the model's
-    forward: `final_logit_softcap`) through both moments. Shifted positions (each row's last
-    dropped) are counted as all positions, an upper bound by one position per sequence. Not
-    modelled: the reference's forward runs its layers beside the policy's held logits, so
-    where the forward moment is the larger (c = 2) a layer's no-grad transient can set the
-    peak: eager attention's seq x seq scores at small vocabularies (small Gemma 2, bf16 without
-    autocast, 512 tokens: -11 %, the logits themselves exact)."""
+    Backward (c = 4), before the head's: the saved logits, the rows' log-sum-exp gradients
+    stacked by `unbind`'s backward, and `gather`'s backward, a zeros tensor and its
+    out-of-place `scatter_add`, four logits-sized fp32 tensors together; for c = 2 the
+    backward's logits-sized bf16 tensors stay under the forward's (both measured in the
+    probe's trace of TRL 1.8.0's steps, tests/probe/test_dpo_full_logits.py,
+    tests/probe/test_orpo_full_logits.py).
+    DPOTrainer (trl v1.8.0 trl/trainer/dpo_trainer.py:1278-1334 and :1536; v1.9.0 the same at
+    :1329-1385, :1587; `rule.reference_logits`, `rule.entropy_copy`): the reference's forward
+    (no grad) returns its own logits, alive to the loss's end; the metrics'
+    `entropy_from_logits(shift_logits.detach())` reshapes the shifted (non-contiguous) logits,
+    a copy (c), and takes 128 rows at a time through log_softmax, exp and their product (three
+    chunk-sized tensors).
+    ORPOTrainer, and CPOTrainer unless `cpo_alpha` is 0 (`rule.chosen_nll`; trl v1.8.0
+    trl/experimental/orpo/orpo_trainer.py:782-803, cpo/cpo_trainer.py:825-844): before the
+    log-probabilities, `nn.CrossEntropyLoss` of the chosen half, first `.contiguous()` of its
+    shifted (non-contiguous) logits, a copy of half the logits (c / 2 per logit of the pair),
+    freed when the function returns, then the log-softmax of that copy, saved through the
+    backward (c / 2). In the backward of the log-probabilities (c = 4) the saved half is
+    alive: 4 x 4 + 2 bytes per logit. Without autocast (c = 2) the forward's moment is the
+    larger: logits + the saved half + the rows' saved log-softmax outputs, 2.5 x c; the
+    backward's is as large on CUDA (its two paths' logits-sized gradients summed in place,
+    torch/csrc/autograd/input_buffer.cpp `accumulate`, where the probe's trace sums out of
+    place: probe/grad_sums.py).
+    KTOTrainer (trl v1.8.0 trl/trainer/kto_trainer.py:1495-1535 and :1588; `rule.index_copy`)
+    holds DPO's reference logits and entropy copy over its rows (one sequence each), and copies
+    the policy's logits of the desirable and of the undesirable rows (`index_select`,
+    :1513-1514: together one logits-sized tensor, c) for its metrics, alive to the loss's end:
+    under autocast the forward's moment (4 x 4 bytes per logit and the entropy's chunks) is
+    the larger; without it the forward holds 5 x c with the rows' saved log-softmax.
+    A model that softcaps its logits (Gemma 2) keeps the policy's saved tanh output
+    (`rule.softcap` bytes per logit, made by the model's forward: `final_logit_softcap`)
+    through both moments. Shifted positions (each row's last dropped) are counted as all
+    positions, an upper bound by one position per sequence. Not modelled: DPO's reference
+    forward runs its layers beside the policy's held logits, so where the forward moment is
+    the larger (c = 2) a layer's no-grad transient can set the peak: eager attention's seq x
+    seq scores at small vocabularies (small Gemma 2, bf16 without autocast, 512 tokens: -11 %,
+    the logits themselves exact)."""
     c = rule.preference_logits
     assert c
     saved = c if c != FP32 else 0  # bf16: each row's saved log-softmax output
-    held = c + saved + (c if rule.reference_logits else 0) + c  # + the entropy's copy
-    held += rule.softcap
-    forward = tokens * vocab * held + np.minimum(tokens, ENTROPY_CHUNK_ROWS) * vocab * 3 * c
+    nll_half = c / 2 if rule.chosen_nll else 0  # the chosen half's saved log-softmax
+    held = c + saved + nll_half + rule.softcap
+    held += c if rule.reference_logits else 0
+    held += c if rule.entropy_copy else 0
+    held += c if rule.index_copy else 0
+    forward = tokens * vocab * held
+    if rule.entropy_copy:
+        forward = forward + np.minimum(tokens, ENTROPY_CHUNK_ROWS) * vocab * 3 * c
+    if rule.chosen_nll:  # the cross-entropy's moment: its contiguous copy beside its output
+        forward = np.maximum(forward, tokens * vocab * (c + c + rule.softcap))
     if c != FP32:
         return forward
-    return np.maximum(forward, tokens * vocab * (4 * FP32 + rule.softcap))
+    return np.maximum(forward, tokens * vocab * (4 * FP32 + nll_half + rule.softcap))
 
 
 def trl_tile_bytes(rule: LossRule, tokens: Any, seq: Any, compute: int) -> Any:
@@ -444,7 +478,7 @@ def loss_bytes(
     rows = tokens * 2 * FP32  # compiled cross-entropy: amax and log-sum-exp per row
     if loss == "full":
         if rule.preference_logits:
-            return dpo_full_logits_bytes(rule, tokens, vocab)
+            return preference_full_logits_bytes(rule, tokens, vocab)
         if compiled:
             return tokens * vocab * 2 * logit_dtype + rows
         return tokens * vocab * per_logit

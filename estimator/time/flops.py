@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from estimator.architectures.attention import chunked_pairs, core_head_dims
 from estimator.lora import lora_rank_check, lora_targets
 from estimator.memo import Memo, setup_key
-from estimator.objective import reference_forward, sequences
+from estimator.objective import no_grad_forwards, sequences
 from estimator.spec import LAYER_CHUNKED, LAYER_FULL, LAYER_LINEAR, LAYER_SLIDING, Linear, ModelSpec
 
 if TYPE_CHECKING:
@@ -321,10 +321,15 @@ def step_flops(spec: ModelSpec, setup: TrainingSetup, seq_len: int, batch: int) 
 
 
 def _reference(setup: TrainingSetup, forward: float, lora: float) -> float:
-    """DPO's reference forward (estimator/objective.py): the policy's forward of the same
-    sequences, without the adapters under peft (they are disabled, trl 1.16.0
-    dpo_trainer.py:1328-1336); a model FLOP too, the step needs it."""
-    return forward - lora if reference_forward(setup) else 0.0
+    """The no-grad forwards a preference step runs beside the policy's (`no_grad_forwards`,
+    estimator/objective.py): DPO's reference forward, the policy's forward of the same
+    sequences without the adapters under peft (they are disabled, trl 1.16.0
+    dpo_trainer.py:1328-1336); KTO's two reference forwards and the policy's KL forward, of
+    sequences as many and as long as the rows; model FLOPs too, the step needs them."""
+    through_reference, through_policy = no_grad_forwards(setup)
+    if not (through_reference or through_policy):
+        return 0.0
+    return through_reference * (forward - lora) + through_policy * forward
 
 
 def step_flops_totals(

@@ -134,7 +134,7 @@ def _dpo(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     trainer_utils.py:592-612: one fp32 `log_softmax` of all of them, saved, and a gather); the
     reference's forward does the same under no_grad (:255-275) with the policy's logits and
     log-softmax alive: four fp32 logits-sized tensors, the bytes of TRL 1.0-1.9's step that
-    `--objective dpo --loss full` models (estimator/memory/logits.py `dpo_full_logits_bytes`:
+    `--objective dpo --loss full` models (estimator/memory/logits.py `preference_full_logits_bytes`:
     its four at the loss's backward), so it is read as that. The reference is the policy with
     its adapters disabled under LoRA, else a second model (trainer_utils.py:116-148; loaded in
     the compute dtype where the policy trains in fp32 under AMP, which the estimate counts at

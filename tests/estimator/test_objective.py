@@ -155,7 +155,7 @@ def _loss_logits(setup: TrainingSetup, batch: int = 1) -> float:
 def test_trl_1_9_dpo_under_autocast_holds_four_fp32_logits(objective: str) -> None:
     """TRL 1.0-1.9's DPOTrainer (`loss full`): under autocast accelerate returns fp32 logits and
     the loss's backward holds four logits-sized fp32 tensors, with or without a reference
-    (`dpo_full_logits_bytes`; the referee is tests/probe/test_dpo_full_logits.py)."""
+    (`preference_full_logits_bytes`; the referee is tests/probe/test_dpo_full_logits.py)."""
     setup = TrainingSetup(method="lora", objective=objective, loss="full")
     logits = 2 * SEQ * SPEC.vocab  # a pair: two sequences
     assert _loss_logits(setup) == pytest.approx(4 * 4 * logits, rel=1e-12)
@@ -179,3 +179,104 @@ def test_trl_1_9_dpo_costs_more_than_the_fused_head_and_than_sft() -> None:
     fused = _memory(TrainingSetup(method="lora", objective="dpo")).peak
     sft = _memory(TrainingSetup(method="lora", loss="full", batch=2, padded_batches=True), 2).peak
     assert full > sft > fused
+
+
+@pytest.mark.parametrize(("objective", "per_logit"), [("orpo", 18), ("cpo", 18), ("simpo", 16)])
+def test_orpo_and_cpo_add_the_chosen_half_s_log_softmax(objective: str, per_logit: int) -> None:
+    """TRL 1.0-1.9's ORPOTrainer and CPOTrainer under autocast: DPO's four fp32 logits-sized
+    tensors in the log-probabilities' backward, plus (unless cpo_alpha is 0) the chosen half's
+    saved fp32 log-softmax; the loss is the full logits without being asked."""
+    setup = TrainingSetup(method="lora", objective=objective)
+    assert setup.loss == "full"
+    logits = 2 * SEQ * SPEC.vocab  # a pair: two sequences
+    assert _loss_logits(setup) == pytest.approx(per_logit * logits, rel=1e-12)
+    assert _loss_logits(setup, 3) == pytest.approx(3 * per_logit * logits, rel=1e-12)
+
+
+@pytest.mark.parametrize(("objective", "per_logit"), [("orpo", 5), ("simpo", 4)])
+def test_orpo_and_simpo_in_bf16_peak_in_the_forward(objective: str, per_logit: int) -> None:
+    """Without autocast: the bf16 logits, the rows' saved log-softmax outputs and (ORPO) the
+    chosen half's."""
+    setup = TrainingSetup(method="lora", objective=objective, precision="bf16", autocast=False)
+    logits = 2 * SEQ * SPEC.vocab
+    assert _loss_logits(setup) == pytest.approx(per_logit * logits, rel=1e-12)
+
+
+@pytest.mark.parametrize("objective", ["orpo", "cpo", "simpo"])
+def test_the_policy_only_trainers_keep_no_reference(objective: str) -> None:
+    """No reference model: full fine-tuning holds one set of weights and each step runs no
+    reference forward, while the step is still a pair of sequences."""
+    full = dict(method="full", loss="full")
+    policy_only = _memory(TrainingSetup(objective=objective, **full))
+    dpo = _memory(TrainingSetup(objective="dpo", **full))
+    sft = _memory(TrainingSetup(batch=2, padded_batches=True, **full), 2)
+    assert policy_only.components["weights"] == sft.components["weights"]
+    assert dpo.components["weights"] == pytest.approx(2 * sft.components["weights"], rel=1e-12)
+    ours = step_flops(SPEC, TrainingSetup(objective=objective, **full), SEQ, 1)
+    sft_pair = step_flops(SPEC, TrainingSetup(batch=2, **full), SEQ, 2)
+    assert ours.reference == 0.0
+    assert ours.total == pytest.approx(sft_pair.total, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"loss": "chunked"}, "loss"),
+        ({"loss": "liger"}, "loss"),
+        ({"stack": "unsloth"}, "objective"),
+        ({"eval_batch": 2}, "eval_batch"),
+        ({"num_gpus": 4, "parallel": "fsdp=2,tp=2"}, "parallel"),
+    ],
+)
+@pytest.mark.parametrize("objective", ["orpo", "simpo"])
+def test_a_policy_only_setup_not_modelled_names_the_field(
+    objective: str, fields: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ValueError, match=f"{field}: "):
+        TrainingSetup(objective=objective, **fields)
+
+
+def test_kto_holds_four_logits_sized_tensors_over_its_rows() -> None:
+    """TRL 1.0-1.9's KTOTrainer: one sequence a row; under autocast the policy's fp32 logits,
+    the labels' index_select copies, the reference's logits and the entropy copy, with the
+    metric's 128-row chunks; without autocast also the rows' saved bf16 log-softmax."""
+    setup = TrainingSetup(method="lora", objective="kto")
+    assert (setup.batch, setup.loss, setup.padded_batches) == (2, "full", True)
+    logits = SEQ * SPEC.vocab  # one row: one sequence
+    chunks = 128 * SPEC.vocab * 3
+    assert _loss_logits(setup, 2) == pytest.approx(2 * 4 * 4 * logits + 4 * chunks, rel=1e-12)
+    bf16 = TrainingSetup(method="lora", objective="kto", precision="bf16", autocast=False)
+    assert _loss_logits(bf16, 2) == pytest.approx(2 * 5 * 2 * logits + 2 * chunks, rel=1e-12)
+
+
+def test_kto_runs_two_reference_forwards_and_the_policy_s_kl_forward() -> None:
+    """The reference's forwards of the rows and of the KL rows, and the policy's of the KL
+    rows, all under no_grad (trl v1.8.0 kto_trainer.py:1289-1320, 1524-1535)."""
+    for method in ("full", "lora"):
+        kto = step_flops(SPEC, TrainingSetup(method=method, objective="kto"), 2048, 2)
+        sft = step_flops(SPEC, TrainingSetup(method=method, batch=2), 2048, 2)
+        lora = sft.parts["lora"].forward if "lora" in sft.parts else 0.0
+        assert kto.reference == pytest.approx(2 * (sft.forward - lora) + sft.forward, rel=1e-12)
+        assert kto.total == pytest.approx(sft.total + kto.reference, rel=1e-12)
+        totals = step_flops_totals(SPEC, TrainingSetup(method=method, objective="kto"), 2048, 2)
+        assert totals.total == pytest.approx(kto.total, rel=1e-12)
+    full = _memory(TrainingSetup(method="full", objective="kto"), 2)
+    sft = _memory(TrainingSetup(method="full", batch=2, padded_batches=True), 2)
+    assert full.components["weights"] == pytest.approx(2 * sft.components["weights"], rel=1e-12)
+
+
+def test_kto_needs_two_rows_a_micro_batch(capsys: pytest.CaptureFixture[str]) -> None:
+    """KTOTrainer raises below two rows (kto_trainer.py:785-789): a stated batch of 1 names the
+    batch, and max-batch answers none where two rows do not fit."""
+    with pytest.raises(ValueError, match="batch: KTOTrainer"):
+        TrainingSetup(method="lora", objective="kto", batch=1)
+    args = ("--model", "llama-3.1-8b", "--method", "lora", "--gpu", "h100-80gb")
+    rows = _json(capsys, "max-batch", *args, "--seq", "4096", "--objective", "kto")["batch"]
+    assert rows >= 2
+    from trainfit.cli import main
+
+    capsys.readouterr()
+    argv = ["max-batch", *args, "--seq", "40000", "--objective", "kto", "--format", "json"]
+    assert main(argv) == 1  # nothing fits
+    long = json.loads(capsys.readouterr().out)
+    assert long["batch"] is None and "batch = 2" in long["reason"]

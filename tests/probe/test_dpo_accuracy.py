@@ -124,3 +124,18 @@ def test_dpo_without_trl_is_refused_naming_the_objective(monkeypatch: pytest.Mon
         run_probe(CONFIG, BASE, [256], 1, "fake")
     assert err.value.field == "setup.objective"
     assert "install trl" in str(err.value)
+
+
+@pytest.mark.parametrize("objective", ["orpo", "cpo", "simpo"])
+def test_orpo_with_a_fused_kernel_trl_is_refused_naming_the_objective(objective: str) -> None:
+    """The installed TRL 1.16 runs `selective_log_softmax` as a Triton kernel on CUDA (trl
+    1.16.0 trainer/utils.py:572-574): the policy-only trainers are measured with TRL 1.0-1.9
+    (tests/probe/test_orpo_full_logits.py), so here the probe says which TRL it needs."""
+    setup = {**BASE, "objective": objective, "loss": "full"}
+    with pytest.raises(ProbeInputError) as err:
+        run_probe(CONFIG, setup, [256], 1, "fake")
+    assert err.value.field == "setup.objective"
+    assert ".trl-1.8" in str(err.value)
+    with pytest.raises(ProbeInputError) as err:
+        run_probe(CONFIG, {**setup, "stack": "probe"}, [256], 1, "fake")
+    assert err.value.field == "setup.stack"

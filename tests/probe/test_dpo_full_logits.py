@@ -4,17 +4,13 @@ TRL 1.0-1.9's DPOTrainer (1.8.0 is axolotl 067b021c's pin) computes the log-prob
 full logits (trl v1.8.0 trainer/dpo_trainer.py:1289-1296, `selective_log_softmax`), where 1.16's
 runs its fused head (tests/probe/test_dpo_accuracy.py). `.venv` holds TRL 1.16, so the probe runs
 here in a subprocess with TRL 1.8.0's files (scripts/setup.sh installs them in `.trl-1.8`) first
-on its path. The estimator prices the step with `dpo_full_logits_bytes`
+on its path. The estimator prices the step with `preference_full_logits_bytes`
 (estimator/memory/logits.py): four fp32 logits-sized tensors in the loss's backward under
 autocast (accelerate returns fp32 logits), the forward's four bf16 ones without it.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,33 +21,18 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from estimator.document import compare_memtest  # noqa: E402
+from tests.probe.trl_1_8 import needs_trl_1_8, probe_trl_1_8  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-TRL_18 = ROOT / ".trl-1.8"
 VOCAB = 32768
 
-pytestmark = pytest.mark.skipif(
-    not (TRL_18 / "trl" / "__init__.py").is_file(),
-    reason="TRL 1.8.0 is not in .trl-1.8 (scripts/setup.sh installs it)",
-)
+pytestmark = needs_trl_1_8
 
 
 def _probe(
     tmp_path: Path, args: list[str], seqs: str, name: str = "small-llama", vocab: int = VOCAB
 ) -> dict[str, Any]:
     """The probe's memtest of TRL 1.8.0's DPOTrainer step on a small config (`vocab` tokens)."""
-    config = json.loads((ROOT / "bench" / "configs" / f"{name}.json").read_text())
-    config_path = tmp_path / f"{name}.json"
-    config_path.write_text(json.dumps({**config, "vocab_size": vocab}))
-    out = tmp_path / "memtest.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TRL_18), str(ROOT)])}
-    command = [sys.executable, "-m", "probe", "--config", str(config_path), "--stack", "hf"]
-    command += ["--objective", "dpo", "--loss", "full", "--checkpointing", "gpu", *args]
-    command += ["--sweep", seqs, "--steps", "2", "--device", "fake", "--out", str(out)]
-    command += ["--no-progress"]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    doc: dict[str, Any] = json.loads(out.read_text())
+    doc = probe_trl_1_8(tmp_path, "dpo", args, seqs, name, vocab)
     assert any("TRL 1.8.0 DPOTrainer" in line for line in doc["environment"]["ran"])
     return doc
 

@@ -118,7 +118,9 @@ def add_setup_options(p: argparse.ArgumentParser, lists: bool = True) -> None:
     g.add_argument("--loss-chunk", type=int, help="positions per chunk per row")
     add_stack_options(g)
     g.add_argument("--seq", default="4096", help="sequence lengths, e.g. 16000,32000,48000")
-    g.add_argument("--batch", type=int, default=1, help="micro-batch per device")
+    g.add_argument(
+        "--batch", type=int, help="micro-batch per device (default 1; 2 under --objective kto)"
+    )
     g.add_argument(
         "--padded-batches",
         action=argparse.BooleanOptionalAction,
@@ -217,7 +219,7 @@ def setup_input(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str
         "optimizer": args.optimizer,
         **({"precision": args.precision} if args.precision is not None else {}),
         **stack_overrides(args),
-        "batch": args.batch,
+        **({"batch": args.batch} if args.batch is not None else {}),
         "num_gpus": args.num_gpus,
         "sharding": args.sharding,
         "attention": args.attention,

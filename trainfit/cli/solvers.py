@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from estimator.objective import batch_unit
 from trainfit.cli.common import (
     EXIT_NO_FIT,
     EXIT_OK,
@@ -58,7 +59,7 @@ QUESTIONS = (
         True,
         lambda a, req, ans: (
             f"largest micro-batch at {req.seq_len} tokens on {a.gpu}: {ans['batch']}"
-            + (" preference pairs" if req.setup.objective != "sft" else "")
+            + (f" {batch_unit(req.setup.objective)}" if req.setup.objective != "sft" else "")
         ),
     ),
     Question(

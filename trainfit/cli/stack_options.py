@@ -30,7 +30,10 @@ def add_stack_options(g: Any) -> None:
         help="sft (default); dpo: TRL's DPOTrainer, --batch counts preference pairs (a chosen "
         "and a rejected sequence each) and each step runs a reference forward (--loss "
         "chunked: TRL 1.16's fused head; --loss full: TRL 1.0-1.9, axolotl's pin); "
-        "dpo-precomputed: the reference log-probabilities computed before training",
+        "dpo-precomputed: the reference log-probabilities computed before training; kto: TRL "
+        "1.0-1.9's KTOTrainer, --batch counts labelled completions (at least 2); orpo, "
+        "cpo, simpo: TRL 1.0-1.9's ORPOTrainer, CPOTrainer, CPOTrainer with cpo_alpha 0 "
+        "(pairs as dpo, no reference, --loss full)",
     )
     g.add_argument(
         "--autocast", action=argparse.BooleanOptionalAction, default=None, help="torch.autocast"
