@@ -15,7 +15,8 @@ Option names and defaults read from axolotl 067b021c (2026-07-24), `src/axolotl/
   `chunked_cross_entropy` + `_num_chunks` (978-984), `deepspeed` (1032), `fsdp_config` (1049)
   and its older companion `fsdp` (a list of transformers' FSDP words),
   `torch_compile` (1148), `plugins` (1423).
-- `rl: dpo|ipo` (TRL 1.8.0's DPOTrainer, axolotl's pin): `_dpo`.
+- `rl: dpo|ipo` (TRL 1.8.0's DPOTrainer, axolotl's pin): `_dpo`; `rl: orpo|simpo` (its
+  ORPOTrainer, CPOTrainer): `_orpo`; `rl: kto` (its KTOTrainer): `_kto`.
 - `src/axolotl/integrations/liger/args.py` line 55 `liger_fused_linear_cross_entropy`;
   `integrations/cut_cross_entropy/args.py` line 33 `cut_cross_entropy`.
 - `src/axolotl/loaders/model.py` line 718: QLoRA's BitsAndBytesConfig sets
@@ -171,6 +172,67 @@ def _dpo(m: TrainConfigMapping, data: dict[str, Any], rl: str) -> None:
         )
     for key in ("dpo_loss_type", "dpo_loss_weights", "dpo_label_smoothing", "dpo_use_weighting"):
         m.get(data, key)  # the loss's arithmetic on per-sequence values: no memory
+
+
+# axolotl 067b021c core/builders/rl.py:75-80, 135-145: `rl: orpo` trains with
+# AxolotlORPOTrainer (TRL's ORPOTrainer, core/trainers/trl.py), `rl: simpo` with
+# AxolotlCPOTrainer and loss_type simpo, passing cpo_alpha only when the config sets it
+ORPO_RL = ("orpo", "simpo")
+
+
+def _orpo(m: TrainConfigMapping, data: dict[str, Any], rl: str) -> None:
+    """`rl: orpo|simpo`: TRL 1.8.0's ORPOTrainer or CPOTrainer (trl/experimental/orpo, cpo),
+    both reading the full logits (estimator/objective.py): `objective` orpo; under simpo cpo,
+    whose chosen-half cross-entropy runs unless `cpo_alpha` is 0 (CPOConfig's default 1.0,
+    trl v1.8.0 cpo_config.py:133-136, cpo_trainer.py:841-844), or simpo where it is 0; `loss`
+    full. max_length = sequence_len (core/builders/base.py:681-682). Both configs'
+    disable_dropout (default true, orpo_config.py:98-101, cpo_config.py:129-132) zeroes the
+    adapters' dropout (orpo_trainer.py:340-341, cpo_trainer.py:330-331)."""
+    if rl == "orpo":
+        m.set("objective", "orpo", "rl: orpo (TRL 1.8.0's ORPOTrainer)")
+    else:
+        alpha = m.get(data, "cpo_alpha")
+        if alpha is not None and float(alpha) == 0.0:
+            m.set("objective", "simpo", "rl: simpo with cpo_alpha 0 (CPOTrainer, no NLL term)")
+        else:
+            why = "cpo_alpha" if alpha is not None else "cpo_alpha unset: CPOConfig's 1.0"
+            m.set("objective", "cpo", f"rl: simpo (CPOTrainer; {why}: the chosen half's NLL)")
+    if m.setup.get("loss") in ("liger", "cce"):  # their patched forwards fuse the loss only
+        # when given labels, which neither trainer passes
+        m.ignore(
+            m.origin["loss"],
+            f"TRL's {'ORPO' if rl == 'orpo' else 'CPO'}Trainer calls the model without labels "
+            "and reads its logits (trl v1.8.0 orpo_trainer.py:774-780, cpo_trainer.py:817-823)",
+        )
+    m.set("loss", "full", f"rl: {rl} (TRL 1.8.0's trainer: the full logits)")
+    if m.setup.get("method") in ("lora", "qlora"):
+        m.set("lora_dropout", 0.0, f"rl: {rl} (disable_dropout, default true)")
+    for key in ("orpo_alpha", "simpo_gamma", "rl_beta"):
+        m.get(data, key)  # the loss's arithmetic on per-sequence values: no memory
+
+
+def _kto(m: TrainConfigMapping, data: dict[str, Any]) -> None:
+    """`rl: kto`: AxolotlKTOTrainer, TRL 1.8.0's KTOTrainer (core/builders/rl.py:77-78,
+    149-159; core/trainers/trl.py) with KTOConfig's loss_type kto (trl v1.8.0
+    kto_config.py:192-193), which reads the full logits and runs the reference's and a KL
+    forward each step (estimator/objective.py): `objective` kto, `loss` full. Its micro-batch
+    must hold two rows (kto_trainer.py:785-789; micro_batch_size 1 is refused naming the
+    batch). KTOConfig's disable_dropout (default true, kto_config.py:153-156) zeroes the
+    adapters' dropout (kto_trainer.py:910-914)."""
+    m.set("objective", "kto", "rl: kto (TRL 1.8.0's KTOTrainer)")
+    if m.setup.get("batch") is None:  # axolotl's default (utils/schemas/training.py:77-82)
+        m.set("batch", 1, "micro_batch_size unset: axolotl's default 1")
+    if m.setup.get("loss") in ("liger", "cce"):
+        m.ignore(
+            m.origin["loss"],
+            "KTOTrainer calls the model without labels and reads its logits (trl v1.8.0 "
+            "kto_trainer.py:1493-1496)",
+        )
+    m.set("loss", "full", "rl: kto (TRL 1.8.0's KTOTrainer: the full logits)")
+    if m.setup.get("method") in ("lora", "qlora"):
+        m.set("lora_dropout", 0.0, "rl: kto (disable_dropout, default true)")
+    for key in ("kto_desirable_weight", "kto_undesirable_weight", "rl_beta"):
+        m.get(data, key)  # the loss's weights: no memory
 
 
 def _padding(m: TrainConfigMapping, pad_to_length: object) -> None:
@@ -467,6 +529,10 @@ def _loss(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     rl = m.get(data, "rl")
     if rl in DPO_RL:
         _dpo(m, data, rl)
+    elif rl in ORPO_RL:
+        _orpo(m, data, rl)
+    elif rl == "kto":
+        _kto(m, data)
     elif rl:
         m.ignore(
             "rl",

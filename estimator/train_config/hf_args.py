@@ -32,6 +32,7 @@ from estimator.train_config.evaluation import set_eval_batch
 from estimator.train_config.result import TrainConfigMapping, whole_number
 from estimator.train_config.sharding import map_fsdp_dict, map_fsdp_words
 from estimator.train_config.trl_dpo import is_dpo_config, map_dpo
+from estimator.train_config.trl_preference import map_preference, preference_trainer
 from estimator.train_config.vocab import (
     HF_OPTIMIZERS,
     lora_targets,
@@ -305,12 +306,16 @@ def map_peft_keys(m: TrainConfigMapping, data: dict[str, Any], base_dir: Path | 
 
 
 def read_hf(data: dict[str, Any], base_dir: Path | None) -> TrainConfigMapping:
-    dpo = is_dpo_config(data)
-    sft = dpo or is_sft_config(data)  # DPOConfig changes the defaults SFTConfig does
+    preference = preference_trainer(data)  # KTO's, CPO's, ORPO's config (trl_preference.py)
+    dpo = preference is None and is_dpo_config(data)
+    # DPOConfig and the other preference configs change the defaults SFTConfig does
+    sft = preference is not None or dpo or is_sft_config(data)
     m = TrainConfigMapping("trl" if sft else "hf-trainer")
     map_peft_keys(m, data, base_dir)
     map_trainer_args(m, data, sft)
-    if dpo:
+    if preference is not None:
+        map_preference(m, data, preference)
+    elif dpo:
         map_dpo(m, data)
     elif sft:
         map_sft(m, data)

@@ -37,6 +37,7 @@ from estimator.train_config.result import TrainConfigMapping
 from estimator.train_config.sharding import read_accelerate, read_deepspeed
 from estimator.train_config.torchtune import read_torchtune
 from estimator.train_config.trl_dpo import is_dpo_config
+from estimator.train_config.trl_preference import preference_trainer
 
 FIELD = "train_config"
 MAX_BYTES = 2 * 2**20
@@ -112,7 +113,7 @@ def detect_format(data: dict[str, Any]) -> str | None:
         return "llamafactory"
     if is_v1(data):
         return "llamafactory"
-    if any(k in data for k in HF_KEYS) or is_dpo_config(data):
+    if any(k in data for k in HF_KEYS) or is_dpo_config(data) or preference_trainer(data):
         return "trl"
     return None
 

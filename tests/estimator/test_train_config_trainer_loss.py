@@ -44,7 +44,7 @@ def test_the_trainer_s_loss(text: str, loss: str) -> None:
 @pytest.mark.parametrize(
     ("text", "key"),
     [
-        (AXOLOTL + "rl: kto\n", "rl"),
+        (AXOLOTL + "rl: grpo\n", "rl"),
         ("model_name_or_path: x/y\nstage: kto\ncutoff_len: 4096\n", "stage"),
         ("model_name_or_path: x/y\nstage: dpo\npure_bf16: true\n", "stage"),
     ],
@@ -88,6 +88,68 @@ def test_axolotl_dpo_is_trl_1_8_s_dpo_trainer_with_the_full_logits(rl: str) -> N
     evaluated = read_train_config_text(AXOLOTL + f"rl: {rl}\nval_set_size: 0.05\n")
     assert "eval_batch" not in evaluated.setup  # DPO's evaluation pass: reported
     assert "val_set_size" in {i.key for i in evaluated.ignored}
+
+
+@pytest.mark.parametrize(
+    ("extra", "objective"),
+    [
+        ("rl: orpo\n", "orpo"),
+        ("rl: simpo\n", "cpo"),  # CPOConfig's cpo_alpha 1.0: the NLL term runs
+        ("rl: simpo\ncpo_alpha: 0.5\n", "cpo"),
+        ("rl: simpo\ncpo_alpha: 0\n", "simpo"),
+    ],
+)
+def test_axolotl_orpo_and_simpo_are_trl_1_8_s_trainers_with_the_full_logits(
+    extra: str, objective: str
+) -> None:
+    """`rl: orpo` runs TRL 1.8.0's ORPOTrainer, `rl: simpo` its CPOTrainer (loss_type simpo),
+    both reading the full logits; disable_dropout zeroes the adapters' dropout."""
+    text = AXOLOTL + extra + "lora_dropout: 0.05\norpo_alpha: 0.1\nsimpo_gamma: 0.5\n" + CCE
+    mapping = read_train_config_text(text)
+    setup = mapping.setup
+    assert (setup["objective"], setup["loss"], setup["lora_dropout"]) == (objective, "full", 0.0)
+    assert "plugins (CutCrossEntropyPlugin)" in {i.key for i in mapping.ignored}
+    assert "rl" not in {i.key for i in mapping.ignored}
+    evaluated = read_train_config_text(AXOLOTL + extra + "val_set_size: 0.05\n")
+    assert "eval_batch" not in evaluated.setup  # the trainer's evaluation pass: reported
+    assert "val_set_size" in {i.key for i in evaluated.ignored}
+
+
+def test_an_axolotl_orpo_run_is_priced_above_its_dpo_reading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ORPO's chosen-half cross-entropy keeps its fp32 log-softmax (half a pair's logits at 4
+    bytes) beside the four tensors DPO's backward holds; before, `rl: orpo` read as SFT."""
+    path = tmp_path / "axolotl.yml"
+    path.write_text(AXOLOTL + "rl: orpo\n")
+    read = _peak(capsys, "--train-config", str(path))
+    stated = ("--model", "llama-3.1-8b", "--method", "lora", "--seq", "8192", "--padded-batches")
+    assert read == _peak(capsys, *stated, "--objective", "orpo", "--lora-dropout", "0")
+    dpo = _peak(capsys, *stated, "--objective", "dpo", "--loss", "full", "--lora-dropout", "0")
+    assert read - dpo == 8192 * 128256 * 4  # the chosen half's saved log-softmax
+
+
+def test_axolotl_kto_is_trl_1_8_s_kto_trainer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rl: kto`: KTOTrainer with the full logits, LoRA dropout off; its micro-batch needs two
+    rows, so axolotl's default micro_batch_size 1 is refused naming the batch (KTOTrainer
+    raises too)."""
+    text = AXOLOTL + "rl: kto\nmicro_batch_size: 2\nlora_dropout: 0.05\n"
+    mapping = read_train_config_text(text + "kto_desirable_weight: 1.33\n")
+    setup = mapping.setup
+    assert (setup["objective"], setup["loss"], setup["lora_dropout"]) == ("kto", "full", 0.0)
+    assert "rl" not in {i.key for i in mapping.ignored}
+    path = tmp_path / "axolotl.yml"
+    path.write_text(text)
+    read = _peak(capsys, "--train-config", str(path))
+    stated = ("--model", "llama-3.1-8b", "--method", "lora", "--seq", "8192", "--padded-batches")
+    kto = ("--objective", "kto", "--batch", "2", "--lora-dropout", "0")
+    assert read == _peak(capsys, *stated, *kto)
+    path.write_text(AXOLOTL + "rl: kto\n")
+    capsys.readouterr()
+    assert main(["estimate", "--gpu", "h100-80gb", "--train-config", str(path)]) == 2
+    assert "batch: KTOTrainer" in capsys.readouterr().err
 
 
 def test_an_axolotl_dpo_run_is_priced_above_its_sft_reading(
