@@ -32,7 +32,7 @@ LIST_FIELDS = ("checkpointing", "loss", "gpus")
 
 PIPELINE_FIELDS = ("pp_schedule", "pp_virtual")
 # form fields a setup-wide check names at the start of its message (the error goes next to them)
-SETUP_WIDE_NAMED = (*PIPELINE_FIELDS, "objective")
+SETUP_WIDE_NAMED = (*PIPELINE_FIELDS, "objective", "loss", "batch")
 
 
 @dataclass
@@ -49,7 +49,9 @@ class FormValues:
     train_config_format: str = ""
     train_config_name: str = ""
     stack: str = "hf"
-    objective: str = "sft"  # sft | dpo | dpo-precomputed (estimator/objective.py)
+    objective: str = (
+        "sft"  # sft | dpo | dpo-precomputed | orpo | cpo | simpo (estimator/objective.py)
+    )
     method: str = "lora"
     lora_rank: str = "16"
     lora_targets: str = "all-linear"

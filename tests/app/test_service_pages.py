@@ -451,3 +451,20 @@ def test_the_form_prices_a_dpo_run_and_names_a_setup_it_cannot(sqlite_client: Te
     page = sqlite_client.post("/estimate", data={**form, "stack": "unsloth"})
     assert page.status_code == 422
     assert 'id="objective-error"' in page.text and "DPOTrainer" in page.text
+
+
+def test_the_form_prices_an_orpo_run_and_names_the_loss_it_needs(
+    sqlite_client: TestClient,
+) -> None:
+    """TRL 1.0-1.9's ORPOTrainer reads the full logits: priced with loss full, and the form's
+    default chunked loss is a 422 naming the loss."""
+    form = seed_form(
+        objective="orpo", profile="default", loss=["full"], gpus=["h200"], gpus_extra=""
+    )
+    page = sqlite_client.post("/estimate", data=form)
+    assert page.status_code == 200, page.text[:2000]
+    assert "ORPO (TRL&#39;s ORPOTrainer, no reference)" in page.text
+    assert "batch 1 preference pairs (padded rows)" in page.text
+    chunked = sqlite_client.post("/estimate", data={**form, "loss": ["chunked"]})
+    assert chunked.status_code == 422
+    assert 'id="loss-error"' in chunked.text and "ORPOTrainer" in chunked.text
