@@ -54,7 +54,8 @@ class TrainingSetup(BaseModel):
     # `dpo-precomputed`: the reference log-probabilities computed before training; `loss`
     # chunked is TRL 1.16's fused head, full TRL 1.0-1.9's full logits; `orpo`, `cpo`, `simpo`:
     # TRL 1.0-1.9's ORPOTrainer, CPOTrainer, CPOTrainer with cpo_alpha 0, pairs as DPO's, no
-    # reference, the full logits (estimator/objective.py)
+    # reference, the full logits; `kto`: its KTOTrainer, `batch` unpaired labelled completions
+    # (at least 2), reference and KL forwards each step (estimator/objective.py)
     objective: Objective = "sft"
     lora_rank: int = Field(16, ge=1, le=65536)
     lora_alpha: float | None = Field(None, gt=0, le=1e6)

@@ -265,8 +265,8 @@ def check_objective(s: Any) -> None:
         )
     if s.eval_batch is not None:
         raise ValueError(
-            f"eval_batch: the evaluation pass of {trainer} (its forwards of the pairs) is not "
-            "modelled"
+            f"eval_batch: the evaluation pass of {trainer} (its policy and reference "
+            "forwards) is not modelled"
         )
     layout = stated_layout(s)
     split = model_splits(layout) if layout is not None else []

@@ -278,7 +278,7 @@ def _eval_batch(m: TrainConfigMapping, data: dict[str, Any]) -> None:
     if not _evaluates(data):
         return
     if m.setup.get("objective") in PREFERENCE:
-        m.ignore("val_set_size", "DPO's evaluation pass is not modelled")
+        m.ignore("val_set_size", f"the evaluation pass of {m.setup['objective']} is not modelled")
         return
     micro = m.setup.get("batch", 1)
     set_eval_batch(m, rows if rows is not None else micro, "eval_batch_size")

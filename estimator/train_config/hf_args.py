@@ -182,7 +182,12 @@ def map_evaluation(m: TrainConfigMapping, data: dict[str, Any], sft: bool) -> No
         map_eval_batch(m, data, sft)
     elif evaluates(data):
         key = "eval_strategy" if "eval_strategy" in data else "evaluation_strategy"
-        m.ignore(key, "DPO's evaluation pass is not modelled: the training step alone is priced")
+        objective = m.setup["objective"]
+        m.ignore(
+            key,
+            f"the evaluation pass of {objective} is not modelled: the training step alone is "
+            "priced",
+        )
 
 
 def evaluates(data: dict[str, Any]) -> bool:

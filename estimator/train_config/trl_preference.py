@@ -3,10 +3,11 @@ trl/experimental/cpo/cpo_config.py, trl/experimental/orpo/orpo_config.py), as a 
 scripts or a `to_dict()` dump: the TrainingArguments and peft keys as for SFT
 (`estimator.train_config.hf_args`), and the keys that say which trainer reads them.
 
-- which: KTOConfig alone has `desirable_weight`, `undesirable_weight` and
-  `train_sampling_strategy`; CPOConfig alone `cpo_alpha` and `simpo_gamma`; ORPOConfig and
-  CPOConfig, unlike DPOConfig and KTOConfig, `max_completion_length`, `generate_during_eval` and
-  `is_encoder_decoder`. A file with none of them and DPOConfig's keys is DPO's (trl_dpo.py).
+- which: KTOConfig alone has `desirable_weight` and `undesirable_weight`; CPOConfig alone
+  `cpo_alpha` and `simpo_gamma`; ORPOConfig and CPOConfig, unlike the other configs,
+  `generate_during_eval` and `is_encoder_decoder` (their `max_completion_length` GRPOConfig has
+  too, and `train_sampling_strategy` is transformers 5's TrainingArguments', so neither tells).
+  A file with none of them and DPOConfig's keys is DPO's (trl_dpo.py).
 - `objective` (estimator/objective.py): `kto`; `cpo`, or `simpo` where `cpo_alpha` is 0 or
   `loss_type` is alphapo (cpo_config.py:133-136, 176-180: alphapo sets cpo_alpha 0); `orpo`.
 - `max_length` (default 1024 in all three): the estimate's length.
@@ -24,9 +25,9 @@ from typing import Any
 
 from estimator.train_config.result import TrainConfigMapping, whole_number
 
-KTO_KEYS = ("desirable_weight", "undesirable_weight", "train_sampling_strategy")
+KTO_KEYS = ("desirable_weight", "undesirable_weight")
 CPO_KEYS = ("cpo_alpha", "simpo_gamma")
-ORPO_KEYS = ("max_completion_length", "generate_during_eval", "is_encoder_decoder")
+ORPO_KEYS = ("generate_during_eval", "is_encoder_decoder")
 DEFAULT_LENGTH = 1024  # kto_config.py:163-164, orpo_config.py:80-81, cpo_config.py:100-101
 TRAINERS = {"kto": "KTOTrainer", "cpo": "CPOTrainer", "orpo": "ORPOTrainer"}
 
@@ -91,6 +92,8 @@ def map_preference(m: TrainConfigMapping, data: dict[str, Any], trainer: str) ->
             )
     for k in (*KTO_KEYS, *CPO_KEYS, *ORPO_KEYS, "beta", "label_smoothing", "alpha"):
         m.get(data, k)  # the loss's arithmetic, the evaluation's generation: no memory
+    for k in ("max_completion_length", "train_sampling_strategy"):
+        m.get(data, k)  # truncation within max_length, the sampler's order: no memory
     for k in ("padding_value", "pad_to_multiple_of", "loss_type", "precompute_ref_batch_size"):
         m.get(data, k)
     for k in ("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps"):

@@ -19,7 +19,7 @@ BASE = "model_name_or_path: x/y\nper_device_train_batch_size: 2\nbf16: true\nbet
     ("extra", "objective"),
     [
         ("desirable_weight: 1.0\nundesirable_weight: 1.0\n", "kto"),
-        ("train_sampling_strategy: sequential\n", "kto"),
+        ("undesirable_weight: 1.33\ntrain_sampling_strategy: sequential\n", "kto"),
         ("cpo_alpha: 1.0\nloss_type: simpo\n", "cpo"),
         ("simpo_gamma: 0.5\n", "cpo"),  # CPOConfig's cpo_alpha default 1.0
         ("cpo_alpha: 0\nloss_type: simpo\n", "simpo"),
@@ -40,6 +40,18 @@ def test_the_config_names_its_trainer(extra: str, objective: str) -> None:
 def test_a_dpo_config_stays_dpo() -> None:
     mapping = read_train_config_text(BASE + "precompute_ref_log_probs: false\n")
     assert (mapping.setup["objective"], mapping.setup["loss"]) == ("dpo", "chunked")
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "train_sampling_strategy: random\n",  # transformers 5's TrainingArguments has it
+        "max_completion_length: 256\nnum_generations: 8\n",  # GRPOConfig has it
+    ],
+)
+def test_keys_other_configs_share_name_no_trainer(extra: str) -> None:
+    mapping = read_train_config_text("model_name_or_path: x/y\nbf16: true\n" + extra)
+    assert mapping.setup.get("objective") not in ("kto", "cpo", "simpo", "orpo")
 
 
 def test_a_bare_preference_dump_is_read_as_trl() -> None:
