@@ -170,11 +170,11 @@ def loss_rule(
 def preference_output_bytes(setup: TrainingSetup) -> int | None:
     """Bytes per value of the logits TRL 1.0-1.9's preference trainers read
     (`preference_full_logits_bytes`) where `setup` runs one (a preference objective with the
-    full loss); None otherwise. Under
-    autocast accelerate wraps the model's forward so that every bf16 output is returned as an
-    fp32 copy (accelerate 1.16.0 accelerator.py:1796 `convert_outputs_to_fp32`,
-    utils/operations.py:872-885 `tensor.float()`), so the logits are fp32 even where lm_head
-    ran in bf16; without autocast they are the head's output dtype (`head_weight_bytes`)."""
+    full loss); None otherwise. Under autocast accelerate wraps the model's forward so that
+    every bf16 output is returned as an fp32 copy (accelerate 1.16.0 accelerator.py:1796
+    `convert_outputs_to_fp32`, utils/operations.py:872-885 `tensor.float()`), so the logits are
+    fp32 even where lm_head ran in bf16; without autocast they are the head's output dtype
+    (`head_weight_bytes`)."""
     if setup.objective not in PREFERENCE or setup.loss != "full":
         return None
     return FP32 if setup.autocast else head_weight_bytes(setup)
@@ -211,7 +211,8 @@ ENTROPY_CHUNK_ROWS = 128
 
 def preference_full_logits_bytes(rule: LossRule, tokens: Any, vocab: int) -> Any:
     """The loss of TRL 1.0-1.9's preference trainers on the `tokens` positions of the
-    micro-batch's 2 x batch sequences, with the logits in `rule.preference_logits` bytes (c).
+    micro-batch's sequences (2 x batch for pairs, batch for KTO's rows), with the logits in
+    `rule.preference_logits` bytes (c).
     The policy's forward returns the full logits (kept by `outputs` until the loss returns);
     `selective_log_softmax` (trl v1.8.0 trl/trainer/utils.py:429-469) then
     - c = 4: gathers the labels' logits and a log-sum-exp per row, both saving the logits
