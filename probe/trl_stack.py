@@ -224,6 +224,29 @@ def _restore_forward(model: Any) -> None:
             module.__dict__.pop(name, None)
 
 
+def _trainer(
+    cls: Any,
+    model: Any,
+    args: Any,
+    rows: dict[str, list[Any]],
+    vocab: int,
+    callback: Any,
+    **extra: Any,
+) -> Any:
+    """`cls(model=model, args=args, train_dataset=rows, ...)` with the probe's tokenizer and
+    the callback that measures each step."""
+    import datasets
+
+    return cls(
+        model=model,
+        args=args,
+        train_dataset=datasets.Dataset.from_dict(rows),
+        processing_class=_tokenizer(vocab),
+        callbacks=[callback],
+        **extra,
+    )
+
+
 def sft_trainer(
     model: Any,
     arguments: dict[str, Any],
@@ -235,20 +258,13 @@ def sft_trainer(
 ) -> Any:
     """`SFTTrainer(model, SFTConfig(**arguments), ...)` on `rows` random rows of `seq` ids,
     truncated at `seq` (SFTConfig's `max_length` defaults to 1024)."""
-    import datasets
     from trl import SFTConfig, SFTTrainer  # type: ignore[attr-defined]
 
     _restore_forward(model)
     args = arguments_class(SFTConfig, fake)(**arguments, max_length=seq, packing=False)
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(2, vocab, (rows, seq), generator=generator).tolist()
-    return SFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=datasets.Dataset.from_dict({"input_ids": ids}),
-        processing_class=_tokenizer(vocab),
-        callbacks=[callback],
-    )
+    return _trainer(SFTTrainer, model, args, {"input_ids": ids}, vocab, callback)
 
 
 def _words(ids: list[int]) -> str:
@@ -282,6 +298,19 @@ def _preference_rows(vocab: int, seq: int, rows: int) -> dict[str, list[str]]:
     }
 
 
+def _models_as_found(model: Any, ref_model: Any) -> None:
+    """The policy (and a reference model) as a user's one-trainer run finds them: the forwards
+    an earlier length's trainer patched restored (`_restore_forward`; DPOTrainer patches the
+    reference's too, trl 1.16.0 dpo_trainer.py:961-962), and the frozen "ref" copy of the
+    adapter that DPOTrainer and KTOTrainer add to a PeftModel (trl 1.16.0
+    dpo_trainer.py:667-694, v1.8.0 :648-669; v1.8.0 kto_trainer.py:696-716) deleted."""
+    _restore_forward(model)
+    if "ref" in getattr(model, "peft_config", {}):
+        model.delete_adapter("ref")
+    if ref_model is not None:
+        _restore_forward(ref_model)
+
+
 def dpo_trainer(
     model: Any,
     arguments: dict[str, Any],
@@ -297,25 +326,12 @@ def dpo_trainer(
     with its adapters disabled (`ref_model` None; trl 1.16.0 dpo_trainer.py:908-914,
     1328-1336), under full fine-tuning `ref_model`, the model DPOTrainer would load by name
     (probe.hf_stack.build_hf_reference)."""
-    import datasets
     from trl import DPOConfig, DPOTrainer  # type: ignore[attr-defined]
 
-    _restore_forward(model)
-    if "ref" in getattr(model, "peft_config", {}):
-        # an earlier length's trainer added its frozen copy of the adapter (trl 1.16.0
-        # dpo_trainer.py:667-694, v1.8.0 :648-669); a user's one-trainer run starts without it
-        model.delete_adapter("ref")
-    if ref_model is not None:
-        _restore_forward(ref_model)  # DPOTrainer patches its forward too (:961-962)
+    _models_as_found(model, ref_model)
     args = arguments_class(DPOConfig, fake)(**arguments, max_length=seq)
-    return DPOTrainer(
-        model=model,
-        ref_model=ref_model,
-        args=args,
-        train_dataset=datasets.Dataset.from_dict(_preference_rows(vocab, seq, rows)),
-        processing_class=_tokenizer(vocab),
-        callbacks=[callback],
-    )
+    rows_of = _preference_rows(vocab, seq, rows)
+    return _trainer(DPOTrainer, model, args, rows_of, vocab, callback, ref_model=ref_model)
 
 
 def orpo_trainer(
@@ -340,8 +356,6 @@ def orpo_trainer(
     end token: no truncation at `max_length` = `seq`)."""
     import importlib
 
-    import datasets
-
     prefix = "ORPO" if objective == "orpo" else "CPO"
     module = importlib.import_module(f"trl.experimental.{prefix.lower()}")
     extra: dict[str, Any] = {"loss_type": "simpo", "cpo_alpha": 0.0} if objective == "simpo" else {}
@@ -349,13 +363,8 @@ def orpo_trainer(
     args = arguments_class(getattr(module, f"{prefix}Config"), fake)(
         **arguments, **extra, max_length=seq
     )
-    return getattr(module, f"{prefix}Trainer")(
-        model=model,
-        args=args,
-        train_dataset=datasets.Dataset.from_dict(_preference_rows(vocab, seq, rows)),
-        processing_class=_tokenizer(vocab),
-        callbacks=[callback],
-    )
+    trainer = getattr(module, f"{prefix}Trainer")
+    return _trainer(trainer, model, args, _preference_rows(vocab, seq, rows), vocab, callback)
 
 
 def _unpaired_rows(vocab: int, seq: int, rows: int) -> dict[str, list[Any]]:
@@ -388,23 +397,10 @@ def kto_trainer(
     core/builders/rl.py:77-78) on `rows` unpaired rows (`_unpaired_rows`) of `seq` tokens:
     under peft the reference is the policy with its adapters disabled (`ref_model` None), under
     full fine-tuning `ref_model` (probe.hf_stack.build_hf_reference)."""
-    import datasets
     import trl
 
-    _restore_forward(model)
-    if "ref" in getattr(model, "peft_config", {}):
-        # an earlier length's trainer added its frozen copy of the adapter (trl v1.8.0
-        # kto_trainer.py:696-716); a user's one-trainer run starts without it
-        model.delete_adapter("ref")
-    if ref_model is not None:
-        _restore_forward(ref_model)
+    _models_as_found(model, ref_model)
     config, trainer = getattr(trl, "KTOConfig"), getattr(trl, "KTOTrainer")  # noqa: B009
     args = arguments_class(config, fake)(**arguments, max_length=seq)
-    return trainer(
-        model=model,
-        ref_model=ref_model,
-        args=args,
-        train_dataset=datasets.Dataset.from_dict(_unpaired_rows(vocab, seq, rows)),
-        processing_class=_tokenizer(vocab),
-        callbacks=[callback],
-    )
+    rows_of = _unpaired_rows(vocab, seq, rows)
+    return _trainer(trainer, model, args, rows_of, vocab, callback, ref_model=ref_model)

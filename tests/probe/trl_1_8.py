@@ -53,17 +53,9 @@ def run_trl_1_8(
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-def probe_trl_1_8(
-    tmp_path: Path,
-    objective: str,
-    args: list[str],
-    seqs: str,
-    name: str = "small-llama",
-    vocab: int = 32768,
-    device: str = "fake",
-) -> dict[str, Any]:
-    """The memtest of `run_trl_1_8`, every length measured."""
-    done = run_trl_1_8(tmp_path, objective, args, seqs, name, vocab, device)
+def probe_trl_1_8(tmp_path: Path, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The memtest of `run_trl_1_8(tmp_path, *args, **kwargs)`, every length measured."""
+    done = run_trl_1_8(tmp_path, *args, **kwargs)
     assert done.returncode == 0, done.stderr[-2000:]
     doc: dict[str, Any] = json.loads((tmp_path / "memtest.json").read_text())
     for res in doc["results"]:
