@@ -11,7 +11,6 @@ autocast (accelerate returns fp32 logits), the forward's four bf16 ones without 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,33 +20,39 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from estimator.document import compare_memtest  # noqa: E402
-from tests.probe.trl_1_8 import needs_trl_1_8, probe_trl_1_8  # noqa: E402
+from tests.probe.trl_1_8 import Run, needs_trl_1_8, probe_runs  # noqa: E402
 
 VOCAB = 32768
+LORA = ("--method", "lora", "--lora-rank", "8")
+BF16 = ("--precision", "bf16", "--no-autocast")
+RUNS = {
+    "autocast": Run("dpo", (*LORA, "--batch", "2"), "1024,3000"),
+    "bf16-lora": Run("dpo", (*LORA, *BF16), "1024"),
+    "bf16-full": Run("dpo", ("--method", "full", *BF16), "1024"),
+    "gemma2": Run("dpo", (*LORA, "--attention", "eager"), "512", "small-gemma2", 4096),
+}
 
 pytestmark = needs_trl_1_8
 
 
-def _probe(
-    tmp_path: Path, args: list[str], seqs: str, name: str = "small-llama", vocab: int = VOCAB
-) -> dict[str, Any]:
-    """The probe's memtest of TRL 1.8.0's DPOTrainer step on a small config (`vocab` tokens)."""
-    doc = probe_trl_1_8(tmp_path, "dpo", args, seqs, name, vocab)
-    assert any("TRL 1.8.0 DPOTrainer" in line for line in doc["environment"]["ran"])
-    return doc
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """The memtests of TRL 1.8.0's DPOTrainer steps, one interpreter for all."""
+    out = probe_runs(tmp_path_factory.mktemp("dpo-full"), RUNS)
+    for doc in out.values():
+        assert any("TRL 1.8.0 DPOTrainer" in line for line in doc["environment"]["ran"])
+    return out
 
 
 def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    for res in doc["results"]:
-        assert res["status"] == "ok", res["error"]
     rows: list[dict[str, Any]] = compare_memtest(doc, "default")["rows"]
     return rows
 
 
-def test_autocast_holds_four_fp32_logits_in_the_loss_backward(tmp_path: Path) -> None:
+def test_autocast_holds_four_fp32_logits_in_the_loss_backward(docs: dict[str, Any]) -> None:
     """LoRA under autocast (accelerate's fp32 logits): the saved logits, the stacked
     log-sum-exp gradients, and gather's zeros and scatter_add, each fp32 and logits-sized."""
-    doc = _probe(tmp_path, ["--method", "lora", "--lora-rank", "8", "--batch", "2"], "1024,3000")
+    doc = docs["autocast"]
     for res, row in zip(doc["results"], _rows(doc), strict=True):
         assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
         sequences = 2 * 2  # two preference pairs, each a chosen and a rejected sequence
@@ -62,26 +67,20 @@ def test_autocast_holds_four_fp32_logits_in_the_loss_backward(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("method", ["lora", "full"])
-def test_bf16_logits_peak_in_the_forward(tmp_path: Path, method: str) -> None:
+def test_bf16_logits_peak_in_the_forward(docs: dict[str, Any], method: str) -> None:
     """Without autocast the logits stay bf16: the forward's policy logits, their saved
     log-softmax, the reference's logits and the entropy metric's copy set the peak; a full
     fine-tune also holds the reference model's weights."""
-    args = ["--method", method, "--precision", "bf16", "--no-autocast"]
-    if method == "lora":
-        args += ["--lora-rank", "8"]
-    doc = _probe(tmp_path, args, "1024")
-    row = _rows(doc)[0]
+    row = _rows(docs[f"bf16-{method}"])[0]
     assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
     assert row["estimated_loss_logits"] > 4 * 2 * 1023 * VOCAB * 2
 
 
-def test_softcapped_logits_keep_the_policy_s_tanh(tmp_path: Path) -> None:
+def test_softcapped_logits_keep_the_policy_s_tanh(docs: dict[str, Any]) -> None:
     """Gemma 2 softcaps its logits in the model's forward (`final_logit_softcap`): the tanh's
     saved bf16 output stays through the loss backward beside the four fp32 tensors (-9.7 %
     without it)."""
-    args = ["--method", "lora", "--lora-rank", "8", "--attention", "eager"]
-    doc = _probe(tmp_path, args, "512", "small-gemma2", 4096)
-    row = _rows(doc)[0]
+    row = _rows(docs["gemma2"])[0]
     assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
     positions = 2 * 512
     assert row["estimated_loss_logits"] == positions * 4096 * (4 * 4 + 2)

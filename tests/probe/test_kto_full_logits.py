@@ -12,7 +12,6 @@ logit of the rows and the entropy's chunks, without it 10 (five bf16 logits-size
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,27 +21,39 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from estimator.document import compare_memtest  # noqa: E402
-from tests.probe.trl_1_8 import needs_trl_1_8, probe_trl_1_8  # noqa: E402
+from tests.probe.trl_1_8 import Run, needs_trl_1_8, probe_runs  # noqa: E402
 
 VOCAB = 32768
-SEQ = 512
-LORA = ["--method", "lora", "--lora-rank", "8", "--batch", "2"]
+SEQ = 256
+LORA = ("--method", "lora", "--lora-rank", "8", "--batch", "2")
+RUNS = {
+    "autocast": Run("kto", LORA, str(SEQ), device="cpu"),
+    "bf16": Run("kto", (*LORA, "--no-autocast", "--precision", "bf16"), str(SEQ), device="cpu"),
+    "full": Run("kto", ("--method", "full", "--batch", "2"), str(SEQ), device="cpu"),
+}
 
 pytestmark = needs_trl_1_8
 
 
-def _probe(tmp_path: Path, args: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    doc = probe_trl_1_8(tmp_path, "kto", args, str(SEQ), device="cpu")
-    assert doc["environment"]["ran"][0].startswith("TRL 1.8.0 KTOTrainer.train()")
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """The memtests of TRL 1.8.0's KTOTrainer steps on the CPU, one interpreter for all."""
+    out = probe_runs(tmp_path_factory.mktemp("kto-full"), RUNS)
+    for doc in out.values():
+        assert doc["environment"]["ran"][0].startswith("TRL 1.8.0 KTOTrainer.train()")
+    return out
+
+
+def _measured(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     row: dict[str, Any] = compare_memtest(doc, "default")["rows"][0]
     return doc["results"][0], row
 
 
-def test_autocast_holds_four_fp32_logits_and_the_entropy_chunks(tmp_path: Path) -> None:
+def test_autocast_holds_four_fp32_logits_and_the_entropy_chunks(docs: dict[str, Any]) -> None:
     """LoRA under autocast: the policy's fp32 logits, the labels' index_select copies, the
     reference's logits and the entropy metric's copy, each fp32 and logits-sized, beside the
     metric's 128-row chunks; priced as SFT (as axolotl's `rl: kto` was), far under."""
-    res, row = _probe(tmp_path, LORA)
+    res, row = _measured(docs["autocast"])
     assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
     logits = 2 * SEQ * VOCAB * 4
     shifted = 2 * (SEQ - 1) * VOCAB * 4
@@ -51,19 +62,19 @@ def test_autocast_holds_four_fp32_logits_and_the_entropy_chunks(tmp_path: Path) 
     assert row["estimated_loss_logits"] == 4 * logits + chunks
 
 
-def test_bf16_holds_five_logits_sized_tensors(tmp_path: Path) -> None:
+def test_bf16_holds_five_logits_sized_tensors(docs: dict[str, Any]) -> None:
     """Without autocast the rows' saved log-softmax outputs join the four (bf16)."""
-    res, row = _probe(tmp_path, [*LORA, "--no-autocast", "--precision", "bf16"])
+    res, row = _measured(docs["bf16"])
     assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
     assert row["estimated_loss_logits"] == 5 * 2 * SEQ * VOCAB * 2 + 3 * 128 * VOCAB * 2
 
 
-def test_full_fine_tuning_holds_the_reference_model(tmp_path: Path) -> None:
+def test_full_fine_tuning_holds_the_reference_model(docs: dict[str, Any]) -> None:
     """AMP full fine-tuning: KTOTrainer loads a reference model in the policy's dtype (here
     built from the config and passed as ref_model, as DPO's), fp32 like the policy's weights.
     The probe's `weights` are the policy's (the reference's fall under its other storages), so
     the estimate's are twice them, and the peak agrees."""
-    res, row = _probe(tmp_path, ["--method", "full", "--batch", "2"])
+    res, row = _measured(docs["full"])
     assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
     weights = row["estimated_components"]["weights"]
     # rel 1e-4: the tracker rounds each storage up to whole blocks

@@ -12,7 +12,6 @@ logits, the rows' saved log-softmax outputs and the chosen half's (5 bytes per l
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,39 +21,54 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from estimator.document import compare_memtest  # noqa: E402
-from tests.probe.trl_1_8 import needs_trl_1_8, probe_trl_1_8  # noqa: E402
+from tests.probe.trl_1_8 import Run, needs_trl_1_8, probe_runs  # noqa: E402
 
 VOCAB = 32768
-LORA = ["--method", "lora", "--lora-rank", "8"]
+LORA = ("--method", "lora", "--lora-rank", "8")
+BF16 = ("--precision", "bf16", "--no-autocast")
 TRAINER = {"orpo": "ORPOTrainer", "cpo": "CPOTrainer", "simpo": "CPOTrainer"}
+RUNS = {
+    "orpo": Run("orpo", (*LORA, "--batch", "2"), "1024,2048"),
+    "cpo": Run("cpo", (*LORA, "--batch", "2"), "1024"),
+    "simpo": Run("simpo", (*LORA, "--batch", "2"), "1024"),
+    "simpo-bf16-full": Run("simpo", ("--method", "full", *BF16), "1024"),
+    "orpo-bf16": Run("orpo", (*LORA, *BF16), "1024"),
+    "orpo-gemma2": Run("orpo", (*LORA, "--attention", "eager"), "512", "small-gemma2", 4096),
+}
 
 pytestmark = needs_trl_1_8
 
 
-def _probe(tmp_path: Path, objective: str, args: list[str], seqs: str, **kw: Any) -> Any:
-    doc = probe_trl_1_8(tmp_path, objective, args, seqs, **kw)
-    ran = doc["environment"]["ran"][0]
-    assert ran.startswith(f"TRL 1.8.0 {TRAINER[objective]}.train()"), ran
-    rows = compare_memtest(doc, "default")["rows"]
-    return doc, rows
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """The memtests of TRL 1.8.0's ORPOTrainer and CPOTrainer steps, one interpreter for all."""
+    out = probe_runs(tmp_path_factory.mktemp("orpo-full"), RUNS)
+    for key, doc in out.items():
+        ran = doc["environment"]["ran"][0]
+        assert ran.startswith(f"TRL 1.8.0 {TRAINER[RUNS[key].objective]}.train()"), ran
+    return out
+
+
+def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = compare_memtest(doc, "default")["rows"]
+    return rows
 
 
 def _logits(res: dict[str, Any], sequences: int, shifted: bool, vocab: int = VOCAB) -> int:
-    """Bytes per fp32 value times the logits of `sequences` sequences (each row's last
-    position dropped where `shifted`)."""
+    """The logits of `sequences` sequences (each row's last position dropped where
+    `shifted`), in values."""
     return sequences * (res["seq_len"] - int(shifted)) * vocab
 
 
 @pytest.mark.parametrize("objective", ["orpo", "cpo"])
 def test_the_chosen_half_s_log_softmax_stays_through_the_backward(
-    tmp_path: Path, objective: str
+    docs: dict[str, Any], objective: str
 ) -> None:
     """LoRA under autocast: the log-probabilities' backward holds the fp32 logits, the stacked
     log-sum-exp gradients and gather's zeros and scatter_add (DPO's four), beside the
     chosen half's saved log-softmax, which cross-entropy made in the forward."""
-    seqs = "1024,2048" if objective == "orpo" else "1024"
-    doc, rows = _probe(tmp_path, objective, [*LORA, "--batch", "2"], seqs)
-    for res, row in zip(doc["results"], rows, strict=True):
+    doc = docs[objective]
+    for res, row in zip(doc["results"], _rows(doc), strict=True):
         assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
         full, shifted = 4 * _logits(res, 4, False), 4 * _logits(res, 4, True)
         half = 4 * _logits(res, 2, True)
@@ -66,28 +80,26 @@ def test_the_chosen_half_s_log_softmax_stays_through_the_backward(
         assert sft["error_pct"] < -40.0, sft["error_pct"]
 
 
-def test_simpo_without_the_nll_term_holds_dpo_s_four(tmp_path: Path) -> None:
+def test_simpo_without_the_nll_term_holds_dpo_s_four(docs: dict[str, Any]) -> None:
     """CPOTrainer with cpo_alpha 0 runs no cross-entropy: the four fp32 tensors alone."""
-    doc, rows = _probe(tmp_path, "simpo", [*LORA, "--batch", "2"], "1024")
-    res, row = doc["results"][0], rows[0]
+    res, row = docs["simpo"]["results"][0], _rows(docs["simpo"])[0]
     assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
     full, shifted = 4 * _logits(res, 4, False), 4 * _logits(res, 4, True)
     assert res["component_maxima"]["logits"] == full + 3 * shifted
     assert row["estimated_loss_logits"] == 4 * full
 
 
-def test_bf16_logits_peak_in_the_forward(tmp_path: Path) -> None:
+def test_bf16_logits_peak_in_the_forward(docs: dict[str, Any]) -> None:
     """Without autocast (bf16 full fine-tuning) SimPO's forward sets the peak: the logits and
     the rows' saved log-softmax outputs."""
-    args = ["--method", "full", "--precision", "bf16", "--no-autocast"]
-    doc, rows = _probe(tmp_path, "simpo", args, "1024")
-    row = rows[0]
+    doc = docs["simpo-bf16-full"]
+    row = _rows(doc)[0]
     assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
     assert row["estimated_loss_logits"] == 2 * 2 * _logits(doc["results"][0], 2, False)
 
 
 def test_orpo_in_bf16_differs_from_the_trace_by_its_out_of_place_gradient_sum(
-    tmp_path: Path,
+    docs: dict[str, Any],
 ) -> None:
     """Without autocast ORPO's two paths to the logits (the log-probabilities and the chosen
     half's cross-entropy) each return a logits-sized bf16 gradient, which autograd sums: on
@@ -96,8 +108,7 @@ def test_orpo_in_bf16_differs_from_the_trace_by_its_out_of_place_gradient_sum(
     (probe/grad_sums.py), a third tensor. The estimate is CUDA's: the forward's logits, the
     rows' saved log-softmax and the chosen half's, 5 bytes per logit; the trace's sum holds
     three full bf16 logits, 6."""
-    doc, rows = _probe(tmp_path, "orpo", [*LORA, "--no-autocast", "--precision", "bf16"], "1024")
-    res, row = doc["results"][0], rows[0]
+    res, row = docs["orpo-bf16"]["results"][0], _rows(docs["orpo-bf16"])[0]
     full = 2 * _logits(res, 2, False)
     assert res["component_maxima"]["logits"] == 3 * full
     assert row["estimated_loss_logits"] == 2.5 * full
@@ -105,12 +116,10 @@ def test_orpo_in_bf16_differs_from_the_trace_by_its_out_of_place_gradient_sum(
     assert row["estimated_peak_bytes"] == pytest.approx(cuda_sum, rel=0.01)
 
 
-def test_softcapped_logits_keep_the_policy_s_tanh(tmp_path: Path) -> None:
+def test_softcapped_logits_keep_the_policy_s_tanh(docs: dict[str, Any]) -> None:
     """Gemma 2 softcaps its logits in the model's forward: the tanh's saved bf16 output stays
     through the loss backward beside ORPO's 18 bytes per logit."""
-    args = [*LORA, "--attention", "eager"]
-    doc, rows = _probe(tmp_path, "orpo", args, "512", name="small-gemma2", vocab=4096)
-    row = rows[0]
+    row = _rows(docs["orpo-gemma2"])[0]
     assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
     assert row["estimated_loss_logits"] == 2 * 512 * 4096 * (4 * 4 + 2 + 2)
 

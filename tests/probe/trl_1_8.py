@@ -1,8 +1,10 @@
-"""The probe run with TRL 1.8.0's files first on its path, in a subprocess.
+"""The probe run with TRL 1.8.0's files first on its path, in one subprocess per test module.
 
 `.venv` holds TRL 1.16; TRL 1.0-1.9's preference trainers (1.8.0 is axolotl 067b021c's pin) take
 their log-probabilities from the full logits, which `--loss full` prices. `scripts/setup.sh`
-installs TRL 1.8.0 in `.trl-1.8`; without it the tests that use this module are skipped.
+installs TRL 1.8.0 in `.trl-1.8`; without it the tests that use this module are skipped. A
+module's runs share one interpreter (`probe_runs`): torch, transformers and TRL are imported
+once, and each run builds its own model and trainer, as a separate process would.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -24,40 +26,60 @@ needs_trl_1_8 = pytest.mark.skipif(
     reason="TRL 1.8.0 is not in .trl-1.8 (scripts/setup.sh installs it)",
 )
 
+# runs each probe CLI command of argv[1] (a JSON list of argument lists); prints their exit codes
+_SCRIPT = """
+import json, sys
+from probe.cli import main
+print(json.dumps([main(argv) for argv in json.loads(sys.argv[1])]))
+"""
 
-def run_trl_1_8(
-    tmp_path: Path,
-    objective: str,
-    args: list[str],
-    seqs: str,
-    name: str = "small-llama",
-    vocab: int = 32768,
-    device: str = "fake",
-) -> subprocess.CompletedProcess[str]:
-    """The probe CLI on TRL 1.8.0's `objective` trainer (on `device`, the fake trace unless
-    said, `--loss full` unless `args` say otherwise, checkpointing on, two steps a length) on
-    bench/configs/`name`.json with `vocab` tokens, writing tmp_path/memtest.json."""
-    config = json.loads((ROOT / "bench" / "configs" / f"{name}.json").read_text())
-    config_path = tmp_path / f"{name}.json"
-    config_path.write_text(json.dumps({**config, "vocab_size": vocab}))
-    out = tmp_path / "memtest.json"
+
+class Run(NamedTuple):
+    """One probe command: TRL 1.8.0's `objective` trainer with `--loss full` and checkpointing
+    on (unless `args` say otherwise), two steps a length of `seqs`, on `device`, on
+    bench/configs/`name`.json with `vocab` tokens."""
+
+    objective: str
+    args: tuple[str, ...]
+    seqs: str
+    name: str = "small-llama"
+    vocab: int = 32768
+    device: str = "fake"
+
+
+def _argv(directory: Path, key: str, run: Run) -> list[str]:
+    config = json.loads((ROOT / "bench" / "configs" / f"{run.name}.json").read_text())
+    config_path = directory / f"{key}-config.json"
+    config_path.write_text(json.dumps({**config, "vocab_size": run.vocab}))
+    out = directory / f"{key}.json"
+    argv = ["--config", str(config_path), "--stack", "hf", "--objective", run.objective]
+    argv += ["--loss", "full", "--checkpointing", "gpu", *run.args, "--sweep", run.seqs]
+    return argv + ["--steps", "2", "--device", run.device, "--out", str(out), "--no-progress"]
+
+
+def run_probes(directory: Path, runs: dict[str, Run]) -> tuple[list[int], str]:
+    """The exit code of every run (in order) and the subprocess's stderr."""
+    argvs = [_argv(directory, key, run) for key, run in runs.items()]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(TRL_18), str(ROOT)]),
         "TRL_EXPERIMENTAL_SILENCE": "1",
     }
-    command = [sys.executable, "-m", "probe", "--config", str(config_path), "--stack", "hf"]
-    command += ["--objective", objective, "--loss", "full", "--checkpointing", "gpu", *args]
-    command += ["--sweep", seqs, "--steps", "2", "--device", device, "--out", str(out)]
-    command += ["--no-progress"]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    command = [sys.executable, "-c", _SCRIPT, json.dumps(argvs)]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    codes: list[int] = json.loads(done.stdout.strip().splitlines()[-1])
+    return codes, done.stderr
 
 
-def probe_trl_1_8(tmp_path: Path, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """The memtest of `run_trl_1_8(tmp_path, *args, **kwargs)`, every length measured."""
-    done = run_trl_1_8(tmp_path, *args, **kwargs)
-    assert done.returncode == 0, done.stderr[-2000:]
-    doc: dict[str, Any] = json.loads((tmp_path / "memtest.json").read_text())
-    for res in doc["results"]:
-        assert res["status"] == "ok", res["error"]
-    return doc
+def probe_runs(directory: Path, runs: dict[str, Run]) -> dict[str, dict[str, Any]]:
+    """Every run's memtest by its key, every length measured."""
+    codes, stderr = run_probes(directory, runs)
+    assert codes == [0] * len(runs), (codes, stderr[-3000:])
+    docs: dict[str, dict[str, Any]] = {}
+    for key in runs:
+        doc = json.loads((directory / f"{key}.json").read_text())
+        for res in doc["results"]:
+            assert res["status"] == "ok", (key, res["error"])
+        docs[key] = doc
+    return docs
