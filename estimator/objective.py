@@ -96,6 +96,15 @@ if TYPE_CHECKING:
 PREFERENCE = ("dpo", "dpo-precomputed", "kto", "orpo", "cpo", "simpo")
 # the preference objectives whose trainers read only the full logits (TRL 1.0-1.9)
 FULL_LOGITS_ONLY = ("kto", "orpo", "cpo", "simpo")
+# the TRL trainer each preference objective prices
+TRAINERS = {
+    "dpo": "DPOTrainer",
+    "dpo-precomputed": "DPOTrainer",
+    "kto": "KTOTrainer",
+    "orpo": "ORPOTrainer",
+    "cpo": "CPOTrainer",
+    "simpo": "CPOTrainer",
+}
 # the objectives whose row is a pair of sequences, a chosen and a rejected one
 PAIRED = ("dpo", "dpo-precomputed", "orpo", "cpo", "simpo")
 

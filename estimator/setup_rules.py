@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from estimator.lora import PEFT_DEFAULT, REGEX
-from estimator.objective import FULL_LOGITS_ONLY, PREFERENCE, smallest_batch
+from estimator.objective import FULL_LOGITS_ONLY, PREFERENCE, TRAINERS, smallest_batch
 from estimator.parallel.layout import model_splits, parse_parallel, parse_wrap_units, wrap_text
 from estimator.stacks import OPTIONAL_OVERRIDES, OVERRIDES, load_stack
 
@@ -211,17 +211,6 @@ def check_combinations(s: Any) -> None:
             f"checkpointing: selective (per-op) checkpointing is torchtitan's; stack {s_name} "
             "checkpoints whole layers (use --stack torchtitan)"
         )
-
-
-# the TRL trainer each preference objective prices
-TRAINERS = {
-    "dpo": "DPOTrainer",
-    "dpo-precomputed": "DPOTrainer",
-    "kto": "KTOTrainer",
-    "orpo": "ORPOTrainer",
-    "cpo": "CPOTrainer",
-    "simpo": "CPOTrainer",
-}
 
 
 # where each trainer of FULL_LOGITS_ONLY reads the model's logits (trl v1.8.0)

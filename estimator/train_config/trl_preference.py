@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from estimator.objective import TRAINERS
 from estimator.train_config.result import TrainConfigMapping, whole_number
 
 KTO_KEYS = ("desirable_weight", "undesirable_weight")
 CPO_KEYS = ("cpo_alpha", "simpo_gamma")
 ORPO_KEYS = ("generate_during_eval", "is_encoder_decoder")
 DEFAULT_LENGTH = 1024  # kto_config.py:163-164, orpo_config.py:80-81, cpo_config.py:100-101
-TRAINERS = {"kto": "KTOTrainer", "cpo": "CPOTrainer", "orpo": "ORPOTrainer"}
 
 
 def preference_trainer(data: dict[str, Any]) -> str | None:
@@ -43,8 +43,13 @@ def preference_trainer(data: dict[str, Any]) -> str | None:
     return None
 
 
+def _config_name(trainer: str) -> str:
+    """`KTOConfig`, `CPOConfig` or `ORPOConfig`: the config of the objective's trainer."""
+    return TRAINERS[trainer].removesuffix("Trainer") + "Config"
+
+
 def _objective(m: TrainConfigMapping, data: dict[str, Any], trainer: str) -> None:
-    config = f"{TRAINERS[trainer][:-7]}Config"
+    config = _config_name(trainer)
     if trainer != "cpo":
         m.set("objective", trainer, config)
         return
@@ -64,15 +69,15 @@ def map_preference(m: TrainConfigMapping, data: dict[str, Any], trainer: str) ->
     length = m.get(data, "max_length")
     key = "max_length"
     if length is None and "max_length" not in data:
-        length, key = DEFAULT_LENGTH, f"max_length ({name[:-7]}Config default)"
+        length, key = DEFAULT_LENGTH, f"max_length ({_config_name(trainer)} default)"
     if length is not None:
         m.seq_lens = [whole_number(length, "max_length")]
         m.origin["seq_lens"] = key
     if m.setup.get("loss") == "liger":
         m.ignore(
             "use_liger_kernel",
-            f"Liger's fused {name[:-7]} loss is not modelled: priced with the full logits, an "
-            "overestimate (Liger's layer kernels are kept)",
+            f"Liger's fused {name.removesuffix('Trainer')} loss is not modelled: priced with the "
+            "full logits, an overestimate (Liger's layer kernels are kept)",
         )
     m.set("loss", "full", f"{name} (TRL 1.0-1.9: the full logits)")
     disable = m.get(data, "disable_dropout")
