@@ -298,10 +298,6 @@ def _callback_class() -> type:
     return MemoryCallback
 
 
-# the TRL trainer each objective runs, as `<prefix>Trainer` / `<prefix>Config`
-TRAINER_PREFIX = {"dpo": "DPO", "kto": "KTO", "orpo": "ORPO", "cpo": "CPO", "simpo": "CPO"}
-
-
 def arguments_class(base: type, fake: bool) -> type:
     """`base` (`TrainingArguments`, or a TRL config, its subclass), or under fake tensors a
     subclass whose documented `place_model_on_device` hook says False: the model is already
@@ -421,7 +417,10 @@ class HFSession:
         optim, optim_args = hf_optim(self.setup)
         s = self.setup
         extra = f", optim_args={optim_args!r}" if optim_args else ""
-        trl_trainer = TRAINER_PREFIX.get(s["objective"], "SFT")
+        from probe.stacks import PREFERENCE_TRAINERS
+
+        trainer_class = PREFERENCE_TRAINERS.get(s["objective"], "SFTTrainer")
+        trl_trainer = trainer_class.removesuffix("Trainer")
         trainer = (
             f"TRL {package_version('trl')} {trl_trainer}Trainer.train() with {trl_trainer}Config("
             if self.trl

@@ -356,7 +356,9 @@ def orpo_trainer(
     end token: no truncation at `max_length` = `seq`)."""
     import importlib
 
-    prefix = "ORPO" if objective == "orpo" else "CPO"
+    from probe.stacks import PREFERENCE_TRAINERS
+
+    prefix = PREFERENCE_TRAINERS[objective].removesuffix("Trainer")
     module = importlib.import_module(f"trl.experimental.{prefix.lower()}")
     extra: dict[str, Any] = {"loss_type": "simpo", "cpo_alpha": 0.0} if objective == "simpo" else {}
     _restore_forward(model)
