@@ -20,11 +20,16 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from estimator.document import compare_memtest  # noqa: E402
-from tests.probe.trl_1_8 import Run, needs_trl_1_8, probe_runs  # noqa: E402
+from tests.probe.trl_1_8 import (  # noqa: E402
+    BF16,
+    LORA,
+    VOCAB,
+    Run,
+    compared_rows,
+    needs_trl_1_8,
+    probe_runs,
+)
 
-VOCAB = 32768
-LORA = ("--method", "lora", "--lora-rank", "8")
-BF16 = ("--precision", "bf16", "--no-autocast")
 RUNS = {
     "autocast": Run("dpo", (*LORA, "--batch", "2"), "1024,3000"),
     "bf16-lora": Run("dpo", (*LORA, *BF16), "1024"),
@@ -44,16 +49,11 @@ def docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = compare_memtest(doc, "default")["rows"]
-    return rows
-
-
 def test_autocast_holds_four_fp32_logits_in_the_loss_backward(docs: dict[str, Any]) -> None:
     """LoRA under autocast (accelerate's fp32 logits): the saved logits, the stacked
     log-sum-exp gradients, and gather's zeros and scatter_add, each fp32 and logits-sized."""
     doc = docs["autocast"]
-    for res, row in zip(doc["results"], _rows(doc), strict=True):
+    for res, row in zip(doc["results"], compared_rows(doc), strict=True):
         assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
         sequences = 2 * 2  # two preference pairs, each a chosen and a rejected sequence
         logits = sequences * res["seq_len"] * VOCAB * 4
@@ -71,7 +71,7 @@ def test_bf16_logits_peak_in_the_forward(docs: dict[str, Any], method: str) -> N
     """Without autocast the logits stay bf16: the forward's policy logits, their saved
     log-softmax, the reference's logits and the entropy metric's copy set the peak; a full
     fine-tune also holds the reference model's weights."""
-    row = _rows(docs[f"bf16-{method}"])[0]
+    row = compared_rows(docs[f"bf16-{method}"])[0]
     assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
     assert row["estimated_loss_logits"] > 4 * 2 * 1023 * VOCAB * 2
 
@@ -80,7 +80,7 @@ def test_softcapped_logits_keep_the_policy_s_tanh(docs: dict[str, Any]) -> None:
     """Gemma 2 softcaps its logits in the model's forward (`final_logit_softcap`): the tanh's
     saved bf16 output stays through the loss backward beside the four fp32 tensors (-9.7 %
     without it)."""
-    row = _rows(docs["gemma2"])[0]
+    row = compared_rows(docs["gemma2"])[0]
     assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
     positions = 2 * 512
     assert row["estimated_loss_logits"] == positions * 4096 * (4 * 4 + 2)

@@ -20,15 +20,21 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from estimator.document import compare_memtest  # noqa: E402
-from tests.probe.trl_1_8 import Run, needs_trl_1_8, probe_runs  # noqa: E402
+from tests.probe.trl_1_8 import (  # noqa: E402
+    BF16,
+    LORA,
+    VOCAB,
+    Run,
+    compared_rows,
+    needs_trl_1_8,
+    probe_runs,
+)
 
-VOCAB = 32768
 SEQ = 256
-LORA = ("--method", "lora", "--lora-rank", "8", "--batch", "2")
+PAIR = (*LORA, "--batch", "2")
 RUNS = {
-    "autocast": Run("kto", LORA, str(SEQ), device="cpu"),
-    "bf16": Run("kto", (*LORA, "--no-autocast", "--precision", "bf16"), str(SEQ), device="cpu"),
+    "autocast": Run("kto", PAIR, str(SEQ), device="cpu"),
+    "bf16": Run("kto", (*PAIR, *BF16), str(SEQ), device="cpu"),
     "full": Run("kto", ("--method", "full", "--batch", "2"), str(SEQ), device="cpu"),
 }
 
@@ -45,8 +51,7 @@ def docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
 
 
 def _measured(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    row: dict[str, Any] = compare_memtest(doc, "default")["rows"][0]
-    return doc["results"][0], row
+    return doc["results"][0], compared_rows(doc)[0]
 
 
 def test_autocast_holds_four_fp32_logits_and_the_entropy_chunks(docs: dict[str, Any]) -> None:

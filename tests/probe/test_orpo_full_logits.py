@@ -21,11 +21,16 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from estimator.document import compare_memtest  # noqa: E402
-from tests.probe.trl_1_8 import Run, needs_trl_1_8, probe_runs  # noqa: E402
+from tests.probe.trl_1_8 import (  # noqa: E402
+    BF16,
+    LORA,
+    VOCAB,
+    Run,
+    compared_rows,
+    needs_trl_1_8,
+    probe_runs,
+)
 
-VOCAB = 32768
-LORA = ("--method", "lora", "--lora-rank", "8")
-BF16 = ("--precision", "bf16", "--no-autocast")
 TRAINER = {"orpo": "ORPOTrainer", "cpo": "CPOTrainer", "simpo": "CPOTrainer"}
 RUNS = {
     "orpo": Run("orpo", (*LORA, "--batch", "2"), "1024,2048"),
@@ -49,11 +54,6 @@ def docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = compare_memtest(doc, "default")["rows"]
-    return rows
-
-
 def _logits(res: dict[str, Any], sequences: int, shifted: bool, vocab: int = VOCAB) -> int:
     """The logits of `sequences` sequences (each row's last position dropped where
     `shifted`), in values."""
@@ -68,7 +68,7 @@ def test_the_chosen_half_s_log_softmax_stays_through_the_backward(
     log-sum-exp gradients and gather's zeros and scatter_add (DPO's four), beside the
     chosen half's saved log-softmax, which cross-entropy made in the forward."""
     doc = docs[objective]
-    for res, row in zip(doc["results"], _rows(doc), strict=True):
+    for res, row in zip(doc["results"], compared_rows(doc), strict=True):
         assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
         full, shifted = 4 * _logits(res, 4, False), 4 * _logits(res, 4, True)
         half = 4 * _logits(res, 2, True)
@@ -82,7 +82,7 @@ def test_the_chosen_half_s_log_softmax_stays_through_the_backward(
 
 def test_simpo_without_the_nll_term_holds_dpo_s_four(docs: dict[str, Any]) -> None:
     """CPOTrainer with cpo_alpha 0 runs no cross-entropy: the four fp32 tensors alone."""
-    res, row = docs["simpo"]["results"][0], _rows(docs["simpo"])[0]
+    res, row = docs["simpo"]["results"][0], compared_rows(docs["simpo"])[0]
     assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
     full, shifted = 4 * _logits(res, 4, False), 4 * _logits(res, 4, True)
     assert res["component_maxima"]["logits"] == full + 3 * shifted
@@ -93,7 +93,7 @@ def test_bf16_logits_peak_in_the_forward(docs: dict[str, Any]) -> None:
     """Without autocast (bf16 full fine-tuning) SimPO's forward sets the peak: the logits and
     the rows' saved log-softmax outputs."""
     doc = docs["simpo-bf16-full"]
-    row = _rows(doc)[0]
+    row = compared_rows(doc)[0]
     assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
     assert row["estimated_loss_logits"] == 2 * 2 * _logits(doc["results"][0], 2, False)
 
@@ -108,7 +108,7 @@ def test_orpo_in_bf16_differs_from_the_trace_by_its_out_of_place_gradient_sum(
     (probe/grad_sums.py), a third tensor. The estimate is CUDA's: the forward's logits, the
     rows' saved log-softmax and the chosen half's, 5 bytes per logit; the trace's sum holds
     three full bf16 logits, 6."""
-    res, row = docs["orpo-bf16"]["results"][0], _rows(docs["orpo-bf16"])[0]
+    res, row = docs["orpo-bf16"]["results"][0], compared_rows(docs["orpo-bf16"])[0]
     full = 2 * _logits(res, 2, False)
     assert res["component_maxima"]["logits"] == 3 * full
     assert row["estimated_loss_logits"] == 2.5 * full
@@ -119,7 +119,7 @@ def test_orpo_in_bf16_differs_from_the_trace_by_its_out_of_place_gradient_sum(
 def test_softcapped_logits_keep_the_policy_s_tanh(docs: dict[str, Any]) -> None:
     """Gemma 2 softcaps its logits in the model's forward: the tanh's saved bf16 output stays
     through the loss backward beside ORPO's 18 bytes per logit."""
-    row = _rows(docs["orpo-gemma2"])[0]
+    row = compared_rows(docs["orpo-gemma2"])[0]
     assert abs(row["error_pct"]) <= 1.0, row["error_pct"]
     assert row["estimated_loss_logits"] == 2 * 512 * 4096 * (4 * 4 + 2 + 2)
 

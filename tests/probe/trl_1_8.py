@@ -26,6 +26,10 @@ needs_trl_1_8 = pytest.mark.skipif(
     reason="TRL 1.8.0 is not in .trl-1.8 (scripts/setup.sh installs it)",
 )
 
+VOCAB = 32768  # the configs' vocabulary in these runs: the logits dominate the step
+LORA = ("--method", "lora", "--lora-rank", "8")
+BF16 = ("--precision", "bf16", "--no-autocast")
+
 # runs each probe CLI command of argv[1] (a JSON list of argument lists); prints their exit codes
 _SCRIPT = """
 import json, sys
@@ -43,7 +47,7 @@ class Run(NamedTuple):
     args: tuple[str, ...]
     seqs: str
     name: str = "small-llama"
-    vocab: int = 32768
+    vocab: int = VOCAB
     device: str = "fake"
 
 
@@ -83,3 +87,11 @@ def probe_runs(directory: Path, runs: dict[str, Run]) -> dict[str, dict[str, Any
             assert res["status"] == "ok", (key, res["error"])
         docs[key] = doc
     return docs
+
+
+def compared_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The estimate-vs-measured row of each length of `doc` (default profile)."""
+    from estimator.document import compare_memtest
+
+    rows: list[dict[str, Any]] = compare_memtest(doc, "default")["rows"]
+    return rows
